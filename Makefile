@@ -1,0 +1,40 @@
+# Two entry points for a fresh clone: `make demo` and `make test`. Both create .venv when missing.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# torch first and pinned: on these machines 2.13.0 is a local CPU wheel; an unpinned torch pulls a CUDA build.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup test test-fast demo lint promtool clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+# promtool/prometheus come from Debian's `prometheus` package; installed only when missing.
+promtool:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
+	@# the Debian package starts a system service on :9090 where systemd runs; tests use their own ports.
+
+test: $(STAMP) promtool
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m 'not slow'
+
+demo: $(STAMP)
+	$(PY) -m verl.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check verl monitor alerting tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,65 @@
+"""Data passed between pipeline stages (SPEC §5/§6): alerts in Alertmanager's shape, incidents, and
+notification records. The monitor produces ``Alert``s; everything in ``alerting`` consumes them.
+
+Times are float Unix seconds taken from the injected clock (the data's own timestamps in replay);
+``to_json`` renders them as RFC 3339 the way Alertmanager does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+Status = Literal["firing", "resolved"]
+SEVERITIES = ("P0", "P1", "P2", "P3")
+
+
+def rfc3339(ts: float | None) -> str:
+    """Alertmanager's zero time for 'not set', RFC 3339 with a Z otherwise."""
+    if ts is None:
+        return "0001-01-01T00:00:00Z"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def fingerprint(labels: dict[str, str]) -> str:
+    """Stable id of a label set: sha256 over sorted name=value pairs, first 16 hex digits."""
+    text = "\x1f".join(f"{k}={labels[k]}" for k in sorted(labels))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Alert:
+    """One alert instance; ``labels`` always hold ``alertname`` and ``severity`` (P0-P3)."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str] = field(default_factory=dict)
+    starts_at: float = 0.0
+    ends_at: float | None = None
+    status: Status = "firing"
+    value: float | None = None  # the observed value that triggered it, for templates and suggestions
+    generator_url: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.labels["alertname"]
+
+    @property
+    def severity(self) -> str:
+        return self.labels.get("severity", "P3")
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.labels)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "labels": dict(self.labels),
+            "annotations": dict(self.annotations),
+            "startsAt": rfc3339(self.starts_at),
+            "endsAt": rfc3339(self.ends_at),
+            "generatorURL": self.generator_url,
+            "fingerprint": self.fingerprint,
+        }

@@ -63,3 +63,60 @@ class Alert:
             "generatorURL": self.generator_url,
             "fingerprint": self.fingerprint,
         }
+
+
+def parse_rfc3339(text: str | None) -> float | None:
+    """Inverse of ``rfc3339``: Alertmanager's zero time (or empty) means 'not set'."""
+    if not text or text.startswith("0001-01-01"):
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def alert_from_json(data: dict[str, Any]) -> Alert:
+    """An ``Alert`` from Alertmanager's alert shape (``to_json`` output, webhook or API v2 alerts)."""
+    labels = {str(k): str(v) for k, v in (data.get("labels") or {}).items()}
+    if "alertname" not in labels:
+        raise ValueError("alert has no labels.alertname")
+    annotations = {str(k): str(v) for k, v in (data.get("annotations") or {}).items()}
+    value = data.get("value", annotations.get("value"))
+    try:
+        value = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        value = None
+    ends = parse_rfc3339(data.get("endsAt"))
+    status = data.get("status") or ("resolved" if ends is not None else "firing")
+    return Alert(
+        labels=labels,
+        annotations=annotations,
+        starts_at=parse_rfc3339(data.get("startsAt")) or 0.0,
+        ends_at=ends,
+        status="resolved" if status == "resolved" else "firing",
+        value=value,
+        generator_url=str(data.get("generatorURL") or ""),
+    )
+
+
+@dataclass
+class Notification:
+    """One routed group flush for one receiver: what the outbox stores and a notifier renders.
+    ``fingerprints`` cover the alerts and, for incidents, the member alerts travelling inside them."""
+
+    receiver: str
+    group_key: str
+    group_labels: dict[str, str]
+    status: Status
+    alerts: list[Alert]
+    fingerprints: list[str]
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "receiver": self.receiver, "group_key": self.group_key, "group_labels": dict(self.group_labels),
+            "status": self.status, "alerts": [dict(a.to_json(), value=a.value) for a in self.alerts],
+            "fingerprints": list(self.fingerprints), "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Notification:
+        return cls(d["receiver"], d["group_key"], dict(d["group_labels"]), d["status"],
+                   [alert_from_json(a) for a in d["alerts"]], list(d["fingerprints"]), float(d["created_at"]))

@@ -1,0 +1,260 @@
+"""Alerting configuration: Alertmanager-shaped YAML (receivers, route tree, inhibit_rules) plus our
+correlation-rule file and outbox settings. Every error is a one-line ``ConfigError`` naming the key."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerting.matchers import Matcher, parse_matcher
+
+RECEIVER_TYPES = ("dingtalk", "wecom", "feishu", "webhook", "alertmanager")
+LANGS = ("en", "zh-CN")
+DEFAULT_RULES = Path(__file__).parent / "rules" / "correlation.yaml"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(Exception):
+    """One line: which file/key is wrong and how to fix it."""
+
+
+def parse_duration(value: Any, key: str) -> float:
+    """Prometheus-style durations (``30s``, ``5m``, ``1h30m``) or plain seconds."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ConfigError(f"{key}: duration must not be negative, got {value!r}")
+        return float(value)
+    text = str(value).strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {value!r}")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def expand_env(value: Any, key: str) -> Any:
+    """``${NAME}`` in any string value, recursively; an unset variable is an error naming key and variable."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            if m.group(1) not in os.environ:
+                raise ConfigError(f"{key}: environment variable {m.group(1)} is not set; export it or edit the value")
+            return os.environ[m.group(1)]
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+@dataclass
+class ReceiverConfig:
+    name: str
+    type: str
+    url: str = field(repr=False)  # robot URLs carry their access token
+    secret: str | None = field(default=None, repr=False)
+    mentions: list[str] = field(default_factory=list)
+    template: str | None = None  # path to a Jinja2 file, or inline template text
+    lang: str = "en"
+    timeout_s: float = 5.0
+    send_resolved: bool = True
+
+
+@dataclass
+class RouteConfig:
+    receiver: str
+    group_by: list[str]
+    group_wait_s: float
+    group_interval_s: float
+    repeat_interval_s: float
+    matchers: list[Matcher] = field(default_factory=list)
+    continue_: bool = False
+    routes: list[RouteConfig] = field(default_factory=list)
+    path: str = "0"  # position in the tree, part of every group key
+
+
+@dataclass
+class InhibitRule:
+    source_matchers: list[Matcher]
+    target_matchers: list[Matcher]
+    equal: list[str]
+
+
+@dataclass
+class OutboxConfig:
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 300.0
+    jitter: float = 0.2  # +- fraction of each backoff, seeded for reproducible replays
+    seed: int = 0
+
+
+@dataclass
+class AlertingConfig:
+    receivers: dict[str, ReceiverConfig]
+    route: RouteConfig
+    inhibit_rules: list[InhibitRule] = field(default_factory=list)
+    correlation_files: list[Path] = field(default_factory=lambda: [DEFAULT_RULES])
+    outbox: OutboxConfig = field(default_factory=OutboxConfig)
+    monitor_url: str = ""  # where "+N more" links point: the monitor's JSON API
+
+
+def _req(d: dict[str, Any], name: str, key: str) -> Any:
+    if name not in d or d[name] in (None, ""):
+        raise ConfigError(f"{key}.{name}: required key is missing")
+    return d[name]
+
+
+def _str_list(value: Any, key: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise ConfigError(f"{key}: expected a list of strings")
+    return [str(v) for v in value]
+
+
+def _matchers(value: Any, key: str) -> list[Matcher]:
+    out = []
+    for i, text in enumerate(_str_list(value, key)):
+        try:
+            out.append(parse_matcher(text))
+        except ValueError as exc:
+            raise ConfigError(f"{key}[{i}]: {exc}") from None
+    return out
+
+
+def _receiver(d: Any, key: str) -> ReceiverConfig:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{key}: expected a mapping with name, type and url")
+    name, kind = str(_req(d, "name", key)), str(_req(d, "type", key))
+    if kind not in RECEIVER_TYPES:
+        raise ConfigError(f"{key}.type: {kind!r} is not one of {', '.join(RECEIVER_TYPES)}")
+    url = str(_req(d, "url", key))
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{key}.url: must start with http:// or https://")
+    secret = d.get("secret")
+    if d.get("secret_env"):
+        env = str(d["secret_env"])
+        if env not in os.environ:
+            raise ConfigError(f"{key}.secret_env: environment variable {env} is not set; export it")
+        secret = os.environ[env]
+    lang = str(d.get("lang", "en"))
+    if lang not in LANGS:
+        raise ConfigError(f"{key}.lang: {lang!r} is not one of {', '.join(LANGS)}")
+    unknown = set(d) - {"name", "type", "url", "secret", "secret_env", "mentions", "template", "lang",
+                        "timeout", "send_resolved"}
+    if unknown:
+        raise ConfigError(f"{key}: unknown key(s) {', '.join(sorted(unknown))}")
+    return ReceiverConfig(
+        name=name, type=kind, url=url, secret=str(secret) if secret else None,
+        mentions=_str_list(d.get("mentions"), f"{key}.mentions"),
+        template=str(d["template"]) if d.get("template") else None, lang=lang,
+        timeout_s=parse_duration(d.get("timeout", "5s"), f"{key}.timeout"),
+        send_resolved=bool(d.get("send_resolved", True)),
+    )
+
+
+def _route(d: Any, key: str, parent: RouteConfig | None, path: str) -> RouteConfig:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{key}: expected a mapping")
+    unknown = set(d) - {"receiver", "group_by", "group_wait", "group_interval", "repeat_interval", "matchers",
+                        "continue", "routes"}
+    if unknown:
+        raise ConfigError(f"{key}: unknown key(s) {', '.join(sorted(unknown))}")
+    if parent is None and not d.get("receiver"):
+        raise ConfigError(f"{key}.receiver: the root route needs a receiver")
+
+    def inherit(name: str, default: Any) -> Any:
+        return d.get(name, getattr(parent, name, default) if parent else default)
+
+    route = RouteConfig(
+        receiver=str(d.get("receiver") or (parent.receiver if parent else "")),
+        group_by=_str_list(d["group_by"], f"{key}.group_by") if "group_by" in d else
+        (list(parent.group_by) if parent else ["alertname", "cluster", "node"]),
+        group_wait_s=parse_duration(d["group_wait"], f"{key}.group_wait") if "group_wait" in d else
+        inherit("group_wait_s", 30.0),
+        group_interval_s=parse_duration(d["group_interval"], f"{key}.group_interval") if "group_interval" in d
+        else inherit("group_interval_s", 300.0),
+        repeat_interval_s=parse_duration(d["repeat_interval"], f"{key}.repeat_interval")
+        if "repeat_interval" in d else inherit("repeat_interval_s", 4 * 3600.0),
+        matchers=_matchers(d.get("matchers"), f"{key}.matchers"),
+        continue_=bool(d.get("continue", False)),
+        path=path,
+    )
+    children = d.get("routes") or []
+    if not isinstance(children, list):
+        raise ConfigError(f"{key}.routes: expected a list of routes")
+    route.routes = [_route(c, f"{key}.routes[{i}]", route, f"{path}.{i}") for i, c in enumerate(children)]
+    return route
+
+
+def _check_receivers(route: RouteConfig, receivers: dict[str, ReceiverConfig], key: str) -> None:
+    if route.receiver not in receivers:
+        raise ConfigError(f"{key}.receiver: {route.receiver!r} is not a defined receiver "
+                          f"(known: {', '.join(sorted(receivers)) or 'none'})")
+    for i, child in enumerate(route.routes):
+        _check_receivers(child, receivers, f"{key}.routes[{i}]")
+
+
+def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> AlertingConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a YAML mapping with receivers and route")
+    raw = expand_env(raw, "")
+    recv_list = raw.get("receivers")
+    if not isinstance(recv_list, list) or not recv_list:
+        raise ConfigError(f"{source}: receivers: define at least one receiver (name, type, url)")
+    receivers: dict[str, ReceiverConfig] = {}
+    for i, r in enumerate(recv_list):
+        rc = _receiver(r, f"receivers[{i}]")
+        if rc.name in receivers:
+            raise ConfigError(f"receivers[{i}].name: duplicate receiver name {rc.name!r}")
+        receivers[rc.name] = rc
+    route = _route(raw.get("route") or {"receiver": next(iter(receivers))}, "route", None, "0")
+    _check_receivers(route, receivers, "route")
+    inhibit = []
+    for i, r in enumerate(raw.get("inhibit_rules") or []):
+        key = f"inhibit_rules[{i}]"
+        if not isinstance(r, dict):
+            raise ConfigError(f"{key}: expected a mapping with source_matchers, target_matchers, equal")
+        inhibit.append(InhibitRule(_matchers(r.get("source_matchers"), f"{key}.source_matchers"),
+                                   _matchers(r.get("target_matchers"), f"{key}.target_matchers"),
+                                   _str_list(r.get("equal"), f"{key}.equal")))
+    corr = raw.get("correlation") or {}
+    if not isinstance(corr, dict):
+        raise ConfigError("correlation: expected a mapping with rules_files and include_defaults")
+    files = [DEFAULT_RULES] if corr.get("include_defaults", True) else []
+    for i, f in enumerate(_str_list(corr.get("rules_files"), "correlation.rules_files")):
+        p = Path(f) if Path(f).is_absolute() or base_dir is None else base_dir / f
+        if not p.is_file():
+            raise ConfigError(f"correlation.rules_files[{i}]: file {p} not found")
+        files.append(p)
+    ob = raw.get("outbox") or {}
+    outbox = OutboxConfig(
+        backoff_initial_s=parse_duration(ob.get("backoff_initial", "1s"), "outbox.backoff_initial"),
+        backoff_max_s=parse_duration(ob.get("backoff_max", "5m"), "outbox.backoff_max"),
+        jitter=float(ob.get("jitter", 0.2)), seed=int(ob.get("seed", 0)),
+    )
+    return AlertingConfig(receivers, route, inhibit, files, outbox, str(raw.get("monitor_url", "")).rstrip("/"))
+
+
+def load_config(path: str | Path) -> AlertingConfig:
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found; pass an existing --config path") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    try:
+        return parse_config(raw, str(p), p.parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None

@@ -1,0 +1,114 @@
+"""Notifier contract: turn a rendered message (or the raw notifications, for JSON receivers) into one
+HTTP call and classify the answer. Robot APIs answer HTTP 200 with an error code in the body, so each
+channel maps its codes to delivered / retry later / rate limited / permanent. Error strings name the code
+and the robot's message but never the URL (it carries the access token) or the secret."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from alerting.clock import Clock, SystemClock
+from alerting.config import ReceiverConfig
+from alerting.model import Notification
+from alerting.templates import Rendered
+
+_SECRETY = re.compile(r"(access_token|key|sign|timestamp|token)=[^&\s]+", re.I)
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    for s in secrets:
+        if s:
+            text = text.replace(s, "***")
+    return _SECRETY.sub(r"\1=***", text)
+
+
+@dataclass
+class Delivery:
+    ok: bool
+    retryable: bool = False
+    rate_limited: bool = False
+    error: str = ""
+    code: int | None = None
+
+    @classmethod
+    def retry(cls, error: str, code: int | None = None) -> Delivery:
+        return cls(False, retryable=True, error=error, code=code)
+
+    @classmethod
+    def permanent(cls, error: str, code: int | None = None) -> Delivery:
+        return cls(False, error=error, code=code)
+
+
+class Notifier:
+    kind = "base"
+    max_bytes = 16000
+    limits: list[tuple[int, float]] = []  # (messages, seconds) the robot accepts
+    throttle_s = 60.0
+
+    def __init__(self, cfg: ReceiverConfig, sign_clock: Clock | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.cfg = cfg
+        # Signatures carry wall time even in replay: the robot checks them against its own clock.
+        self.sign_clock = sign_clock or SystemClock()
+        self.client = httpx.Client(timeout=cfg.timeout_s, transport=transport, follow_redirects=False)
+
+    @property
+    def robot_id(self) -> str:
+        """Rate limits belong to the robot (its URL), shared by receivers that post to the same one."""
+        return hashlib.sha256(self.cfg.url.encode()).hexdigest()[:16]  # the url holds the token: never stored
+
+    def cost(self, notes: list[Notification], digest: bool) -> int:
+        return 1
+
+    def send(self, rendered: Rendered, notes: list[Notification], digest: bool = False) -> Delivery:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.client.close()
+
+    def post(self, url: str, body: Any, params: dict[str, str] | None = None) -> tuple[int, Any] | Delivery:
+        """POST JSON; transport problems and 5xx/429 become retryable ``Delivery``s."""
+        try:
+            # merge, not replace: robot urls already carry their token in the query
+            target = httpx.URL(url).copy_merge_params(params) if params else httpx.URL(url)
+            resp = self.client.post(target, json=body)
+        except httpx.TimeoutException as exc:
+            return Delivery.retry(f"timeout ({type(exc).__name__}) after {self.cfg.timeout_s:g}s")
+        except httpx.HTTPError as exc:
+            return Delivery.retry(f"connection failed ({type(exc).__name__})")
+        if resp.status_code == 429:
+            return Delivery(False, retryable=True, rate_limited=True, error="HTTP 429 too many requests", code=429)
+        if resp.status_code >= 500:
+            return Delivery.retry(f"HTTP {resp.status_code} from receiver", resp.status_code)
+        try:
+            data = resp.json() if resp.content else {}
+        except ValueError:
+            data = None
+        return resp.status_code, data
+
+    def classify(self, code: int, msg: str, table: dict[int, str]) -> Delivery:
+        """``table`` maps documented codes to 'rate' or 'retry'; other non-zero codes are permanent."""
+        msg = redact(str(msg), self.cfg.secret)[:200]
+        what = f"{self.kind} errcode {code}: {msg}"
+        kind = table.get(code, "permanent")
+        if kind == "rate":
+            return Delivery(False, retryable=True, rate_limited=True, error=what, code=code)
+        if kind == "retry":
+            return Delivery.retry(what, code)
+        return Delivery.permanent(what + _HINTS.get((self.kind, code), ""), code)
+
+
+_HINTS = {
+    ("dingtalk", 310000): " (check the receiver's secret, keywords and IP allow-list)",
+    ("dingtalk", 300001): " (the access_token in the receiver url is wrong or the robot was removed)",
+    ("dingtalk", 460101): " (message too long)",
+    ("wecom", 93000): " (the key in the receiver url is wrong or the robot was removed)",
+    ("wecom", 40058): " (message too long or a field is invalid)",
+    ("feishu", 19021): " (signature or timestamp rejected: check the receiver's secret and the clock)",
+    ("feishu", 19024): " (message lacks the robot's keyword)",
+}

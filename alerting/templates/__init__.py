@@ -1,0 +1,152 @@
+"""Message rendering: Jinja2 in a ``SandboxedEnvironment`` so user templates cannot reach Python
+internals. Built-in layouts ``default.en.j2`` / ``default.zh-CN.j2`` follow the article's message
+(``【verl-alert】P0: Dataflow Collapse`` then Cluster / Time / Root Cause / Suggestion lines).
+
+A receiver's own template that fails (syntax error, sandbox violation, runtime error) falls back to the
+built-in one; the caller counts it. Oversize messages are shortened by UTF-8 bytes: alert lines are
+dropped from the end and replaced by ``+N more: <monitor link>``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from alerting.model import SEVERITIES, Alert, Notification
+
+HERE = Path(__file__).parent
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def humanize(name: str) -> str:
+    """``DataflowCollapse`` -> ``Dataflow Collapse``; ``RewardModelOOM`` -> ``Reward Model OOM``."""
+    return _CAMEL.sub(" ", name).replace("NV Link", "NVLink")
+
+
+def format_time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def sandbox() -> SandboxedEnvironment:
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
+    env.filters["humanize"] = humanize
+    env.filters["ftime"] = format_time
+    return env
+
+
+_ENV = sandbox()
+_BUILTIN = {lang: _ENV.from_string((HERE / f"default.{lang}.j2").read_text(encoding="utf-8"))
+            for lang in ("en", "zh-CN")}
+
+
+@dataclass
+class Rendered:
+    title: str  # first line, also the DingTalk/Feishu title
+    text: str   # whole message, first line included
+    fell_back: bool = False  # the receiver's own template failed and the built-in one was used
+    error: str = ""
+
+
+def _top_severity(alerts: list[Alert]) -> str:
+    ranks = [SEVERITIES.index(a.severity) if a.severity in SEVERITIES else len(SEVERITIES) for a in alerts]
+    best = min(ranks, default=len(SEVERITIES) - 1)
+    return SEVERITIES[min(best, len(SEVERITIES) - 1)]
+
+
+def _alert_view(a: Alert) -> dict[str, Any]:
+    where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "component") if a.labels.get(k))
+    return {
+        "status": a.status, "severity": a.severity, "alertname": a.name, "title": humanize(a.name),
+        "where": where, "summary": a.annotations.get("summary", ""), "labels": dict(a.labels),
+        "annotations": dict(a.annotations), "value": a.value, "fingerprint": a.fingerprint,
+        "starts_at": format_time(a.starts_at),
+    }
+
+
+def context(notes: list[Notification], link: str, receiver: str) -> dict[str, Any]:
+    """Template variables for one notification, or for a digest folding several."""
+    alerts = [a for n in notes for a in n.alerts]
+    first = alerts[0] if alerts else Alert(labels={"alertname": "Empty"})
+    names = {a.name for a in alerts}
+    lone = len(alerts) == 1
+    firing = sum(a.status == "firing" for a in alerts)
+    return {
+        "receiver": receiver,
+        "digest": len(notes) > 1,
+        "digest_count": len(notes),
+        "status": "firing" if firing else "resolved",
+        "firing_count": firing,
+        "resolved_count": len(alerts) - firing,
+        "severity": _top_severity(alerts),
+        "alertname": first.name if len(names) == 1 else "",
+        "title": humanize(first.name) if len(names) == 1 else f"{len(alerts)} alerts",
+        "cluster": first.labels.get("cluster", "default"),
+        "time": format_time(min((a.starts_at for a in alerts), default=None)),
+        "root_cause": first.annotations.get("root_cause", "") if lone else "",
+        "suggestion": first.annotations.get("suggestion", "") if lone else "",
+        "summary": first.annotations.get("summary", "") if lone else "",
+        "runbook": first.annotations.get("runbook", "") if len(names) == 1 else "",
+        "group_labels": dict(notes[0].group_labels) if notes else {},
+        "alerts": [_alert_view(a) for a in alerts],
+        "link": link,
+        "more": 0,
+    }
+
+
+def _tidy(text: str) -> str:
+    lines = [ln.rstrip() for ln in text.strip().splitlines()]
+    return "\n".join(ln for ln in lines if ln)
+
+
+def _render_once(ctx: dict[str, Any], template: str | None, lang: str) -> Rendered:
+    if template:
+        try:
+            src = Path(template).read_text(encoding="utf-8") if "\n" not in template and Path(template).is_file() \
+                else template
+            text = _tidy(_ENV.from_string(src).render(**ctx))
+            if text:
+                return Rendered(text.splitlines()[0], text)
+            error = "template rendered an empty message"
+        except (TemplateError, OSError, ValueError, TypeError, ArithmeticError, AttributeError, KeyError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        out = _render_once(ctx, None, lang)
+        out.fell_back, out.error = True, error
+        return out
+    text = _tidy(_BUILTIN.get(lang, _BUILTIN["en"]).render(**ctx))
+    return Rendered(text.splitlines()[0], text)
+
+
+def fit_bytes(text: str, max_bytes: int) -> str:
+    """Cut to at most ``max_bytes`` UTF-8 bytes without splitting a character."""
+    raw = text.encode("utf-8")
+    return text if len(raw) <= max_bytes else raw[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def render(notes: list[Notification], *, template: str | None = None, lang: str = "en", link: str = "",
+           receiver: str = "", max_bytes: int = 4096) -> Rendered:
+    """Render, then shrink the alert list until the message fits ``max_bytes`` (UTF-8)."""
+    ctx = context(notes, link, receiver)
+    out = _render_once(ctx, template, lang)
+    if len(out.text.encode("utf-8")) <= max_bytes:
+        return out
+    views, lo, hi = ctx["alerts"], 0, len(ctx["alerts"])
+    best = None
+    while lo <= hi:  # largest number of alert lines that still fits
+        mid = (lo + hi) // 2
+        trial = _render_once(dict(ctx, alerts=views[:mid], more=len(views) - mid), template, lang)
+        if len(trial.text.encode("utf-8")) <= max_bytes:
+            best, lo = trial, mid + 1
+        else:
+            hi = mid - 1
+    if best is None:  # even the header is too long: cut it, keep the "+N more" pointer
+        tail = f"\n+{len(views)} more: {link}"
+        best = Rendered(out.title, fit_bytes(out.text, max_bytes - len(tail.encode())) + tail)
+    best.fell_back, best.error = out.fell_back, out.error
+    return best

@@ -1,0 +1,100 @@
+"""NAB: the monitor's streaming detectors, through the `nab` rule profile, scored like NAB v1.1.
+
+    .venv/bin/python benchmarks/nab.py [--data DIR] [--rules monitor/rules/nab.yaml] [--json]
+
+Each file is fed once, in time order, to detectors built from the profile's rules exactly as the
+daemon builds them (`Condition.new_detector()`); a detection is a rule's alert starting to fire.
+Prints per-file scores, then one JSON line {"standard": s, "reward_low_FP": s, "reward_low_FN": s}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import ROOT, data_dir, emit, load_profile
+from benchmarks._nab_scoring import (
+    PROFILE_KEYS,
+    FileScore,
+    load_profiles,
+    load_windows,
+    nab_files,
+    normalised,
+    read_series,
+    score_file,
+)
+from monitor.rules import Rule
+
+DEFAULT_RULES = ROOT / "monitor" / "rules" / "nab.yaml"
+
+
+def epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts).replace(tzinfo=timezone.utc).timestamp()
+
+
+def profile_rules(rules: list[Rule]) -> dict[str, Rule]:
+    by_profile = {r.labels.get("nab_profile"): r for r in rules}
+    missing = [p for p in PROFILE_KEYS if p not in by_profile]
+    if missing:
+        raise SystemExit(f"error: rules file has no rule labelled nab_profile: {missing[0]}; add one per NAB profile")
+    return {p: by_profile[p] for p in PROFILE_KEYS}
+
+
+def detect(rule: Rule, times: list[float], values: list[float]) -> list[bool]:
+    """One causal pass: True on the rows where the rule's alert starts firing."""
+    detector = rule.conditions[0].new_detector()
+    out, was_active = [], False
+    for t, v in zip(times, values):
+        active = detector.update(t, v).active
+        out.append(active and not was_active)
+        was_active = active
+    return out
+
+
+def run(data: Path, rules: dict[str, Rule], files: list[str] | None = None) -> dict[str, list[tuple[str, FileScore]]]:
+    costs = load_profiles(data)
+    windows = load_windows(data)
+    results: dict[str, list[tuple[str, FileScore]]] = {p: [] for p in rules}
+    for name in files or nab_files(data):
+        stamps, values = read_series(data / name)
+        times = [epoch(s) for s in stamps]
+        for profile, rule in rules.items():
+            det = detect(rule, times, values)
+            results[profile].append((name, score_file(stamps, det, windows[name], costs[profile])))
+    return results
+
+
+def summary(data: Path, results: dict[str, list[tuple[str, FileScore]]]) -> dict[str, float]:
+    costs = load_profiles(data)
+    return {p: round(normalised([s for _, s in rows], costs[p]), 1) for p, rows in results.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", help="datasets folder holding nab/ (default ../shared/datasets)")
+    ap.add_argument("--rules", default=str(DEFAULT_RULES), help="rule profile (default monitor/rules/nab.yaml)")
+    ap.add_argument("--json", action="store_true", help="per-file lines as JSON too")
+    args = ap.parse_args(argv)
+    data = data_dir(args.data, "nab")
+    rules = profile_rules(load_profile(Path(args.rules)))
+    results = run(data, rules)
+    names = [n for n, _ in results["standard"]]
+    for i, name in enumerate(names):
+        per = {p: results[p][i][1] for p in results}
+        if args.json:
+            emit({"file": name, **{p: round(s.score, 4) for p, s in per.items()},
+                  "detections": per["standard"].tp + per["standard"].fp})
+        else:
+            print(f"{name:60s} " + " ".join(f"{p}={s.score:7.3f}" for p, s in per.items())
+                  + f"  windows={per['standard'].windows}")
+    emit(summary(data, results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

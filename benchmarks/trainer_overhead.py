@@ -1,0 +1,69 @@
+"""Trainer monitoring overhead: step time with metrics on over metrics off, interleaved in one run.
+
+One ppo_tiny trainer with its live endpoint and sampler thread; blocks of steps alternate on/off in
+ABBA order (so slow drift of a shared machine hits both sides alike), "on" blocks are scraped once
+each like a Prometheus server would. "on" = every per-step metric update, layer KL, data-level
+analysis; "off" = metrics.enabled=false (no metric work in the step). Ratio of median step times.
+
+    python benchmarks/trainer_overhead.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import urllib.request
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=6, help="ABBA rounds (each: on, off, off, on blocks)")
+    p.add_argument("--block", type=int, default=8, help="steps per block")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--json", action="store_true", help="last line: one JSON object")
+    args = p.parse_args(argv)
+
+    from verl.trainer import RLTrainer
+
+    steps = args.warmup + args.rounds * 4 * args.block
+    trainer = RLTrainer("ppo_tiny", overrides=[f"trainer.total_steps={steps}", "metrics.port=0",
+                                               "metrics.data_interval_steps=50"])
+    url = trainer.start_metrics_server()
+    times: dict[bool, list[float]] = {True: [], False: []}
+
+    def run_block(enabled: bool, n: int, record: bool) -> None:
+        trainer.config.metrics.enabled = enabled
+        trainer.metrics.enabled = enabled
+        for _ in range(n):
+            t0 = time.perf_counter()
+            trainer.step()
+            if record:
+                times[enabled].append(time.perf_counter() - t0)
+        if enabled and url:
+            urllib.request.urlopen(url, timeout=10).read()  # noqa: S310 - loopback
+
+    try:
+        run_block(True, args.warmup, record=False)
+        for _ in range(args.rounds):
+            for enabled in (True, False, False, True):
+                run_block(enabled, args.block, record=True)
+    finally:
+        trainer.close()
+
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    ratio = on / off
+    detail = {"median_step_seconds_on": round(on, 5), "median_step_seconds_off": round(off, 5),
+              "steps_per_side": len(times[True]), "model": "ppo_tiny"}
+    if args.json:
+        print(json.dumps(detail))
+        print(json.dumps({"metrics_overhead_ratio": round(ratio, 4)}))
+    else:
+        print(f"metrics on {on * 1000:.1f} ms/step, off {off * 1000:.1f} ms/step, ratio {ratio:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

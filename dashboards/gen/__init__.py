@@ -1,0 +1,1 @@
+"""Generators of the committed Grafana dashboards (python -m dashboards.gen)."""

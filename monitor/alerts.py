@@ -1,0 +1,170 @@
+"""Alert state machine: pending -> firing -> resolved, one state per fingerprint, durable in SQLite.
+
+Several rules may yield the same fingerprint (e.g. the verl and DCGM families for one GPU); the alert
+is active while any of them is. Only transitions are written and emitted, so a restart restores the
+firing alerts and never repeats a record: ``alert_events`` has one row per (fingerprint, status,
+startsAt), enforced by a UNIQUE key.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from alerting.model import Alert
+from monitor.evaluator import Candidate
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+  fingerprint TEXT PRIMARY KEY, labels TEXT NOT NULL, annotations TEXT NOT NULL, status TEXT NOT NULL,
+  starts_at REAL NOT NULL, ends_at REAL, value REAL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS alert_events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, fingerprint TEXT NOT NULL, status TEXT NOT NULL,
+  starts_at REAL NOT NULL, at REAL NOT NULL, record TEXT NOT NULL,
+  UNIQUE (fingerprint, status, starts_at));
+"""
+
+
+@dataclass
+class AlertState:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    status: str  # pending | firing | resolved
+    starts_at: float
+    ends_at: float | None = None
+    value: float | None = None
+    last_active: float | None = None
+    keep_firing_for: float = 0.0
+    restored: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_alert(self) -> Alert:
+        return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
+                     ends_at=self.ends_at, status="resolved" if self.status == "resolved" else "firing",
+                     value=self.value)
+
+
+class AlertBook:
+    """Owns alert states. ``update`` takes the evaluator's active candidates at ``now`` and returns
+    the transitions (firing and resolved ``Alert`` objects) to hand to the alerting engine."""
+
+    def __init__(self, db_path: str | Path | None = None, restore_grace_s: float = 600.0) -> None:
+        self._lock = threading.RLock()
+        self.states: dict[str, AlertState] = {}
+        self.restore_grace_s = restore_grace_s
+        self._db: sqlite3.Connection | None = None
+        if db_path is not None:
+            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            self._restore()
+
+    def _restore(self) -> None:
+        assert self._db is not None
+        for fp, labels, ann, starts, value in self._db.execute(
+                "SELECT fingerprint, labels, annotations, starts_at, value FROM alerts WHERE status='firing'"):
+            # A restored alert waits for its detectors to warm up again before it may resolve.
+            self.states[fp] = AlertState(json.loads(labels), json.loads(ann), "firing", starts, value=value,
+                                         restored=True, keep_firing_for=self.restore_grace_s)
+
+    def update(self, now: float, candidates: list[Candidate],
+               annotate: callable | None = None) -> list[Alert]:  # type: ignore[valid-type]
+        """``annotate(candidate) -> dict`` renders annotations when an alert starts firing."""
+        out: list[Alert] = []
+        with self._lock:
+            by_fp: dict[str, list[Candidate]] = {}
+            for c in candidates:
+                by_fp.setdefault(c.fp, []).append(c)
+            for fp, group in by_fp.items():
+                ready = [c for c in group if c.ready]
+                st = self.states.get(fp)
+                keep = max(c.rule.keep_firing_for_s for c in group)
+                if not ready:
+                    if st is None or st.status == "resolved":
+                        c = min(group, key=lambda c: c.since)
+                        self.states[fp] = AlertState(dict(c.labels), {}, "pending", c.since, value=c.value)
+                    elif st.status == "firing":
+                        st.last_active = now  # still active, only its `for` restarted: keep firing
+                    continue
+                c = min(ready, key=lambda c: c.since)
+                if st is not None and st.status == "firing":
+                    st.last_active, st.value = now, c.value
+                    if st.restored:
+                        st.restored, st.keep_firing_for = False, keep
+                    continue
+                annotations = annotate(c) if annotate else {}
+                st = AlertState(dict(c.labels), annotations, "firing", c.since, value=c.value,
+                                last_active=now, keep_firing_for=keep)
+                self.states[fp] = st
+                self._transition(fp, st, now, out)
+            for fp, st in list(self.states.items()):
+                if fp in by_fp:
+                    continue
+                if st.status == "pending":
+                    del self.states[fp]
+                elif st.status == "firing":
+                    if st.last_active is None:
+                        st.last_active = now  # first evaluation after a restore starts the grace
+                    if now - st.last_active >= st.keep_firing_for:
+                        st.status, st.ends_at = "resolved", now
+                        self._transition(fp, st, now, out)
+                        del self.states[fp]
+        return out
+
+    def external(self, alert: Alert, now: float) -> Alert | None:
+        """Record an alert that arrived already evaluated (Alertmanager webhook); None if a repeat."""
+        with self._lock:
+            fp = alert.fingerprint
+            st = self.states.get(fp)
+            if alert.status == "firing":
+                if st is not None and st.status == "firing":
+                    return None
+                st = AlertState(dict(alert.labels), dict(alert.annotations), "firing", alert.starts_at or now,
+                                value=alert.value, last_active=now, keep_firing_for=float("inf"))
+                self.states[fp] = st
+            else:
+                if st is None:
+                    return None
+                st.status, st.ends_at = "resolved", alert.ends_at or now
+                self.states.pop(fp, None)
+            out: list[Alert] = []
+            self._transition(fp, st, now, out)
+            return out[0] if out else None
+
+    def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
+        alert = st.to_alert()
+        if self._db is not None:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) VALUES (?,?,?,?,?)",
+                (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
+            self._db.execute(
+                "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?)",
+                (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at, st.ends_at,
+                 st.value, now))
+            if cur.rowcount == 0:
+                return  # already recorded before a restart: not a new event
+        out.append(alert)
+
+    def firing(self) -> list[Alert]:
+        with self._lock:
+            return [s.to_alert() for s in self.states.values() if s.status == "firing"]
+
+    def pending(self) -> list[Alert]:
+        with self._lock:
+            return [s.to_alert() for s in self.states.values() if s.status == "pending"]
+
+    def events(self, limit: int = 1000) -> list[dict]:
+        if self._db is None:
+            return []
+        rows = self._db.execute("SELECT record FROM alert_events ORDER BY id DESC LIMIT ?", (limit,))
+        return [json.loads(r[0]) for r in rows]
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,165 @@
+"""The daemon's HTTP surface: /metrics, /healthz, the JSON API and the Alertmanager webhook receiver.
+Standard-library ``http.server`` (threaded): a handful of routes do not justify a web framework."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import threading
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from monitor.durations import DurationError, parse_duration
+from monitor.sources.alertmanager import PayloadError, parse_webhook
+
+log = logging.getLogger("monitor.api")
+MAX_BODY = 4 * 1024 * 1024
+_PLOT_RE = re.compile(r"^/api/v1/plots/([A-Za-z0-9_.-]+\.png)$")
+
+
+class MonitorAPI:
+    """Routes requests to the daemon's pipeline (``daemon.Daemon``)."""
+
+    def __init__(self, daemon: Any, host: str, port: int, token: str | None) -> None:
+        self.daemon = daemon
+        self.token = token
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "verl-monitor"
+
+            def log_message(self, fmt: str, *args: Any) -> None:
+                log.debug("%s " + fmt, self.address_string(), *args)
+
+            def do_GET(self) -> None:
+                api.handle(self, "GET")
+
+            def do_POST(self) -> None:
+                api.handle(self, "POST")
+
+            def do_DELETE(self) -> None:
+                api.handle(self, "DELETE")
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="monitor-api", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _send(h: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str = "application/json") -> None:
+        h.send_response(code)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    def _json(self, h: BaseHTTPRequestHandler, code: int, doc: Any) -> None:
+        self._send(h, code, json.dumps(doc).encode())
+
+    def _body(self, h: BaseHTTPRequestHandler) -> Any:
+        n = int(h.headers.get("Content-Length") or 0)
+        if n > MAX_BODY:
+            raise PayloadError(f"body of {n} bytes exceeds {MAX_BODY}")
+        try:
+            return json.loads(h.rfile.read(n) or b"null")
+        except json.JSONDecodeError as exc:
+            raise PayloadError(f"body is not JSON ({exc})") from exc
+
+    def _authorized(self, h: BaseHTTPRequestHandler) -> bool:
+        if not self.token:
+            return True
+        got = h.headers.get("Authorization", "")
+        return hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode())
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        path = h.path.split("?", 1)[0]
+        try:
+            if path == "/healthz" and method == "GET":
+                return self._json(h, 200, {"status": "ok", **self.daemon.health()})
+            if path == "/metrics" and method == "GET":
+                return self._send(h, 200, generate_latest(self.daemon.metrics.registry), CONTENT_TYPE_LATEST)
+            if not path.startswith("/api/"):
+                return self._json(h, 404, {"error": f"no route {path}"})
+            if not self._authorized(h):
+                return self._json(h, 401, {"error": "missing or wrong bearer token (Authorization: Bearer ...)"})
+            self._api(h, method, path)
+        except PayloadError as exc:
+            self._json(h, 400, {"error": str(exc)})
+        except Exception as exc:  # one broken request must not take the daemon down
+            log.exception("API %s %s failed", method, path)
+            self._json(h, 500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _api(self, h: BaseHTTPRequestHandler, method: str, path: str) -> None:
+        d = self.daemon
+        if path == "/api/v1/alerts" and method == "GET":
+            return self._json(h, 200, {"status": "success", "data": d.alerts()})
+        if path == "/api/v1/incidents" and method == "GET":
+            return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
+        if path == "/api/v1/alertmanager/webhook" and method == "POST":
+            accepted = d.submit_external(parse_webhook(self._body(h), d.config.cluster))
+            return self._json(h, 200, {"status": "success", "accepted": accepted})
+        if path.startswith("/api/v1/silences"):
+            return self._silences(h, method, path)
+        m = _PLOT_RE.match(path)
+        if m and method == "GET":
+            f = Path(d.config.plots_dir) / m.group(1)
+            if not f.is_file():
+                return self._json(h, 404, {"error": f"no plot {m.group(1)}"})
+            return self._send(h, 200, f.read_bytes(), "image/png")
+        self._json(h, 404, {"error": f"no route {method} {path}"})
+
+    def _silences(self, h: BaseHTTPRequestHandler, method: str, path: str) -> None:
+        engine = self.daemon.engine
+        if engine is None:
+            return self._json(h, 503, {"error": "silences live in the alerting engine: set notify_config in the monitor config"})
+        if method == "GET" and path == "/api/v1/silences":
+            return self._json(h, 200, {"status": "success", "data": engine.silences()})
+        if method == "POST" and path == "/api/v1/silences":
+            body = self._body(h)
+            if not isinstance(body, dict) or not body.get("matchers"):
+                raise PayloadError("silence needs 'matchers' (e.g. [\"alertname=\\\"GPUOverTemperature\\\"\"])")
+            try:
+                duration = parse_duration(body["duration"], "duration") if "duration" in body else None
+                ends = _ts(body.get("endsAt"))
+                starts = _ts(body.get("startsAt"))
+            except (DurationError, ValueError) as exc:
+                raise PayloadError(str(exc)) from exc
+            with self.daemon.lock:
+                try:
+                    sid = engine.add_silence(body["matchers"], duration_s=duration, ends_at=ends,
+                                             created_by=str(body.get("createdBy", "api")),
+                                             comment=str(body.get("comment", "")), starts_at=starts)
+                except ValueError as exc:
+                    raise PayloadError(str(exc)) from exc
+            return self._json(h, 200, {"status": "success", "silenceID": sid})
+        m = re.match(r"^/api/v1/silences/([A-Za-z0-9_-]+)$", path)
+        if method == "DELETE" and m:
+            with self.daemon.lock:
+                ok = engine.expire_silence(m.group(1))
+            return self._json(h, 200 if ok else 404, {"status": "success" if ok else "error", "silenceID": m.group(1)})
+        self._json(h, 404, {"error": f"no route {method} {path}"})
+
+
+def _ts(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    return datetime.fromisoformat(str(v).replace("Z", "+00:00")).timestamp()

@@ -1,0 +1,200 @@
+"""Daemon config (YAML). Every error is one line naming the key and the fix.
+
+```yaml
+cluster: llama3-1k-gpu            # `cluster` label on every alert (default "default")
+listen: 127.0.0.1:9105            # own /metrics, /healthz, JSON API; 127.0.0.1 unless you say otherwise
+bearer_token_env: MONITOR_TOKEN   # or bearer_token: ...; required on /api/* when set
+state_db: ./verl-monitor/state.db # alert states (SQLite WAL); plots go to <state_db dir>/plots
+external_url: http://mon:9105     # how links to plots are written (default http://<listen>)
+eval_interval: 1s
+rules: [my-rules.yaml]            # default: monitor/rules/default.yaml
+notify_config: alerting.yaml      # alerting.engine config; omit to only record alerts
+reward_outliers: true             # attach the trainer's top-3 anomalous prompts to RewardDistributionDrift
+targets:                          # Prometheus/OpenMetrics text endpoints
+  - {name: trainer, url: "http://127.0.0.1:8000/metrics", node: gpu-08, job: verl, interval: 5s, timeout: 3s}
+  - {name: dcgm, url: "http://127.0.0.1:9400/metrics", job: dcgm}
+prometheus:                       # optional: query a Prometheus server instead of / besides scraping
+  {url: "http://127.0.0.1:9090", queries: ['{__name__=~"verl_.*|DCGM_FI_.*"}'], step: 15s, interval: 1m, chunk: 1h, lookback: 10m}
+jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output
+dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
+nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
+limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
+```
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from monitor.durations import DurationError, parse_duration
+from monitor.sources.prom_text import Target
+from monitor.store import StoreLimits
+
+TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
+            "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass
+class PromAPIConfig:
+    url: str
+    queries: list[str]
+    step: float = 15.0
+    interval: float = 60.0
+    chunk: float = 3600.0
+    lookback: float = 600.0
+    timeout: float = 10.0
+
+
+@dataclass
+class FileSourceConfig:
+    path: str | None = None
+    command: list[str] | None = None
+    node: str | None = None
+
+
+@dataclass
+class MonitorConfig:
+    path: Path
+    cluster: str = "default"
+    host: str = "127.0.0.1"
+    port: int = 9105
+    bearer_token: str | None = None
+    state_db: Path = Path("verl-monitor/state.db")
+    external_url: str | None = None
+    eval_interval: float = 1.0
+    rules: list[Path] = field(default_factory=list)
+    notify_config: Path | None = None
+    reward_outliers: bool = True
+    targets: list[Target] = field(default_factory=list)
+    prometheus: PromAPIConfig | None = None
+    jsonl: list[FileSourceConfig] = field(default_factory=list)
+    dmon: list[FileSourceConfig] = field(default_factory=list)
+    nvml: bool = False
+    nvml_interval: float = 5.0
+    limits: StoreLimits = field(default_factory=StoreLimits)
+
+    @property
+    def plots_dir(self) -> Path:
+        return self.state_db.parent / "plots"
+
+
+def _dur(raw: Any, key: str) -> float:
+    try:
+        return parse_duration(raw, key)
+    except DurationError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(f"{key}: expected a file path string, got {raw!r}")
+    p = Path(raw) if Path(raw).is_absolute() else base / raw
+    if must_exist and not p.is_file():
+        raise ConfigError(f"{key}: file {p} does not exist; fix the path")
+    return p
+
+
+def _listen(raw: Any) -> tuple[str, int]:
+    text = str(raw)
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listen: expected host:port like 127.0.0.1:9105, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def load_config(path: str | Path) -> MonitorConfig:
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config {path}: expected a mapping of settings at the top level")
+    unknown = set(doc) - TOP_KEYS
+    if unknown:
+        raise ConfigError(f"config {path}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
+    base = path.parent
+    cfg = MonitorConfig(path=path)
+    cfg.cluster = str(doc.get("cluster", "default"))
+    if "listen" in doc:
+        cfg.host, cfg.port = _listen(doc["listen"])
+    if doc.get("bearer_token_env"):
+        cfg.bearer_token = os.environ.get(str(doc["bearer_token_env"]))
+        if not cfg.bearer_token:
+            raise ConfigError(f"bearer_token_env: environment variable {doc['bearer_token_env']} is not set; export it")
+    elif doc.get("bearer_token"):
+        cfg.bearer_token = str(doc["bearer_token"])
+    if "state_db" in doc:
+        cfg.state_db = _path(base, doc["state_db"], "state_db")
+    else:
+        cfg.state_db = base / "verl-monitor" / "state.db"
+    cfg.external_url = doc.get("external_url")
+    cfg.eval_interval = _dur(doc.get("eval_interval", 1.0), "eval_interval")
+    rules = doc.get("rules") or []
+    if not isinstance(rules, list):
+        raise ConfigError("rules: expected a list of rules YAML files")
+    cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(rules)]
+    if doc.get("notify_config"):
+        cfg.notify_config = _path(base, doc["notify_config"], "notify_config", must_exist=True)
+    cfg.reward_outliers = bool(doc.get("reward_outliers", True))
+    names: set[str] = set()
+    for i, raw in enumerate(doc.get("targets") or []):
+        key = f"targets[{i}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+            raise ConfigError(f"{key}.url: expected {{url: http://host:port/metrics, ...}}")
+        if not raw["url"].startswith(("http://", "https://")):
+            raise ConfigError(f"{key}.url: {raw['url']!r} must start with http:// or https://")
+        extra = set(raw) - {"name", "url", "node", "job", "interval", "timeout"}
+        if extra:
+            raise ConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: name, url, node, job, interval, timeout")
+        name = str(raw.get("name") or raw["url"])
+        if name in names:
+            raise ConfigError(f"{key}.name: duplicate target name {name!r}; names must be unique")
+        names.add(name)
+        interval = _dur(raw.get("interval", 5), f"{key}.interval")
+        timeout = _dur(raw.get("timeout", min(interval, 3.0)), f"{key}.timeout")
+        if interval <= 0 or timeout <= 0:
+            raise ConfigError(f"{key}.interval/timeout: must be > 0")
+        cfg.targets.append(Target(name, raw["url"], raw.get("node"), str(raw.get("job", "verl")), interval, timeout))
+    if doc.get("prometheus"):
+        p = doc["prometheus"]
+        if not isinstance(p, dict) or not isinstance(p.get("url"), str):
+            raise ConfigError("prometheus.url: expected {url: http://host:9090, queries: [...]}")
+        queries = p.get("queries") or ['{__name__=~"verl_.*|DCGM_FI_.*|up"}']
+        cfg.prometheus = PromAPIConfig(
+            p["url"].rstrip("/"), [str(q) for q in queries], _dur(p.get("step", 15), "prometheus.step"),
+            _dur(p.get("interval", 60), "prometheus.interval"), _dur(p.get("chunk", 3600), "prometheus.chunk"),
+            _dur(p.get("lookback", 600), "prometheus.lookback"), _dur(p.get("timeout", 10), "prometheus.timeout"))
+    for key in ("jsonl", "dmon"):
+        for i, raw in enumerate(doc.get(key) or []):
+            if not isinstance(raw, dict) or not (raw.get("path") or (key == "dmon" and raw.get("command"))):
+                raise ConfigError(f"{key}[{i}].path: expected {{path: FILE, node: NAME}}")
+            src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
+                                   [str(c) for c in raw.get("command") or []] or None, raw.get("node"))
+            getattr(cfg, key).append(src)
+    nv = doc.get("nvml") or {}
+    if not isinstance(nv, dict):
+        raise ConfigError("nvml: expected {enabled: true, interval: 5s}")
+    cfg.nvml = bool(nv.get("enabled", False))
+    cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")
+    lim = doc.get("limits") or {}
+    if not isinstance(lim, dict):
+        raise ConfigError("limits: expected a mapping (max_series, max_series_per_metric, capacity, stale_after)")
+    try:
+        cfg.limits = StoreLimits(int(lim.get("capacity", 4096)), int(lim.get("max_series", 20000)),
+                                 int(lim.get("max_series_per_metric", 2000)),
+                                 _dur(lim.get("stale_after", 300), "limits.stale_after"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"limits: expected integers for capacity/max_series/max_series_per_metric ({exc})") from exc
+    return cfg

@@ -1,0 +1,61 @@
+"""Event-style detectors over counters and windows: increases, relative drops."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from monitor.detectors.base import Detector, Finding
+
+
+class CounterIncreaseDetector(Detector):
+    """A counter rose by at least ``min_increase`` within ``window`` seconds (resets handled like
+    PromQL's ``increase``: a drop means the process restarted and counts from zero).
+
+    Tested by tests/monitor/test_detectors.py::test_counter_increase_and_reset.
+    """
+
+    def __init__(self, window: float = 300.0, min_increase: float = 1.0) -> None:
+        self.window_s, self.min_increase = window, min_increase
+        self._incs: deque[tuple[float, float]] = deque()
+        self._last: float | None = None
+
+    def update(self, t: float, value: float) -> Finding:
+        if self._last is not None:
+            inc = value - self._last if value >= self._last else value
+            if inc > 0:
+                self._incs.append((t, inc))
+        self._last = value
+        while self._incs and self._incs[0][0] <= t - self.window_s:
+            self._incs.popleft()
+        total = sum(i for _, i in self._incs)
+        hit = total >= self.min_increase
+        return Finding(t, hit, 1.0 if hit else 0.0, {"increase": total, "value": total})
+
+    def reset(self) -> None:
+        self._incs.clear()
+        self._last = None
+
+
+class WindowDropDetector(Detector):
+    """The value fell by at least ``min_relative_drop`` below its maximum of the last ``window`` s.
+
+    For "rollout buffer lost >= 50 % within minutes". Tested by test_detectors.py::test_window_drop.
+    """
+
+    def __init__(self, window: float = 300.0, min_relative_drop: float = 0.5, min_peak: float = 1.0) -> None:
+        self.window_s, self.min_drop, self.min_peak = window, min_relative_drop, min_peak
+        self._buf: deque[tuple[float, float]] = deque()
+
+    def update(self, t: float, value: float) -> Finding:
+        self._buf.append((t, value))
+        while self._buf and self._buf[0][0] < t - self.window_s:
+            self._buf.popleft()
+        peak = max(v for _, v in self._buf)
+        if peak < self.min_peak:
+            return Finding(t, False)
+        drop = (peak - value) / peak
+        hit = drop >= self.min_drop
+        return Finding(t, hit, min(1.0, drop), {"relative_drop": drop, "peak": peak, "value": value})
+
+    def reset(self) -> None:
+        self._buf.clear()

@@ -1,0 +1,119 @@
+"""Plain conditions on the current value; rules add ``for`` durations and compound joins on top."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections import deque
+
+import numpy as np
+
+from monitor.detectors.base import Detector, Finding
+
+OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
+       "!=": operator.ne}
+
+
+class ThresholdDetector(Detector):
+    """``value <op> threshold``.
+
+    Tested by tests/monitor/test_detectors.py::test_threshold_ops (each operator on both sides).
+    """
+
+    def __init__(self, op: str = ">", value: float = 0.0) -> None:
+        if op not in OPS:
+            raise ValueError(f"op must be one of {sorted(OPS)}, got {op!r}")
+        self.op, self.threshold, self._cmp = op, float(value), OPS[op]
+
+    def update(self, t: float, value: float) -> Finding:
+        hit = bool(self._cmp(value, self.threshold))
+        return Finding(t, hit, 1.0 if hit else 0.0, {"value": value, "threshold": self.threshold})
+
+
+class SpikeFilter(Detector):
+    """Feeds the wrapped detector the rolling median of the last ``window`` samples.
+
+    A lone outlier never moves a median of three or more, so a single 99 % CPU sample cannot start a
+    ``for`` timer; a sustained level passes through after ``window // 2 + 1`` samples.
+    Tested by tests/monitor/test_detectors.py::test_spike_filter_ignores_lone_sample.
+    """
+
+    def __init__(self, inner: Detector, window: int = 3) -> None:
+        if window < 1:
+            raise ValueError("spike_filter window must be >= 1")
+        self.inner = inner
+        self._buf: deque[float] = deque(maxlen=window)
+
+    def update(self, t: float, value: float) -> Finding:
+        self._buf.append(value)
+        n = len(self._buf)
+        if n == 1:
+            return self.inner.update(t, value)
+        # sorted() beats np.median by ~20x on a handful of values, and this runs on every sample.
+        ordered = sorted(self._buf)
+        mid = n // 2
+        return self.inner.update(t, ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid]))
+
+    def reset(self) -> None:
+        self._buf.clear()
+        self.inner.reset()
+
+
+class FluctuationDetector(Detector):
+    """Swing of a series within a window: ``(max - min) / mean > min_relative``.
+
+    For "GPU memory fluctuating more than 5 %" (allocation churn while the CPU feeds the GPU).
+    Tested by tests/monitor/test_detectors.py::test_fluctuation.
+    """
+
+    def __init__(self, window: float = 60.0, min_relative: float = 0.05, min_samples: int = 3) -> None:
+        self.window_s, self.min_relative, self.min_samples = window, min_relative, min_samples
+        self._buf: deque[tuple[float, float]] = deque()
+
+    def update(self, t: float, value: float) -> Finding:
+        self._buf.append((t, value))
+        while self._buf and self._buf[0][0] < t - self.window_s:
+            self._buf.popleft()
+        if len(self._buf) < self.min_samples:
+            return Finding(t, False)
+        vals = [v for _, v in self._buf]
+        mean = sum(vals) / len(vals)
+        hi, lo = max(vals), min(vals)
+        swing = (hi - lo) / abs(mean) if mean else (math.inf if hi != lo else 0.0)
+        hit = swing > self.min_relative
+        return Finding(t, hit, min(1.0, swing), {"relative_swing": swing, "value": value})
+
+    def reset(self) -> None:
+        self._buf.clear()
+
+
+class BaselineRatioDetector(Detector):
+    """Current value (optionally squared: std -> variance) over the median of the preceding window.
+
+    For the reward guard's "variance jumps x3". Tested by test_detectors.py::test_baseline_ratio.
+    """
+
+    def __init__(self, window: float = 1800.0, ratio: float = 3.0, power: float = 1.0,
+                 min_samples: int = 10, every: float = 60.0) -> None:
+        self.window_s, self.ratio, self.power, self.min_samples = window, ratio, power, min_samples
+        self.every_s = every  # the baseline median is refreshed this often, not on every sample
+        self.reset()
+
+    def reset(self) -> None:
+        self._buf: deque[tuple[float, float]] = deque()
+        self._base: float | None = None
+        self._next = -math.inf
+
+    def update(self, t: float, value: float) -> Finding:
+        x = abs(value) ** self.power
+        while self._buf and self._buf[0][0] < t - self.window_s:
+            self._buf.popleft()
+        if t >= self._next:
+            self._next = t + self.every_s
+            self._base = float(np.median([v for _, v in self._buf])) if len(self._buf) >= self.min_samples else None
+        base = self._base
+        self._buf.append((t, x))
+        if base is None or base <= 0:
+            return Finding(t, False)
+        r = x / base
+        return Finding(t, r >= self.ratio, min(1.0, r / self.ratio), {"ratio": r, "baseline": base, "value": value})

@@ -1,0 +1,148 @@
+"""Evaluator: routes each stored sample to the detectors of the rules whose selectors match it,
+and at each tick says which alert instances are active and since when.
+
+One *binding* = (rule, condition, series) with its own detector. The first condition of a rule is
+the *primary*: each primary series is one alert instance (its labels become the alert's). Further
+conditions (``when:``) are joined on the node: the instance is active only while every other
+condition has at least one active, fresh series on the same node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from alerting.model import fingerprint
+from monitor.detectors.base import Detector, Finding
+from monitor.model import PLUMBING_LABELS
+from monitor.rules import Rule
+from monitor.store import Series
+
+
+@dataclass(eq=False)
+class Binding:
+    rule: Rule
+    cond: int
+    series: Series
+    detector: Detector
+    labels: dict[str, str] = field(default_factory=dict)  # alert labels (primary bindings only)
+    fp: str = ""
+    active: bool = False
+    since: float | None = None        # start of the current active run of this condition
+    joint_since: float | None = None  # start of the run where all conditions held (compound)
+    last_t: float = -math.inf
+    finding: Finding | None = None
+
+    def record(self, f: Finding, t: float) -> None:
+        self.finding = f
+        if f.active and not self.active:
+            self.since = t
+        elif not f.active:
+            self.since = None
+        self.active = f.active
+        self.last_t = t
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An alert instance whose condition holds now."""
+
+    fp: str
+    labels: dict[str, str]
+    rule: Rule
+    since: float
+    ready: bool  # held for the rule's ``for`` duration
+    value: float | None
+    details: dict[str, float]
+    binding: Binding
+
+
+class Evaluator:
+    def __init__(self, rules: list[Rule], cluster: str = "default", stale_after_s: float = 300.0) -> None:
+        self.rules = rules
+        self.cluster = cluster
+        self.stale_after_s = stale_after_s
+        self._by_series: dict[int, list[Binding]] = {}
+        self._helpers: dict[tuple[int, int, str], list[Binding]] = defaultdict(list)
+        self._ticking: list[Binding] = []
+        self._hot: dict[int, Binding] = {}  # id(binding) -> primary binding that is or was just active
+
+    # -- binding ---------------------------------------------------------------------------------
+
+    def bindings(self, series: Series) -> list[Binding]:
+        found = self._by_series.get(series.id)
+        if found is not None:
+            return found
+        found = []
+        for ri, rule in enumerate(self.rules):
+            for ci, cond in enumerate(rule.conditions):
+                if not cond.matches(series.name, series.labels):
+                    continue
+                b = Binding(rule, ci, series, cond.new_detector())
+                if ci == 0:
+                    b.labels = self.alert_labels(rule, series.labels)
+                    b.fp = fingerprint(b.labels)
+                else:
+                    self._helpers[(ri, ci, series.labels.get("node", "unknown"))].append(b)
+                if getattr(b.detector, "ticks", False):
+                    self._ticking.append(b)
+                found.append(b)
+        self._by_series[series.id] = found
+        return found
+
+    def alert_labels(self, rule: Rule, series_labels: dict[str, str]) -> dict[str, str]:
+        labels = {k: v for k, v in series_labels.items() if k not in PLUMBING_LABELS}
+        labels.update(rule.labels)
+        labels.update(alertname=rule.alert, severity=rule.severity, cluster=self.cluster,
+                      node=series_labels.get("node", "unknown"))
+        return labels
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    def observe(self, series: Series, t: float, value: float) -> None:
+        for b in self.bindings(series):
+            b.record(b.detector.update(t, value), t)
+            if b.cond == 0 and b.active:
+                self._hot[id(b)] = b
+
+    def tick(self, now: float) -> list[Candidate]:
+        for b in self._ticking:
+            b.record(b.detector.tick(now), now)  # type: ignore[attr-defined]
+            if b.cond == 0 and b.active:
+                self._hot[id(b)] = b
+        out: list[Candidate] = []
+        for key, b in list(self._hot.items()):
+            since = self._joint_since(b, now)
+            if since is None:
+                del self._hot[key]
+                continue
+            details = dict(b.finding.details) if b.finding else {}
+            value = details.get("value", b.series.last_v)
+            out.append(Candidate(b.fp, b.labels, b.rule, since, now - since >= b.rule.for_s,
+                                 None if value is None or not math.isfinite(value) else float(value),
+                                 details, b))
+        return out
+
+    def _fresh(self, b: Binding, now: float) -> bool:
+        return b.active and (now - b.last_t <= self.stale_after_s or getattr(b.detector, "ticks", False))
+
+    def _joint_since(self, b: Binding, now: float) -> float | None:
+        if not self._fresh(b, now) or b.since is None:
+            b.joint_since = None
+            return None
+        if len(b.rule.conditions) == 1:
+            return b.since
+        ri = self.rules.index(b.rule)
+        node = b.series.labels.get("node", "unknown")
+        for ci in range(1, len(b.rule.conditions)):
+            if not any(self._fresh(h, now) for h in self._helpers.get((ri, ci, node), [])):
+                b.joint_since = None
+                return None
+        if b.joint_since is None:
+            b.joint_since = now
+        return b.joint_since
+
+    def describe(self) -> dict[str, Any]:
+        return {"bindings": sum(len(v) for v in self._by_series.values()), "hot": len(self._hot)}

@@ -1,0 +1,29 @@
+"""The daemon's own metrics (names fixed by the cross-team contract; dashboards/monitor.json uses them)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class MonitorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.samples_ingested = Counter("verl_monitor_samples_ingested", "Samples accepted into the store.",
+                                        ["source"], registry=r)
+        self.scrape_errors = Counter("verl_monitor_scrape_errors", "Source errors and rejected input by reason.",
+                                     ["target", "reason"], registry=r)
+        self.scrape_duration = Gauge("verl_monitor_scrape_duration_seconds", "Duration of the last scrape.",
+                                     ["target"], registry=r)
+        self.target_up = Gauge("verl_monitor_target_up", "1 if the last scrape of the target succeeded.",
+                               ["target"], registry=r)
+        self.detector_eval = Histogram("verl_monitor_detector_eval_seconds",
+                                       "Time spent in detectors per ingested batch or tick.", registry=r,
+                                       buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0))
+        self.eval_lag = Gauge("verl_monitor_eval_lag_seconds",
+                              "Clock time minus the newest sample's timestamp at the last evaluation.", registry=r)
+        self.alerts_firing = Gauge("verl_monitor_alerts_firing", "Alerts currently firing.",
+                                   ["alertname", "severity"], registry=r)
+        self.series = Gauge("verl_monitor_series", "Series held in the store.", registry=r)
+        self.series_dropped = Counter("verl_monitor_series_dropped", "New series refused by the cardinality caps.",
+                                      ["reason"], registry=r)

@@ -1,0 +1,174 @@
+"""The monitor's pipeline, shared by the daemon and replay:
+
+samples -> SeriesStore -> Evaluator (detectors per rule binding) -> AlertBook (state machine, SQLite)
+        -> annotate (templates, plots, enrichment) -> records + alerting.engine.AlertEngine
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from alerting.clock import Clock
+from alerting.model import Alert
+from monitor.alerts import AlertBook
+from monitor.evaluator import Candidate, Evaluator
+from monitor.metrics import MonitorMetrics
+from monitor.model import PLUMBING_LABELS, Sample
+from monitor.plots import render_fit
+from monitor.rules import Rule
+from monitor.store import Series, SeriesStore, StoreLimits
+
+log = logging.getLogger("monitor.pipeline")
+
+Record = dict[str, Any]
+Enricher = Callable[[Candidate, dict[str, str]], dict[str, str]]
+
+
+class Engine(Protocol):
+    def submit(self, alerts: list[Alert]) -> None: ...
+    def tick(self) -> None: ...
+
+
+class Pipeline:
+    def __init__(self, rules: list[Rule], clock: Clock, *, cluster: str = "default",
+                 db_path: str | Path | None = None, plots_dir: str | Path | None = None,
+                 plot_prefix: str | None = None, metrics: MonitorMetrics | None = None,
+                 engine: Engine | None = None, on_record: Callable[[Record], None] | None = None,
+                 enrich: Enricher | None = None, limits: StoreLimits | None = None,
+                 restore_grace_s: float = 600.0) -> None:
+        self.clock = clock
+        self.metrics = metrics or MonitorMetrics()
+        self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc())
+        self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
+        self.book = AlertBook(db_path, restore_grace_s)
+        self.cluster = cluster
+        self.plots_dir = Path(plots_dir) if plots_dir else None
+        self.plot_prefix = plot_prefix
+        self.engine = engine
+        self.on_record = on_record
+        self.enrich = enrich
+        self.rejected: dict[str, int] = {}
+        self._newest = -math.inf
+
+    # -- ingest ----------------------------------------------------------------------------------
+
+    def ingest(self, samples: Iterable[Sample], source: str = "replay") -> int:
+        started = time.perf_counter()
+        n = 0
+        for s in samples:
+            series = self.series(s.name, s.labels)
+            if series is not None and self.observe(series, s.t, s.value, source):
+                n += 1
+        if n:
+            self.metrics.samples_ingested.labels(source).inc(n)
+        self.metrics.detector_eval.observe(time.perf_counter() - started)
+        self.metrics.series.set(len(self.store))
+        return n
+
+    def series(self, name: str, labels: dict[str, str]) -> Series | None:
+        """The stored series for ``name``/``labels`` (created on first sight; None when capped)."""
+        known = len(self.store)
+        series = self.store.get_or_create(name, labels)
+        if series is not None and len(self.store) > known and name == "verl_config_info" and self.engine:
+            set_info = getattr(self.engine, "set_config_info", None)
+            if set_info is not None:
+                info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
+                set_info(labels.get("node", "unknown"), info)
+        return series
+
+    def observe(self, series: Series, t: float, value: float, source: str = "replay") -> bool:
+        """Fast path for one sample of a known series; False if rejected (non-finite, out of order)."""
+        if not math.isfinite(value):
+            self._reject(source, "nonfinite_value")
+            return False
+        if t < series.last_t:
+            self._reject(source, "out_of_order")
+            return False
+        v = series.append(t, value)
+        self.evaluator.observe(series, t, v)
+        if t > self._newest:
+            self._newest = t
+        return True
+
+    def _reject(self, source: str, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self.metrics.scrape_errors.labels(source, reason).inc()
+
+    # -- evaluate --------------------------------------------------------------------------------
+
+    def tick(self) -> list[Alert]:
+        now = self.clock.now()
+        started = time.perf_counter()
+        candidates = self.evaluator.tick(now)
+        transitions = self.book.update(now, candidates, self._annotate)
+        self.metrics.detector_eval.observe(time.perf_counter() - started)
+        if math.isfinite(self._newest):
+            self.metrics.eval_lag.set(max(0.0, now - self._newest))
+        if transitions:
+            self._refresh_firing_gauge()
+            self._emit(transitions)
+        if self.engine is not None:
+            self.engine.tick()
+        return transitions
+
+    def submit_external(self, alerts: list[Alert]) -> list[Alert]:
+        """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
+        now = self.clock.now()
+        out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
+        if out:
+            self._refresh_firing_gauge()
+            self._emit(out)
+        return out
+
+    def _emit(self, alerts: list[Alert]) -> None:
+        if self.on_record is not None:
+            for a in alerts:
+                self.on_record({"kind": "alert", **a.to_json()})
+        if self.engine is not None:
+            self.engine.submit(alerts)
+
+    def _refresh_firing_gauge(self) -> None:
+        g = self.metrics.alerts_firing
+        g.clear()
+        for a in self.book.firing():
+            g.labels(a.name, a.severity).inc()
+
+    def _annotate(self, c: Candidate) -> dict[str, str]:
+        ctx = {"labels": c.labels, "value": c.value if c.value is not None else float("nan"),
+               "details": c.details, "alertname": c.rule.alert, "severity": c.rule.severity}
+        ann = c.rule.render(ctx)
+        if c.value is not None:
+            ann["value"] = f"{c.value:.6g}"
+        if c.rule.plot and self.plots_dir is not None:
+            plot = self._plot(c)
+            if plot:
+                ann["plot"] = plot
+        if self.enrich is not None:
+            try:
+                ann = self.enrich(c, ann)
+            except Exception as exc:  # enrichment is best effort; the alert goes out regardless
+                log.warning("enrichment of %s failed: %s", c.rule.alert, exc)
+        return ann
+
+    def _plot(self, c: Candidate) -> str | None:
+        assert self.plots_dir is not None
+        t, v = c.binding.series.window()
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{c.rule.alert}-{c.fp}-{int(self.clock.now())}") + ".png"
+        try:
+            path = render_fit(self.plots_dir / name, t, v, c.details,
+                              f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}")
+        except Exception as exc:  # a plot failure must not lose the alert
+            log.warning("plot for %s failed: %s", c.rule.alert, exc)
+            return None
+        if path is None:
+            return None
+        return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(path)
+
+    def close(self) -> None:
+        self.book.close()

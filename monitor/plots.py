@@ -1,0 +1,44 @@
+"""Regression charts for drift and leak alerts (matplotlib, Agg: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from alerting.model import rfc3339
+
+
+def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str) -> Path | None:
+    """Series (last window) with the detector's fitted line; ``details`` carry ``slope_per_min``,
+    ``intercept`` (value at ``t_ref``) and ``t_ref`` as the drift and leak detectors report them."""
+    if len(t) == 0:
+        return None
+    # Imported on first plot: matplotlib costs half a second of start-up the daemon rarely needs.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    start = details.get("window_start", float(t[0]))
+    keep = t >= start - (t[-1] - start)  # show as much context before the window as inside it
+    t, v = t[keep], v[keep]
+    minutes = (t - t[-1]) / 60.0
+    fig, ax = plt.subplots(figsize=(8, 3.5), dpi=90)
+    ax.plot(minutes, v, lw=0.8, color="#4477aa", label="series")
+    if "slope_per_min" in details and "intercept" in details:
+        t_ref = details.get("t_ref", start)
+        fx = t[t >= start]
+        fy = details["intercept"] + details["slope_per_min"] * (fx - t_ref) / 60.0
+        label = f"fit: {details['slope_per_min']:.4g}/min"
+        if "p_value" in details:
+            label += f", p={details['p_value']:.2g}"
+        ax.plot((fx - t[-1]) / 60.0, fy, color="#cc3311", lw=2, label=label)
+    ax.set_xlabel(f"minutes before {rfc3339(float(t[-1]))}")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path

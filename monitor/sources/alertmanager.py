@@ -1,0 +1,61 @@
+"""Alertmanager webhook receiver payload (version "4") -> our Alerts, so alerts Prometheus already
+evaluates are correlated and routed with ours. Severities outside P0-P3 are mapped: the shared
+catalogue's severity for a known alertname, else critical->P1, warning->P2, anything else P3."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from alerting.model import SEVERITIES, Alert
+from monitor.model import resolve_node
+
+CATALOGUE = {
+    "TrainingStalled": "P0", "TrainerDown": "P0", "RewardModelOOM": "P1", "RolloutWorkerCrash": "P1",
+    "RolloutBufferDrop": "P1", "RewardModelCircuitOpen": "P1", "MemoryLeakSuspected": "P1",
+    "CheckpointStale": "P1", "NonFiniteGradients": "P1", "GPUXidError": "P1", "GPUOverTemperature": "P1",
+    "RewardModelTimeout": "P2", "KLDriftDetected": "P2", "RewardDistributionDrift": "P2",
+    "RewardVarianceSpike": "P2", "ThroughputDrop": "P2", "RolloutBacklog": "P2", "NVLinkErrors": "P2",
+    "CPUBoundBottleneck": "P3",
+}
+_GENERIC = {"critical": "P1", "page": "P1", "error": "P2", "warning": "P2"}
+
+
+class PayloadError(ValueError):
+    pass
+
+
+def _time(text: Any) -> float | None:
+    if not text or str(text).startswith("0001-01-01"):
+        return None
+    s = str(text).replace("Z", "+00:00")
+    if "." in s:  # Go writes nanoseconds; fromisoformat takes at most microseconds
+        head, frac = s.split(".", 1)
+        digits = "".join(ch for ch in frac if ch.isdigit())
+        s = f"{head}.{digits[:6]}{frac[len(digits):]}"
+    return datetime.fromisoformat(s).timestamp()
+
+
+def parse_webhook(payload: Any, cluster: str) -> list[Alert]:
+    if not isinstance(payload, dict) or not isinstance(payload.get("alerts"), list):
+        raise PayloadError("expected an Alertmanager webhook payload with an 'alerts' list (version 4)")
+    out = []
+    for i, a in enumerate(payload["alerts"]):
+        if not isinstance(a, dict) or not isinstance(a.get("labels"), dict) or "alertname" not in a["labels"]:
+            raise PayloadError(f"alerts[{i}]: needs labels with an alertname")
+        labels = {str(k): str(v) for k, v in a["labels"].items()}
+        sev = labels.get("severity", "")
+        if sev not in SEVERITIES:
+            labels["severity"] = CATALOGUE.get(labels["alertname"], _GENERIC.get(sev.lower(), "P3"))
+        labels.setdefault("cluster", cluster)
+        labels["node"] = resolve_node(labels)
+        labels.pop("instance", None)
+        try:
+            starts, ends = _time(a.get("startsAt")), _time(a.get("endsAt"))
+        except ValueError as exc:
+            raise PayloadError(f"alerts[{i}].startsAt/endsAt: not RFC 3339 ({exc})") from exc
+        status = "resolved" if a.get("status") == "resolved" else "firing"
+        out.append(Alert(labels=labels, annotations={str(k): str(v) for k, v in (a.get("annotations") or {}).items()},
+                         starts_at=starts or 0.0, ends_at=ends if status == "resolved" else None, status=status,
+                         generator_url=str(a.get("generatorURL", ""))))
+    return out

@@ -1,0 +1,59 @@
+"""Query a Prometheus server's HTTP API: ``/api/v1/query_range``, split into chunks of at most
+``chunk`` seconds (Prometheus refuses more than 11000 points per series in one query)."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+
+from monitor.model import Sample, SourceBatch, with_node
+
+MAX_POINTS = 11000
+
+
+def chunks(start: float, end: float, step: float, chunk: float) -> list[tuple[float, float]]:
+    span = min(chunk, step * (MAX_POINTS - 1))
+    out, t = [], start
+    while t < end:
+        out.append((t, min(end, t + span)))
+        t = min(end, t + span) + step
+    return out
+
+
+def query_range(client: httpx.Client, url: str, query: str, start: float, end: float, step: float,
+                chunk: float, timeout: float = 10.0) -> SourceBatch:
+    batch = SourceBatch(f"prometheus:{url}")
+    for a, b in chunks(start, end, step, chunk):
+        try:
+            resp = client.get(f"{url}/api/v1/query_range", timeout=timeout,
+                              params={"query": query, "start": a, "end": b, "step": step})
+            doc = resp.json()
+        except httpx.TimeoutException:
+            batch.error("timeout")
+            continue
+        except (httpx.HTTPError, ValueError):
+            batch.error("bad_response")
+            continue
+        if resp.status_code != 200 or doc.get("status") != "success":
+            batch.error(f"http_{resp.status_code}")
+            continue
+        for series in doc.get("data", {}).get("result", []):
+            metric = dict(series.get("metric") or {})
+            name = metric.pop("__name__", None)
+            if not name:
+                batch.error("unnamed_series")
+                continue
+            labels = with_node(metric)
+            for ts, raw in series.get("values") or []:
+                try:
+                    v = float(raw)
+                except (TypeError, ValueError):
+                    batch.error("malformed_value")
+                    continue
+                if not math.isfinite(v):
+                    batch.error("nonfinite_value")
+                    continue
+                batch.samples.append(Sample(name, labels, v, float(ts)))
+    batch.samples.sort(key=lambda s: s.t)
+    return batch

@@ -1,0 +1,132 @@
+"""Recorded history for replay: Prometheus ``query_range`` JSON (matrix) or long CSV
+``timestamp,name,value[,label columns...]``. Loaded column-wise into numpy for speed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from monitor.model import with_node
+
+
+class InputError(ValueError):
+    """One line naming the file and what is wrong with it."""
+
+
+@dataclass
+class Recording:
+    series: list[tuple[str, dict[str, str]]]  # (name, labels with node)
+    t: np.ndarray        # all samples, time-sorted
+    sid: np.ndarray      # index into ``series``
+    value: np.ndarray
+    malformed: int = 0
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+def _ts(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00")).timestamp()
+
+
+def _value(text: object) -> float:
+    # Prometheus renders NaN/+Inf/-Inf as strings; float() understands all three.
+    return float(text)  # type: ignore[arg-type]
+
+
+def load_recording(path: str | Path) -> Recording:
+    path = Path(path)
+    try:
+        head = path.open("rb").read(1)
+    except OSError as exc:
+        raise InputError(f"input {path}: cannot read ({exc.strerror}); check the path") from exc
+    if head in (b"{", b"["):
+        return _from_query_range(path)
+    return _from_csv(path)
+
+
+def from_columns(columns: list[tuple[str, dict[str, str], list[float], list[float]]], malformed: int) -> Recording:
+    series, ts, sids, vals = [], [], [], []
+    for i, (name, labels, t, v) in enumerate(columns):
+        series.append((name, with_node(labels)))
+        ts.append(np.asarray(t, dtype=float))
+        vals.append(np.asarray(v, dtype=float))
+        sids.append(np.full(len(t), i, dtype=np.int64))
+    if not series:
+        return Recording([], np.empty(0), np.empty(0, dtype=np.int64), np.empty(0), malformed)
+    t_all = np.concatenate(ts)
+    order = np.argsort(t_all, kind="stable")
+    return Recording(series, t_all[order], np.concatenate(sids)[order], np.concatenate(vals)[order], malformed)
+
+
+def _from_query_range(path: Path) -> Recording:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"input {path}: not valid JSON ({exc}); expected a Prometheus query_range response") from exc
+    result = doc
+    if isinstance(doc, dict):
+        data = doc.get("data", doc)
+        if data.get("resultType", "matrix") != "matrix":
+            raise InputError(f"input {path}: resultType {data.get('resultType')!r}; replay needs a query_range 'matrix'")
+        result = data.get("result")
+    if not isinstance(result, list):
+        raise InputError(f"input {path}: no data.result list; expected a Prometheus query_range response")
+    columns, malformed = [], 0
+    for r in result:
+        metric = dict(r.get("metric") or {})
+        name = metric.pop("__name__", None)
+        if not name:
+            malformed += len(r.get("values") or [])
+            continue
+        t, v = [], []
+        for pair in r.get("values") or []:
+            try:
+                t.append(float(pair[0]))
+                v.append(_value(pair[1]))
+            except (TypeError, ValueError, IndexError):
+                malformed += 1
+        columns.append((name, {str(k): str(x) for k, x in metric.items()}, t, v))
+    return from_columns(columns, malformed)
+
+
+def _from_csv(path: Path) -> Recording:
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = csv.reader(line for line in fh if not line.startswith("#"))
+        header = next(rows, None)
+        if not header or [h.strip() for h in header[:3]] != ["timestamp", "name", "value"]:
+            raise InputError(f"input {path}: CSV header must start with timestamp,name,value (then label columns)")
+        label_cols = [h.strip() for h in header[3:]]
+        index: dict[tuple, int] = {}
+        columns: list[tuple[str, dict[str, str], list[float], list[float]]] = []
+        malformed = 0
+        for row in rows:
+            if len(row) < 3:
+                malformed += 1
+                continue
+            try:
+                t, v = _ts(row[0]), _value(row[2])
+            except ValueError:
+                malformed += 1
+                continue
+            if not math.isfinite(t):
+                malformed += 1
+                continue
+            labels = tuple((k, x) for k, x in zip(label_cols, row[3:], strict=False) if x != "")
+            key = (row[1], labels)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(columns)
+                columns.append((row[1], dict(labels), [], []))
+            columns[i][2].append(t)
+            columns[i][3].append(v)
+    return from_columns(columns, malformed)

@@ -1,0 +1,365 @@
+"""CheckpointManager: sharded DCP saves that block training only while state is staged.
+
+Pipeline of one save::
+
+    save()  [caller blocks]   wait for the previous save -> stage params/optimizer into reused CPU
+                              buffers -> capture RNG, offsets, extra
+    writer  [background]      rollout cache (Arrow) -> dcp.save per part -> gather per-rank RNG and
+                              shard lists -> rank 0: manifest (sha256) -> meta.json -> COMPLETE -> rotate
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from . import layout, rng
+from . import rollout_cache as rcache
+from .errors import CheckpointError, one_line
+from .staging import StagingBuffers
+from .verify import DCP_PART_VERSION, FORMAT_VERSION, verify
+
+log = logging.getLogger(__name__)
+
+
+class _WallClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+class _WeightsOnlyLoadPlanner(DefaultLoadPlanner):
+    """DCP unpickles non-tensor entries (optimizer hyper-parameters) with ``weights_only=False``;
+    a checkpoint is untrusted input, so those go through the restricted unpickler too."""
+
+    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            from torch.distributed.checkpoint._traverse import set_element
+
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+def config_hash(model_config: Mapping[str, Any] | None) -> str | None:
+    if model_config is None:
+        return None
+    return hashlib.sha256(json.dumps(model_config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _state_of(obj: Any) -> Any:
+    return obj.state_dict() if hasattr(obj, "state_dict") else obj
+
+
+@dataclass
+class SaveResult:
+    step: int
+    path: Path
+    stall_s: float  # time the caller was blocked
+    write_s: float = 0.0  # background time from staging done to COMPLETE
+    error: str | None = None
+
+
+@dataclass
+class LoadedCheckpoint:
+    step: int
+    path: Path
+    meta: dict[str, Any]
+    lr_scheduler: Any = None
+    dataset_state: Any = None
+    kl_value: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    rollout_cache: pa.Table | None = None
+
+
+@dataclass
+class _Staged:
+    step: int
+    path: Path
+    parts: dict[str, Any]  # part path ("actor", "optim/actor") -> staged state dict
+    meta: dict[str, Any]
+    local_rng: dict[str, Any]
+    rollout: pa.Table | None
+
+
+class CheckpointManager:
+    """Saves and loads ``DIR/global_step_<N>/`` checkpoints (see ``verl/checkpoint/README.md``).
+
+    ``models`` / ``optimizers`` are keyed by part name (``actor``, ``critic``); an optimizer is saved
+    under ``optim/<name>`` beside the model of the same name. Works without ``init_process_group``
+    (world size 1) and, when a process group exists, on a dedicated gloo group so background writes
+    never share a communicator with training collectives.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        keep_last: int = 3,
+        async_save: bool = True,
+        rollout_cache_shard_bytes: int = rcache.DEFAULT_SHARD_BYTES,
+        clock: Any = None,
+        process_group: Any = None,
+        stall_gauge: Any = None,
+        last_success_gauge: Any = None,
+        failures_counter: Any = None,
+        on_saved: Callable[[SaveResult], None] | None = None,
+    ) -> None:
+        if keep_last < 1:
+            raise ValueError(f"checkpoint.keep_last must be >= 1, got {keep_last}")
+        if rollout_cache_shard_bytes < 1:
+            raise ValueError(f"checkpoint.rollout_cache_shard_bytes must be >= 1, got {rollout_cache_shard_bytes}")
+        self.root = Path(root)
+        self.keep_last = keep_last
+        self.async_save = async_save
+        self.shard_bytes = rollout_cache_shard_bytes
+        self.clock = clock or _WallClock()
+        self._stall_gauge, self._last_gauge, self._failures = stall_gauge, last_success_gauge, failures_counter
+        self._on_saved = on_saved
+        self._distributed = dist.is_available() and dist.is_initialized()
+        if self._distributed:
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            self._pg = process_group or dist.new_group(backend="gloo")
+        else:
+            self.rank, self.world_size, self._pg = 0, 1, None
+        self._buffers = StagingBuffers()
+        self._thread: threading.Thread | None = None
+        self._result: SaveResult | None = None
+        self.last_result: SaveResult | None = None
+
+    # ---------------------------------------------------------------- save
+    def save(
+        self,
+        step: int,
+        *,
+        models: Mapping[str, torch.nn.Module],
+        optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+        lr_scheduler: Any = None,
+        dataset_state: Any = None,
+        kl_value: float | None = None,
+        rollout_cache: pa.Table | list[dict[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        model_config: Mapping[str, Any] | None = None,
+    ) -> SaveResult | None:
+        """Checkpoint ``step``. Returns after staging (async) or after COMPLETE (sync); ``None`` when a
+        complete checkpoint of this step already exists. Every rank must call it."""
+        t0 = time.perf_counter()
+        self.wait(raise_on_error=False)  # at most one save in flight
+        path = layout.step_dir(self.root, step)
+        if layout.is_complete(path):
+            return None
+        if self.rank == 0 and path.exists():
+            shutil.rmtree(path)  # debris of a save that was killed before its marker
+        self._barrier()
+        parts: dict[str, Any] = {}
+        for name, model in models.items():
+            parts[name] = self._buffers.stage(get_model_state_dict(model), name)
+        for name, opt in (optimizers or {}).items():
+            if name not in models:
+                raise ValueError(f"optimizer '{name}' has no model of the same name in models={sorted(models)}")
+            parts[f"optim/{name}"] = self._buffers.stage(get_optimizer_state_dict(models[name], opt), f"optim/{name}")
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "global_step": int(step),
+            "created_at": self.clock.now(),
+            "world_size": self.world_size,
+            "lr_scheduler": _state_of(lr_scheduler),
+            "dataset": dataset_state,
+            "kl_controller": {"value": kl_value},
+            "model_config_hash": config_hash(model_config),
+            "extra": dict(extra or {}),
+            "parts": {
+                p: {"version": DCP_PART_VERSION, "path": p, "role": "optimizer" if p.startswith("optim/") else "model"}
+                for p in parts
+            },
+        }
+        try:
+            json.dumps(meta)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint meta is not JSON-serialisable ({exc}); pass plain dicts/lists/numbers") from None
+        staged = _Staged(
+            step, path, parts, meta, rng.capture(),
+            rcache.as_table(rollout_cache) if rollout_cache is not None else None,
+        )
+        stall = time.perf_counter() - t0
+        self._result = SaveResult(step, path, stall)
+        if self._stall_gauge is not None:
+            self._stall_gauge.set(stall)
+        if self.async_save:
+            self._thread = threading.Thread(target=self._write, args=(staged,), name=f"ckpt-{step}", daemon=True)
+            self._thread.start()
+            return self._result
+        self._write(staged)
+        self._result.stall_s = time.perf_counter() - t0
+        if self._stall_gauge is not None:
+            self._stall_gauge.set(self._result.stall_s)
+        return self.wait()
+
+    def wait(self, raise_on_error: bool = True) -> SaveResult | None:
+        """Block until the save in flight (if any) is complete; return its result."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        result, self._result = self._result, None
+        if result is not None:
+            self.last_result = result
+            if result.error and raise_on_error:
+                raise CheckpointError(f"checkpoint save of global_step_{result.step} failed: {result.error}")
+        return result
+
+    def _write(self, s: _Staged) -> None:
+        t0 = time.perf_counter()
+        res = self._result
+        assert res is not None
+        try:
+            shards: list[dict[str, Any]] = []
+            if s.rollout is not None:
+                written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
+                shards = [{**asdict(sh), "rank": self.rank} for sh in written]
+            for part, state in s.parts.items():
+                self._dcp_save(state, s.path / part)
+            gathered = self._gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
+            if self.rank == 0:
+                meta = s.meta
+                meta["rng"] = [g["rng"] for g in gathered]
+                if any(g["has_cache"] for g in gathered):
+                    meta["parts"]["rollout_cache"] = {
+                        "version": rcache.ROLLOUT_CACHE_VERSION,
+                        "path": "rollout_cache",
+                        "shards": [sh for g in gathered for sh in g["shards"]],
+                    }
+                meta["manifest"] = layout.manifest(s.path)
+                layout.atomic_write_json(s.path / layout.META, meta)
+                meta_sha = layout.sha256_file(s.path / layout.META)
+                layout.atomic_write_json(s.path / layout.MARKER, {"global_step": s.step, "meta_sha256": meta_sha})
+                layout.rotate(self.root, self.keep_last)
+            if self._last_gauge is not None:
+                self._last_gauge.set(self.clock.now())
+        except (Exception, CheckpointException) as exc:  # a failed save is counted and reported, training goes on
+            res.error = one_line(exc)
+            log.error("checkpoint global_step_%d failed: %s", s.step, res.error)
+            if self._failures is not None:
+                self._failures.inc()
+        res.write_s = time.perf_counter() - t0
+        if self._on_saved is not None:
+            self._on_saved(res)
+
+    def _dcp_save(self, state: Any, path: Path) -> None:
+        writer = FileSystemWriter(str(path), sync_files=True)
+        if self._distributed:
+            dcp.save(state, storage_writer=writer, process_group=self._pg)
+        else:
+            dcp.save(state, storage_writer=writer, no_dist=True)
+
+    def _gather(self, obj: Any) -> list[Any]:
+        if not self._distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self._pg)
+        return out
+
+    def _barrier(self) -> None:
+        if self._distributed:
+            dist.barrier(group=self._pg)
+
+    # ---------------------------------------------------------------- load
+    def latest_complete(self) -> Path | None:
+        return layout.latest_complete(self.root)
+
+    def load(
+        self,
+        ckpt: str | Path | None = None,
+        *,
+        models: Mapping[str, torch.nn.Module],
+        optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+        lr_scheduler: Any = None,
+        model_config: Mapping[str, Any] | None = None,
+        restore_rng: bool = True,
+        allow_reshard: bool = False,
+    ) -> LoadedCheckpoint | None:
+        """Validate, then restore ``ckpt`` (default: the newest complete one) into the given objects.
+        Returns ``None`` when there is no complete checkpoint; raises ``CheckpointError`` on any defect."""
+        path = Path(ckpt) if ckpt is not None else self.latest_complete()
+        if path is None:
+            return None
+        meta = verify(path)
+        name = path.name
+        saved_ws = meta["world_size"]
+        if saved_ws != self.world_size and not allow_reshard:
+            raise CheckpointError(
+                f"world size mismatch: {name} was saved by {saved_ws} ranks, this run has {self.world_size} "
+                "(relaunch with the same number of ranks, or load with allow_reshard=True: parameters are "
+                "resharded by DCP but RNG streams will not continue exactly)"
+            )
+        want = config_hash(model_config)
+        if want is not None and meta.get("model_config_hash") not in (None, want):
+            raise CheckpointError(f"model config hash mismatch: {name} was saved for a different model configuration")
+        parts = meta["parts"]
+        for pname in list(models) + [f"optim/{o}" for o in optimizers or {}]:
+            if pname not in parts:
+                raise CheckpointError(f"meta mismatch: {name} has no part '{pname}' (parts: {sorted(parts)})")
+        for mname, model in models.items():
+            target = get_model_state_dict(model)
+            self._dcp_load(target, path / mname, f"{name}/{mname}")
+            set_model_state_dict(model, target)
+        for oname, opt in (optimizers or {}).items():
+            target = get_optimizer_state_dict(models[oname], opt)
+            self._dcp_load(target, path / "optim" / oname, f"{name}/optim/{oname}")
+            set_optimizer_state_dict(models[oname], opt, target)
+        if lr_scheduler is not None and meta.get("lr_scheduler") is not None and hasattr(lr_scheduler, "load_state_dict"):
+            lr_scheduler.load_state_dict(meta["lr_scheduler"])
+        if restore_rng and saved_ws == self.world_size:
+            rng.restore(meta["rng"][self.rank])
+        return LoadedCheckpoint(
+            step=meta["global_step"], path=path, meta=meta, lr_scheduler=meta.get("lr_scheduler"),
+            dataset_state=meta.get("dataset"), kl_value=meta.get("kl_controller", {}).get("value"),
+            extra=meta.get("extra") or {}, rollout_cache=self._load_rollout(path, parts.get("rollout_cache"), saved_ws),
+        )
+
+    def _dcp_load(self, target: Any, part_dir: Path, what: str) -> None:
+        reader = FileSystemReader(str(part_dir))
+        planner = _WeightsOnlyLoadPlanner()
+        try:
+            if self._distributed:
+                dcp.load(target, storage_reader=reader, planner=planner, process_group=self._pg)
+            else:
+                dcp.load(target, storage_reader=reader, planner=planner, no_dist=True)
+        except (Exception, CheckpointException) as exc:  # DCP raises many kinds; the operator needs one line
+            raise CheckpointError(f"cannot load {what}: {one_line(exc)}") from None
+
+    def _load_rollout(self, path: Path, info: dict[str, Any] | None, saved_ws: int) -> pa.Table | None:
+        if not info:
+            return None
+        shards = info.get("shards", [])
+        if saved_ws == self.world_size:
+            return rcache.read(path / "rollout_cache", [s["file"] for s in shards if s["rank"] == self.rank])
+        table = rcache.read(path / "rollout_cache", [s["file"] for s in shards])
+        return table.take(list(range(self.rank, table.num_rows, self.world_size)))  # resharded round-robin
+
+    def close(self) -> None:
+        self.wait(raise_on_error=False)

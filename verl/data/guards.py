@@ -1,0 +1,379 @@
+"""Data reliability guards (article §2.3), each a small stateful object that goes into checkpoints:
+
+- ``PromptClusters``: MinHash-LSH prompt clusters (datasketch) with a per-cluster cooldown on the
+  injected clock, and near-duplicate removal for datasets.
+- ``RewardGuard``: skip an update whose reward variance jumps ×``variance_jump`` over a running
+  baseline or whose share of extreme rewards exceeds ``extreme_ratio``; keep the outlier prompts.
+- ``RolloutValidator``: drop responses that are too long, carry illegal characters, or break the
+  configured JSON Schema, counting each reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+from datasketch import MinHash, MinHashLSH
+
+from verl.fault.similarity import NUM_PERM, minhashes
+
+
+class GuardConfigError(ValueError):
+    """Bad guard configuration; the message is one line naming the key or file and the fix."""
+
+
+class _WallClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+def _norm_key(text: str) -> str:
+    return hashlib.sha1(" ".join(text.lower().split()).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------- prompts
+@dataclass(frozen=True)
+class Admission:
+    admitted: bool
+    cluster: int
+    reason: str | None = None  # "cooldown" when refused
+
+
+class PromptClusters:
+    """Prompts whose MinHash Jaccard estimate reaches ``cluster_threshold`` share a cluster; a cluster
+    that supplied a prompt is cooled down for ``cooldown_minutes`` (on ``clock``), so the policy does
+    not keep training on near-identical prompts. Deterministic: ties go to the oldest cluster."""
+
+    def __init__(
+        self,
+        *,
+        cooldown_minutes: float = 30.0,
+        dedup: bool = True,
+        cluster_threshold: float = 0.7,
+        dedup_threshold: float = 0.9,
+        num_perm: int = NUM_PERM,
+        clock: Any = None,
+    ) -> None:
+        if cooldown_minutes < 0:
+            raise GuardConfigError(f"data.cooldown_minutes must be >= 0, got {cooldown_minutes}")
+        self.cooldown_s = cooldown_minutes * 60.0
+        self.dedup_enabled = dedup
+        self.cluster_threshold, self.dedup_threshold, self.num_perm = cluster_threshold, dedup_threshold, num_perm
+        self.clock = clock or _WallClock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lsh = MinHashLSH(threshold=self.cluster_threshold, num_perm=self.num_perm)
+        self._sig: dict[str, MinHash] = {}
+        self._cluster: dict[str, int] = {}  # normalised-text key -> cluster id
+        self._texts: list[str] = []  # insertion order, for state_dict
+        self._last_used: dict[int, float] = {}
+        self._next_cluster = 0
+
+    def __len__(self) -> int:
+        return self._next_cluster
+
+    def _nearest(self, sig: MinHash) -> tuple[str | None, float]:
+        best, best_sim = None, -1.0
+        for key in sorted(self._lsh.query(sig), key=lambda k: self._cluster[k]):
+            sim = sig.jaccard(self._sig[key])
+            if sim > best_sim:
+                best, best_sim = key, sim
+        return best, best_sim
+
+    def _insert(self, texts: Sequence[str]) -> list[int]:
+        new = [(t, _norm_key(t)) for t in texts]
+        todo = [(t, k) for t, k in new if k not in self._cluster]
+        for (text, key), sig in zip(todo, minhashes([t for t, _ in todo], self.num_perm), strict=True):
+            if key in self._cluster:  # a repeat within this batch
+                continue
+            near, sim = self._nearest(sig)
+            if near is not None and sim >= self.cluster_threshold:
+                self._cluster[key] = self._cluster[near]
+            else:
+                self._cluster[key] = self._next_cluster
+                self._next_cluster += 1
+            self._lsh.insert(key, sig)
+            self._sig[key] = sig
+            self._texts.append(text)
+        return [self._cluster[k] for _, k in new]
+
+    def cluster_of(self, text: str) -> int:
+        return self._insert([text])[0]
+
+    def dedup(self, texts: Sequence[str]) -> list[int]:
+        """Indices of ``texts`` to keep: the first of every group of exact or near duplicates
+        (Jaccard ≥ ``dedup_threshold``). With ``dedup=False`` all indices."""
+        if not self.dedup_enabled:
+            return list(range(len(texts)))
+        lsh = MinHashLSH(threshold=self.dedup_threshold, num_perm=self.num_perm)
+        kept_sigs: dict[str, MinHash] = {}
+        keep: list[int] = []
+        for i, (text, sig) in enumerate(zip(texts, minhashes(list(texts), self.num_perm), strict=True)):
+            key = _norm_key(text)
+            # LSH only proposes candidates; the Jaccard estimate decides
+            if key in kept_sigs or any(sig.jaccard(kept_sigs[k]) >= self.dedup_threshold for k in lsh.query(sig)):
+                continue
+            lsh.insert(key, sig)
+            kept_sigs[key] = sig
+            keep.append(i)
+        return keep
+
+    def admit(self, text: str) -> Admission:
+        """Admit ``text`` unless its cluster supplied a prompt less than the cooldown ago; an admitted
+        prompt starts its cluster's cooldown now."""
+        cluster = self.cluster_of(text)
+        now = self.clock.now()
+        last = self._last_used.get(cluster)
+        if last is not None and now - last < self.cooldown_s:
+            return Admission(False, cluster, "cooldown")
+        self._last_used[cluster] = now
+        return Admission(True, cluster)
+
+    def cooled_for(self, text: str) -> float:
+        """Seconds since the prompt's cluster was last used (inf if never): lets a loader that finds
+        nothing admissible pick the coolest cluster instead of starving."""
+        last = self._last_used.get(self.cluster_of(text))
+        return math.inf if last is None else self.clock.now() - last
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "texts": list(self._texts),
+            "last_used": {str(c): t for c, t in self._last_used.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Re-inserting the texts in their original order reproduces the same cluster ids."""
+        self._reset()
+        self._insert(state["texts"])
+        self._last_used = {int(c): float(t) for c, t in state["last_used"].items()}
+
+
+# ---------------------------------------------------------------------------------------- rewards
+def _robust_mean_var(values: Sequence[float]) -> tuple[float, float]:
+    """Median and squared IQR-sigma (IQR / 1.349, the normal-consistent scale): a handful of outliers
+    then shows up as extreme values, not as a variance jump, while a widened distribution still
+    moves the spread. Below 8 samples quartiles are too noisy and the plain moments are used."""
+    if not values:
+        return math.nan, math.nan
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size < 8:
+        return float(arr.mean()), float(arr.var())
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    return float(med), float(((q3 - q1) / 1.349) ** 2)
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    skip: bool
+    reason: str | None  # "variance_jump" | "extreme_values" when skipped
+    variance: float
+    baseline_variance: float | None
+    extreme_ratio: float
+
+
+class RewardGuard:
+    """Reward guard. The baseline (EMA of the batch's robust centre and spread, see
+    ``_robust_mean_var``) learns only from accepted batches,
+    so a spike cannot poison it. ``extreme`` means non-finite, outside ``bounds`` when given, or more
+    than ``extreme_z`` baseline standard deviations from the baseline mean (after ``warmup_batches``).
+    After ``max_consecutive_pauses`` skips in a row the shift is treated as a new regime: the next
+    batch is accepted and becomes the baseline, so a guard can never stall training for good."""
+
+    def __init__(
+        self,
+        *,
+        variance_jump: float = 3.0,
+        extreme_ratio: float = 0.05,
+        extreme_z: float = 4.0,
+        bounds: tuple[float, float] | None = None,
+        warmup_batches: int = 3,
+        momentum: float = 0.9,
+        min_std: float = 0.05,
+        max_consecutive_pauses: int = 3,
+        top_k: int = 10,
+        paused_counter: Any = None,
+    ) -> None:
+        if variance_jump <= 1.0:
+            raise GuardConfigError(f"guard.variance_jump must be > 1, got {variance_jump}")
+        if not 0.0 <= extreme_ratio < 1.0:
+            raise GuardConfigError(f"guard.extreme_ratio must be in [0, 1), got {extreme_ratio}")
+        self.variance_jump, self.extreme_ratio_limit, self.extreme_z = variance_jump, extreme_ratio, extreme_z
+        self.bounds, self.warmup_batches, self.momentum = bounds, warmup_batches, momentum
+        self.min_var = min_std**2
+        self.max_consecutive_pauses, self.top_k = max_consecutive_pauses, top_k
+        self._counter = paused_counter
+        self.mean: float | None = None
+        self.var: float | None = None
+        self.accepted = 0
+        self.consecutive_pauses = 0
+        self.paused: dict[str, int] = {}
+        self._outliers: deque[dict[str, Any]] = deque(maxlen=200)
+
+    def _z(self, r: float) -> float:
+        if not math.isfinite(r):
+            return math.inf
+        if self.bounds is not None and not self.bounds[0] <= r <= self.bounds[1]:
+            return math.inf
+        if self.mean is None or self.var is None or self.accepted < self.warmup_batches:
+            return 0.0
+        return abs(r - self.mean) / math.sqrt(max(self.var, self.min_var))
+
+    def check(self, rewards: Sequence[float], prompts: Sequence[str] | None = None, step: int | None = None) -> GuardVerdict:
+        """Judge one batch; ``skip`` means do not apply this update."""
+        rewards = [float(r) for r in rewards]
+        prompts = list(prompts) if prompts is not None else [""] * len(rewards)
+        finite = [r for r in rewards if math.isfinite(r)]
+        n = max(1, len(rewards))
+        mean, var = _robust_mean_var(finite)
+        zs = [self._z(r) for r in rewards]
+        extreme = [z > self.extreme_z for z in zs]
+        ratio = sum(extreme) / n
+        for p, r, z in zip(prompts, rewards, zs, strict=True):
+            if z > self.extreme_z:
+                self._outliers.append({"prompt": p, "reward": r if math.isfinite(r) else str(r), "z": z, "step": step})
+
+        warmed = self.var is not None and self.accepted >= self.warmup_batches
+        reason = None
+        if warmed and (not math.isfinite(var) or var > self.variance_jump * max(self.var or 0.0, self.min_var)):
+            reason = "variance_jump"
+        elif ratio > self.extreme_ratio_limit:
+            reason = "extreme_values"
+        baseline = self.var
+        if reason is not None and self.consecutive_pauses >= self.max_consecutive_pauses and finite:
+            self.mean, self.var = mean, var  # sustained shift: a new regime, re-baseline on it
+            reason = None
+        if reason is not None:
+            self.consecutive_pauses += 1
+            self.paused[reason] = self.paused.get(reason, 0) + 1
+            if self._counter is not None:
+                self._counter.labels(reason=reason).inc()
+            return GuardVerdict(True, reason, var, baseline, ratio)
+        self.consecutive_pauses = 0
+        if finite:
+            if self.mean is None or self.var is None:
+                self.mean, self.var = mean, var
+            else:
+                m = self.momentum
+                self.mean = m * self.mean + (1 - m) * mean
+                self.var = m * self.var + (1 - m) * var
+            self.accepted += 1
+        return GuardVerdict(False, None, var, baseline, ratio)
+
+    def outliers(self, k: int | None = None) -> list[dict[str, Any]]:
+        """The most anomalous recent prompts (largest |z| first), for ``/api/v1/reward_outliers``."""
+        ranked = sorted(self._outliers, key=lambda o: (-o["z"], -(o["step"] or 0)))
+        return [
+            {**o, "z": o["z"] if math.isfinite(o["z"]) else "inf"} for o in ranked[: k or self.top_k]
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "mean": self.mean, "var": self.var, "accepted": self.accepted,
+            "consecutive_pauses": self.consecutive_pauses, "paused": dict(self.paused),
+            "outliers": [{**o, "z": o["z"] if math.isfinite(o["z"]) else "inf"} for o in self._outliers],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mean, self.var = state["mean"], state["var"]
+        self.accepted, self.consecutive_pauses = state["accepted"], state["consecutive_pauses"]
+        self.paused = dict(state["paused"])
+        self._outliers.clear()
+        for o in state.get("outliers", []):
+            self._outliers.append({**o, "z": math.inf if o["z"] == "inf" else float(o["z"])})
+
+
+# ---------------------------------------------------------------------------------------- rollouts
+# NUL and other C0 controls except tab/newline/CR, DEL, lone surrogates (undecodable bytes that
+# leaked through "surrogateescape") and the two Unicode non-characters.
+ILLEGAL_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+class RolloutValidator:
+    """Length is counted by ``num_tokens`` passed to ``check`` (the trainer knows its token ids), else
+    by ``count_tokens(text)``, else in UTF-8 bytes (what a byte-level tokenizer would count)."""
+
+    REASONS = ("too_long", "illegal_chars", "invalid_json", "schema_violation")
+
+    def __init__(
+        self,
+        *,
+        max_response_tokens: int = 512,
+        response_schema: str | Path | dict[str, Any] | None = None,
+        count_tokens: Any = None,
+        dropped_counter: Any = None,
+    ) -> None:
+        if max_response_tokens < 1:
+            raise GuardConfigError(f"data.max_response_tokens must be >= 1, got {max_response_tokens}")
+        self.max_tokens = max_response_tokens
+        self.count_tokens = count_tokens
+        self._counter = dropped_counter
+        self.dropped: dict[str, int] = {}
+        self._validator = _load_schema(response_schema) if response_schema is not None else None
+
+    def check(self, response: str, num_tokens: int | None = None) -> str | None:
+        """The drop reason for one response, or ``None`` when it is valid."""
+        if num_tokens is None:
+            num_tokens = self.count_tokens(response) if self.count_tokens else len(response.encode("utf-8", "surrogatepass"))
+        if num_tokens > self.max_tokens:
+            return "too_long"
+        if ILLEGAL_CHARS.search(response):
+            return "illegal_chars"
+        if self._validator is not None:
+            try:
+                doc = json.loads(response)
+            except ValueError:
+                return "invalid_json"
+            if not self._validator.is_valid(doc):
+                return "schema_violation"
+        return None
+
+    def filter(self, responses: Sequence[str], num_tokens: Sequence[int] | None = None) -> list[int]:
+        """Indices of the valid responses; every drop is counted by reason."""
+        keep = []
+        for i, text in enumerate(responses):
+            reason = self.check(text, num_tokens[i] if num_tokens is not None else None)
+            if reason is None:
+                keep.append(i)
+                continue
+            self.dropped[reason] = self.dropped.get(reason, 0) + 1
+            if self._counter is not None:
+                self._counter.labels(reason=reason).inc()
+        return keep
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"dropped": dict(self.dropped)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.dropped = dict(state["dropped"])
+
+
+def _load_schema(schema: str | Path | dict[str, Any]) -> Any:
+    where = "data.response_schema"
+    if not isinstance(schema, dict):
+        where = str(schema)
+        try:
+            schema = json.loads(Path(schema).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise GuardConfigError(f"data.response_schema: cannot read {where}: {exc.strerror}; fix the path or set it to null") from None
+        except ValueError as exc:
+            raise GuardConfigError(f"data.response_schema: {where} is not valid JSON ({exc}); fix the file") from None
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise GuardConfigError(f"data.response_schema: {where} is not a valid JSON Schema ({exc.message})") from None
+    return cls(schema)

@@ -1,0 +1,170 @@
+"""Prompt dataset (JSONL or Parquet, local or fsspec URL) and ``RLDataLoader``, a resumable wrapper
+around ``torch.utils.data.DataLoader``.
+
+Order is a pure function of (seed, epoch, batch index, rank): batch ``n`` is the same on every run, and
+resuming only needs the number of batches already consumed — not the DataLoader iterator, whose workers
+prefetch ahead of what the trainer actually used.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from verl.config.loader import ConfigError
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    prompt_id: int
+    """Row index in the dataset: stable identity for seeding, dedup and acknowledgements."""
+    prompt: str
+
+
+class PromptDataset(Dataset):
+    def __init__(self, source: str, prompt_key: str = "prompt") -> None:
+        self.source = source
+        self.prompts = [str(r[prompt_key]) for r in _read_records(source, prompt_key)]
+        if not self.prompts:
+            raise ConfigError(f"data.prompt_dataset '{source}' holds no prompts; give a non-empty JSONL/Parquet file")
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __getitem__(self, index: int) -> PromptItem:
+        return PromptItem(index, self.prompts[index])
+
+
+def _read_records(source: str, prompt_key: str) -> list[dict[str, Any]]:
+    data = _read_bytes(source)
+    name = source.lower()
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(io.BytesIO(data))
+        if prompt_key not in table.column_names:
+            raise ConfigError(f"data.prompt_dataset '{source}': no column '{prompt_key}'; set data.prompt_key")
+        return table.select([prompt_key]).to_pylist()
+    records = []
+    for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise ConfigError(f"data.prompt_dataset '{source}' line {lineno}: not JSON; one object per line") from None
+        if not isinstance(record, dict) or prompt_key not in record:
+            raise ConfigError(f"data.prompt_dataset '{source}' line {lineno}: no '{prompt_key}' field; set data.prompt_key")
+        records.append(record)
+    return records
+
+
+def _read_bytes(source: str) -> bytes:
+    if source.startswith("builtin:"):
+        name = source.removeprefix("builtin:")
+        ref = resources.files("verl.data").joinpath(f"{name}.jsonl")
+        if not ref.is_file():
+            raise ConfigError(f"data.prompt_dataset '{source}': no such bundled dataset; try builtin:toy_prompts")
+        return ref.read_bytes()
+    if "://" in source:
+        import fsspec
+
+        try:
+            with fsspec.open(source, "rb") as fh:
+                return fh.read()
+        except (FileNotFoundError, ImportError, ValueError, OSError) as exc:
+            raise ConfigError(f"data.prompt_dataset '{source}': cannot open ({exc}); check the URL and fsspec backend") from None
+    path = Path(source)
+    if not path.is_file():
+        raise ConfigError(f"data.prompt_dataset file '{source}' not found; give a JSONL or Parquet path")
+    return path.read_bytes()
+
+
+class ResumableBatchSampler(Sampler[list[int]]):
+    """Endless rank-local index batches, starting at global batch ``start``."""
+
+    def __init__(self, n_items: int, batch_size: int, seed: int, shuffle: bool, rank: int, world_size: int,
+                 start: int = 0) -> None:
+        if batch_size % world_size:
+            raise ConfigError(f"data.batch_size {batch_size} must be divisible by the world size {world_size}")
+        self.n_items, self.batch_size, self.seed, self.shuffle = n_items, batch_size, seed, shuffle
+        self.rank, self.world_size, self.start = rank, world_size, start
+
+    def batch_indices(self, batch: int) -> list[int]:
+        """Global batch ``batch``, rank-local slice. Batches wrap across epoch boundaries."""
+        first = batch * self.batch_size
+        out = [self._index_at(first + i) for i in range(self.batch_size)]
+        per_rank = self.batch_size // self.world_size
+        return out[self.rank * per_rank:(self.rank + 1) * per_rank]
+
+    def _index_at(self, position: int) -> int:
+        epoch, offset = divmod(position, self.n_items)
+        if not self.shuffle:
+            return offset
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return int(torch.randperm(self.n_items, generator=gen)[offset])
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch = self.start
+        while True:
+            yield self.batch_indices(batch)
+            batch += 1
+
+
+def _collate(items: list[PromptItem]) -> list[PromptItem]:
+    return items
+
+
+PromptFilter = Callable[[list[PromptItem]], list[PromptItem]]
+
+
+class RLDataLoader:
+    """Prompt batches for PPO. ``filters`` (dedup/cooldown guards) run on each batch in order."""
+
+    def __init__(self, dataset: PromptDataset | str, batch_size: int, *, seed: int = 0, shuffle: bool = True,
+                 num_workers: int = 0, persistent_workers: bool = False, pin_memory: bool = False,
+                 rank: int = 0, world_size: int = 1, prompt_key: str = "prompt",
+                 filters: Sequence[PromptFilter] = ()) -> None:
+        self.dataset = dataset if isinstance(dataset, PromptDataset) else PromptDataset(dataset, prompt_key)
+        self.batch_size = batch_size
+        self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
+        self.loader_kwargs = {"num_workers": num_workers, "pin_memory": pin_memory,
+                              "persistent_workers": persistent_workers and num_workers > 0}
+        self.filters = list(filters)
+        self.batches_consumed = 0
+        self._iter: Iterator[list[PromptItem]] | None = None
+        self._sampler: ResumableBatchSampler | None = None
+
+    def _make_iter(self) -> Iterator[list[PromptItem]]:
+        self._sampler = ResumableBatchSampler(len(self.dataset), self.batch_size, self.seed, self.shuffle,
+                                              self.rank, self.world_size, start=self.batches_consumed)
+        loader = DataLoader(self.dataset, batch_sampler=self._sampler, collate_fn=_collate, **self.loader_kwargs)
+        return iter(loader)
+
+    def next_batch(self) -> list[PromptItem]:
+        if self._iter is None:
+            self._iter = self._make_iter()
+        batch = next(self._iter)
+        self.batches_consumed += 1
+        for keep in self.filters:
+            batch = keep(batch)
+        return batch
+
+    def __iter__(self) -> Iterator[list[PromptItem]]:
+        while True:
+            yield self.next_batch()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches_consumed": self.batches_consumed, "seed": self.seed, "dataset_size": len(self.dataset)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.batches_consumed = int(state["batches_consumed"])
+        self._iter = None  # rebuilt lazily from the restored offset

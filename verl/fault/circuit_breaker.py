@@ -1,0 +1,255 @@
+"""Reward-model circuit breaker (article §2.2): a hanging or failing reward model must not stall PPO.
+
+    CLOSED --(failure_threshold consecutive timeouts/errors/OOMs)--> OPEN
+    OPEN   --(background probe, every probe_interval_s)----------> HALF_OPEN
+    HALF_OPEN --(probe succeeds)--> CLOSED      HALF_OPEN --(probe fails)--> OPEN
+
+While not CLOSED, scores come from a cache of the last ``cache_size`` (prompt, reward) pairs, by the
+most similar cached prompt (MinHash Jaccard estimate). Each model call runs on its own daemon thread
+that is abandoned on timeout: a hung CUDA kernel or HTTP call cannot be interrupted from Python, only
+left behind. So the extra wall time of a hang is at most ``failure_threshold × timeout_s``; after that
+calls are served from the cache at once and a recovered model is picked up by the next probe.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from .similarity import NUM_PERM, signatures
+
+log = logging.getLogger(__name__)
+
+
+class RewardModel(Protocol):
+    def score(self, texts: list[str]) -> list[float]: ...
+
+
+class CircuitState(IntEnum):
+    CLOSED = 0
+    HALF_OPEN = 1
+    OPEN = 2
+
+
+class _WallClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    )
+
+
+class ScoreCache:
+    """Ring buffer of the last ``size`` (prompt, reward) pairs with a nearest-prompt lookup.
+
+    Signatures are kept as one NumPy matrix so a lookup is a single vectorised comparison over the
+    whole cache instead of ``size`` Python-level Jaccard calls."""
+
+    def __init__(self, size: int = 1000, num_perm: int = NUM_PERM) -> None:
+        if size < 1:
+            raise ValueError(f"reward.cache_size must be >= 1, got {size}")
+        self.size, self.num_perm = size, num_perm
+        self._sig = np.zeros((size, num_perm), dtype=np.uint64)
+        self._prompts: list[str] = [""] * size
+        self._rewards = np.zeros(size, dtype=np.float64)
+        self._next = 0
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, prompts: Sequence[str], rewards: Sequence[float]) -> None:
+        sig = signatures(list(prompts), self.num_perm)
+        with self._lock:
+            for i, (p, r) in enumerate(zip(prompts, rewards, strict=True)):
+                if not np.isfinite(r):
+                    continue  # a NaN reward is exactly what we must never replay
+                self._sig[self._next], self._prompts[self._next], self._rewards[self._next] = sig[i], p, float(r)
+                self._next = (self._next + 1) % self.size
+                self._count = min(self._count + 1, self.size)
+
+    def lookup(self, prompts: Sequence[str], fallback: float) -> list[float]:
+        """Reward of the most similar cached prompt; the cache mean when nothing is similar at all;
+        ``fallback`` when the cache is empty."""
+        sig = signatures(list(prompts), self.num_perm)
+        with self._lock:
+            n = self._count
+            if n == 0:
+                return [fallback] * len(prompts)
+            cached, rewards = self._sig[:n], self._rewards[:n]
+            out = []
+            for row in sig:
+                sim = (cached == row).mean(axis=1)
+                best = int(sim.argmax())
+                out.append(float(rewards[best]) if sim[best] > 0 else float(rewards.mean()))
+            return out
+
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            order = [(self._next - self._count + i) % self.size for i in range(self._count)]
+            return {"prompts": [self._prompts[i] for i in order], "rewards": [float(self._rewards[i]) for i in order]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._next = self._count = 0
+        self.add(state["prompts"][-self.size :], state["rewards"][-self.size :])
+
+
+class RewardCircuitBreaker:
+    """Wraps any ``.score(texts) -> list[float]`` model; itself has ``.score``, so it drops in.
+
+    Metrics (optional, prometheus_client objects from ``verl/metrics/catalog.py``):
+    ``state_gauge`` → ``verl_reward_model_circuit_state``; ``calls_counter`` (label ``outcome``) →
+    ``verl_reward_model_calls_total``: one of ok/timeout/error/oom per model call, plus ``cached`` per
+    ``score`` call answered from the cache."""
+
+    def __init__(
+        self,
+        model: RewardModel,
+        *,
+        timeout_s: float = 30.0,
+        failure_threshold: int = 3,
+        cache_size: int = 1000,
+        probe_interval_s: float = 5.0,
+        clock: Any = None,
+        fallback_score: float = 0.0,
+        probe_texts: Sequence[str] | None = None,
+        state_gauge: Any = None,
+        calls_counter: Any = None,
+        on_state_change: Callable[[CircuitState], None] | None = None,
+    ) -> None:
+        if timeout_s <= 0 or failure_threshold < 1 or probe_interval_s <= 0:
+            raise ValueError(
+                "reward.timeout_s and reward.probe_interval_s must be > 0 and reward.failure_threshold >= 1, got "
+                f"{timeout_s}, {probe_interval_s}, {failure_threshold}"
+            )
+        self.model = model
+        self.timeout_s, self.failure_threshold, self.probe_interval_s = timeout_s, failure_threshold, probe_interval_s
+        self.clock = clock or _WallClock()
+        self.fallback_score = fallback_score
+        self.cache = ScoreCache(cache_size)
+        self._probe_texts = list(probe_texts) if probe_texts else None
+        self._gauge, self._calls, self._on_change = state_gauge, calls_counter, on_state_change
+        self._lock = threading.Lock()
+        self._state = CircuitState.CLOSED
+        self._failures = 0
+        self._next_probe = 0.0
+        self.transitions: list[tuple[float, CircuitState]] = []
+        self._stop = threading.Event()
+        self._prober = threading.Thread(target=self._probe_loop, name="reward-probe", daemon=True)
+        self._prober.start()
+        self._set_state(CircuitState.CLOSED)
+
+    @property
+    def state(self) -> CircuitState:
+        return self._state
+
+    def score(self, texts: Sequence[str], prompts: Sequence[str] | None = None) -> list[float]:
+        """Rewards for ``texts``; ``prompts`` (same length) are the cache keys, default ``texts``."""
+        texts = list(texts)
+        keys = list(prompts) if prompts is not None else texts
+        if self._probe_texts is None and texts:
+            self._probe_texts = texts[:1]
+        if self._state is CircuitState.CLOSED:
+            outcome, rewards = self._call(texts)
+            if rewards is not None:
+                with self._lock:
+                    self._failures = 0
+                self.cache.add(keys, rewards)
+                return rewards
+            self._record_failure(outcome)
+        self._count("cached")
+        return self.cache.lookup(keys, self.fallback_score)
+
+    def _call(self, texts: list[str]) -> tuple[str, list[float] | None]:
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = [float(x) for x in self.model.score(list(texts))]
+            except BaseException as exc:  # noqa: BLE001 - classified below, never lost
+                box["error"] = exc
+            finally:
+                done.set()
+
+        started = self.clock.now()
+        threading.Thread(target=run, name="reward-call", daemon=True).start()
+        # Poll in short real-time slices but judge the deadline on the injected clock, so a simulated
+        # clock can drive the timeout in tests and replay.
+        while not done.wait(min(0.02, self.timeout_s)):
+            if self.clock.now() - started >= self.timeout_s:
+                self._count("timeout")
+                return "timeout", None
+        if "error" in box:
+            exc = box["error"]
+            outcome = "oom" if is_oom(exc) else "error"
+            log.warning("reward model call failed (%s): %s", outcome, str(exc).splitlines()[0] if str(exc) else exc)
+            self._count(outcome)
+            return outcome, None
+        if len(box["value"]) != len(texts):
+            self._count("error")
+            return "error", None
+        self._count("ok")
+        return "ok", box["value"]
+
+    def _record_failure(self, outcome: str) -> None:
+        with self._lock:
+            self._failures += 1
+            trip = self._failures >= self.failure_threshold and self._state is CircuitState.CLOSED
+            if trip:
+                self._next_probe = self.clock.now() + self.probe_interval_s
+        if trip:
+            log.warning("reward model circuit OPEN after %d consecutive failures (last: %s)", self._failures, outcome)
+            self._set_state(CircuitState.OPEN)
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(min(0.05, self.probe_interval_s / 4)):
+            if self._state is not CircuitState.OPEN or self.clock.now() < self._next_probe:
+                continue
+            self._set_state(CircuitState.HALF_OPEN)
+            outcome, _ = self._call(list(self._probe_texts or ["health probe"]))
+            with self._lock:
+                self._next_probe = self.clock.now() + self.probe_interval_s
+                if outcome == "ok":
+                    self._failures = 0
+            self._set_state(CircuitState.CLOSED if outcome == "ok" else CircuitState.OPEN)
+
+    def _set_state(self, state: CircuitState) -> None:
+        changed = state is not self._state or not self.transitions
+        self._state = state
+        if self._gauge is not None:
+            self._gauge.set(int(state))
+        if changed:
+            self.transitions.append((self.clock.now(), state))
+            if self._on_change is not None:
+                self._on_change(state)
+
+    def _count(self, outcome: str) -> None:
+        if self._calls is not None:
+            self._calls.labels(outcome=outcome).inc()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The score cache only: a restarted trainer starts CLOSED and re-learns the model's health."""
+        return {"cache": self.cache.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cache.load_state_dict(state["cache"])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._prober.join(timeout=1.0)

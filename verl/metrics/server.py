@@ -1,0 +1,100 @@
+"""The trainer's HTTP endpoint: ``/metrics`` (Prometheus text), ``/healthz``, ``/api/v1/reward_outliers``.
+
+Standard-library ``ThreadingHTTPServer`` rather than prometheus_client's ``start_http_server`` because
+the same port also serves the two JSON routes, and a busy port must surface as a one-line error.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class PortInUseError(OSError):
+    """The metrics port is taken; the message names it and the fix."""
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail fast, before minutes of model loading, when the port is already taken."""
+    if port == 0:
+        return
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, port))
+    except OSError as exc:
+        raise _bind_error(exc, host, port) from None
+
+
+def _bind_error(exc: OSError, host: str, port: int) -> PortInUseError:
+    if exc.errno == errno.EADDRINUSE:
+        return PortInUseError(f"metrics port {port} is already in use on {host}; "
+                              "pick another --metrics-port or stop the process holding it")
+    return PortInUseError(f"cannot bind metrics endpoint {host}:{port} ({exc.strerror}); "
+                          "check --metrics-host/--metrics-port")
+
+
+class MetricsServer:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int,
+                 health: Callable[[], dict[str, Any]], outliers: Callable[[int], list[dict]]) -> None:
+        handler = _make_handler(registry, health, outliers)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise _bind_error(exc, host, port) from None
+        self.httpd.daemon_threads = True
+        self.host, self.port = host, self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="verl-metrics-http", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def _make_handler(registry: CollectorRegistry, health: Callable[[], dict[str, Any]],
+                  outliers: Callable[[int], list[dict]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            url = urlparse(self.path)
+            if url.path == "/metrics":
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif url.path == "/healthz":
+                body = health()
+                self._json(200 if body.get("status") == "ok" else 503, body)
+            elif url.path == "/api/v1/reward_outliers":
+                try:
+                    k = int(parse_qs(url.query).get("k", ["3"])[0])
+                except ValueError:
+                    self._json(400, {"error": "k must be an integer, e.g. ?k=3"})
+                    return
+                self._json(200, {"outliers": outliers(max(1, min(k, 100)))})
+            else:
+                self._json(404, {"error": f"no route {url.path}; try /metrics, /healthz, /api/v1/reward_outliers"})
+
+        def _json(self, code: int, body: Any) -> None:
+            self._send(code, json.dumps(body).encode(), "application/json")
+
+        def _send(self, code: int, data: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - scrapes are not log news
+            pass
+
+    return Handler

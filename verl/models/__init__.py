@@ -1,0 +1,1 @@
+"""Models of the PPO dataflow: actor/reference (HF causal LM), critic (value head), reward."""

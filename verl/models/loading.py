@@ -1,0 +1,97 @@
+"""Build the actor/reference/critic from config: the tiny random-init GPT-2 or a local HF directory.
+
+Nothing is ever downloaded: HF loads use ``local_files_only=True``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    GPT2Model,
+)
+
+from verl.config.loader import ConfigError
+from verl.config.schema import TinyModelConfig
+from verl.models.tokenizer import ByteTokenizer
+from verl.utils.seeding import derive_seed
+
+
+def tiny_gpt2_config(shape: TinyModelConfig, n_positions: int) -> GPT2Config:
+    tok = ByteTokenizer()
+    return GPT2Config(
+        vocab_size=tok.vocab_size, n_positions=n_positions, n_embd=shape.n_embd, n_layer=shape.n_layer,
+        n_head=shape.n_head, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+
+
+def load_tokenizer(model: str) -> Any:
+    if model == "tiny":
+        return ByteTokenizer()
+    tok = AutoTokenizer.from_pretrained(_local_dir(model, "actor.model"), local_files_only=True)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_causal_lm(model: str, shape: TinyModelConfig, n_positions: int, seed: int) -> nn.Module:
+    if model == "tiny":
+        # Same seed on every rank and for actor and reference: identical initial weights.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(seed, "actor-init"))
+            lm = GPT2LMHeadModel(tiny_gpt2_config(shape, n_positions))
+        return lm
+    lm = AutoModelForCausalLM.from_pretrained(_local_dir(model, "actor.model"), local_files_only=True)
+    lm.config.pad_token_id = lm.config.pad_token_id or lm.config.eos_token_id
+    return lm
+
+
+class ValueModel(nn.Module):
+    """Critic: a transformer backbone with a scalar head; one value per position."""
+
+    def __init__(self, backbone: nn.Module, hidden_size: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.value_head = nn.Linear(hidden_size, 1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor) -> torch.Tensor:
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        return self.value_head(out.last_hidden_state).squeeze(-1)
+
+
+def load_critic(model: str, shape: TinyModelConfig, n_positions: int, seed: int) -> ValueModel:
+    if model == "tiny":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(seed, "critic-init"))
+            cfg = tiny_gpt2_config(shape, n_positions)
+            critic = ValueModel(GPT2Model(cfg), cfg.n_embd)
+            nn.init.zeros_(critic.value_head.weight)
+            nn.init.zeros_(critic.value_head.bias)
+        return critic
+    backbone = AutoModel.from_pretrained(_local_dir(model, "critic.model"), local_files_only=True)
+    critic = ValueModel(backbone, backbone.config.hidden_size)
+    nn.init.zeros_(critic.value_head.weight)
+    nn.init.zeros_(critic.value_head.bias)
+    return critic
+
+
+def model_label(model: str) -> str:
+    """Bounded label value for verl_config_info: 'tiny' or the model directory's name."""
+    return "tiny-gpt2" if model == "tiny" else Path(model).name
+
+
+def _local_dir(path: str, key: str) -> str:
+    if not Path(path).is_dir():
+        raise ConfigError(f"{key}: model directory '{path}' not found; give a local HF model directory or 'tiny'")
+    return path

@@ -1,0 +1,81 @@
+"""torchrun integration: process group, placement, and rank-averaging of step statistics."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from verl.config.loader import ConfigError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_node_main(self) -> bool:
+        """One metrics endpoint per node, served by its local rank 0."""
+        return self.local_rank == 0
+
+
+def init_distributed(backend: str = "auto") -> DistContext:
+    """Join the torchrun process group when launched by torchrun (WORLD_SIZE > 1)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    ctx = DistContext(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(ctx.local_rank)
+        dist.init_process_group(backend=backend)
+    return ctx
+
+
+def resolve_device(spec: str, ctx: DistContext, key: str) -> torch.device:
+    """auto -> cuda:LOCAL_RANK when CUDA exists, else cpu; 'cuda' alone means this rank's GPU."""
+    if spec == "auto":
+        return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"config key '{key}' is '{spec}' but no CUDA device is available; use cpu or auto")
+    if spec == "cuda":
+        return torch.device(f"cuda:{ctx.local_rank}")
+    try:
+        return torch.device(spec)
+    except RuntimeError:
+        raise ConfigError(f"config key '{key}': '{spec}' is not a device; use auto, cpu, cuda or cuda:N") from None
+
+
+def mean_across_ranks(values: list[float], ctx: DistContext) -> list[float]:
+    if not ctx.distributed or not values:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return (tensor / ctx.world_size).tolist()
+
+
+def gather_floats(values: list[float], ctx: DistContext) -> list[float]:
+    if not ctx.distributed:
+        return values
+    out: list[list[float] | None] = [None] * ctx.world_size
+    dist.all_gather_object(out, values)
+    return [v for part in out for v in (part or [])]
+
+
+def shutdown(ctx: DistContext) -> None:
+    if ctx.distributed and dist.is_initialized():
+        dist.destroy_process_group()

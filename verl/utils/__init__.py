@@ -1,0 +1,1 @@
+"""Small shared helpers of the trainer: injected clock, deterministic seeding."""

@@ -20,8 +20,8 @@ import urllib.request
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=6, help="ABBA rounds (each: on, off, off, on blocks)")
-    p.add_argument("--block", type=int, default=8, help="steps per block")
+    p.add_argument("--rounds", type=int, default=24, help="ABBA rounds (each: on, off, off, on blocks)")
+    p.add_argument("--block", type=int, default=2, help="steps per block")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     p.add_argument("--json", action="store_true", help="last line: one JSON object")
     args = p.parse_args(argv)

@@ -36,7 +36,7 @@ class AlertState:
     starts_at: float
     ends_at: float | None = None
     value: float | None = None
-    last_active: float | None = None
+    cleared_at: float | None = None  # first evaluation where the condition no longer held
     keep_firing_for: float = 0.0
     restored: bool = False
     extra: dict[str, str] = field(default_factory=dict)
@@ -89,17 +89,17 @@ class AlertBook:
                         c = min(group, key=lambda c: c.since)
                         self.states[fp] = AlertState(dict(c.labels), {}, "pending", c.since, value=c.value)
                     elif st.status == "firing":
-                        st.last_active = now  # still active, only its `for` restarted: keep firing
+                        st.cleared_at = None  # still active, only its `for` restarted: keep firing
                     continue
                 c = min(ready, key=lambda c: c.since)
                 if st is not None and st.status == "firing":
-                    st.last_active, st.value = now, c.value
+                    st.cleared_at, st.value = None, c.value
                     if st.restored:
                         st.restored, st.keep_firing_for = False, keep
                     continue
                 annotations = annotate(c) if annotate else {}
                 st = AlertState(dict(c.labels), annotations, "firing", c.since, value=c.value,
-                                last_active=now, keep_firing_for=keep)
+                                keep_firing_for=keep)
                 self.states[fp] = st
                 self._transition(fp, st, now, out)
             for fp, st in list(self.states.items()):
@@ -108,9 +108,9 @@ class AlertBook:
                 if st.status == "pending":
                     del self.states[fp]
                 elif st.status == "firing":
-                    if st.last_active is None:
-                        st.last_active = now  # first evaluation after a restore starts the grace
-                    if now - st.last_active >= st.keep_firing_for:
+                    if st.cleared_at is None:
+                        st.cleared_at = now  # also starts a restored alert's grace period
+                    if now - st.cleared_at >= st.keep_firing_for:
                         st.status, st.ends_at = "resolved", now
                         self._transition(fp, st, now, out)
                         del self.states[fp]
@@ -125,7 +125,7 @@ class AlertBook:
                 if st is not None and st.status == "firing":
                     return None
                 st = AlertState(dict(alert.labels), dict(alert.annotations), "firing", alert.starts_at or now,
-                                value=alert.value, last_active=now, keep_firing_for=float("inf"))
+                                value=alert.value, keep_firing_for=float("inf"))
                 self.states[fp] = st
             else:
                 if st is None:

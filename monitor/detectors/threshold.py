@@ -63,28 +63,45 @@ class FluctuationDetector(Detector):
     """Swing of a series within a window: ``(max - min) / mean > min_relative``.
 
     For "GPU memory fluctuating more than 5 %" (allocation churn while the CPU feeds the GPU).
-    Tested by tests/monitor/test_detectors.py::test_fluctuation.
+    Max and min come from monotonic deques and the mean from a running sum, so each sample costs
+    O(1) -- this runs on every GPU-memory series of the fleet. Tested by
+    tests/monitor/test_monitor_detectors.py::test_fluctuation.
     """
 
     def __init__(self, window: float = 60.0, min_relative: float = 0.05, min_samples: int = 3) -> None:
         self.window_s, self.min_relative, self.min_samples = window, min_relative, min_samples
-        self._buf: deque[tuple[float, float]] = deque()
-
-    def update(self, t: float, value: float) -> Finding:
-        self._buf.append((t, value))
-        while self._buf and self._buf[0][0] < t - self.window_s:
-            self._buf.popleft()
-        if len(self._buf) < self.min_samples:
-            return Finding(t, False)
-        vals = [v for _, v in self._buf]
-        mean = sum(vals) / len(vals)
-        hi, lo = max(vals), min(vals)
-        swing = (hi - lo) / abs(mean) if mean else (math.inf if hi != lo else 0.0)
-        hit = swing > self.min_relative
-        return Finding(t, hit, min(1.0, swing), {"relative_swing": swing, "value": value})
+        self.reset()
 
     def reset(self) -> None:
-        self._buf.clear()
+        self._buf: deque[tuple[float, float]] = deque()
+        self._hi: deque[tuple[float, float]] = deque()
+        self._lo: deque[tuple[float, float]] = deque()
+        self._sum = 0.0
+
+    def update(self, t: float, value: float) -> Finding:
+        buf, hi, lo = self._buf, self._hi, self._lo
+        buf.append((t, value))
+        self._sum += value
+        while hi and hi[-1][1] <= value:
+            hi.pop()
+        hi.append((t, value))
+        while lo and lo[-1][1] >= value:
+            lo.pop()
+        lo.append((t, value))
+        cut = t - self.window_s
+        while buf[0][0] < cut:
+            self._sum -= buf.popleft()[1]
+        while hi[0][0] < cut:
+            hi.popleft()
+        while lo[0][0] < cut:
+            lo.popleft()
+        if len(buf) < self.min_samples:
+            return Finding(t, False)
+        mean = self._sum / len(buf)
+        top, bottom = hi[0][1], lo[0][1]
+        swing = (top - bottom) / abs(mean) if mean else (math.inf if top != bottom else 0.0)
+        hit = swing > self.min_relative
+        return Finding(t, hit, min(1.0, swing), {"relative_swing": swing, "value": value})
 
 
 class BaselineRatioDetector(Detector):

@@ -28,15 +28,22 @@ def query_range(client: httpx.Client, url: str, query: str, start: float, end: f
         try:
             resp = client.get(f"{url}/api/v1/query_range", timeout=timeout,
                               params={"query": query, "start": a, "end": b, "step": step})
-            doc = resp.json()
         except httpx.TimeoutException:
             batch.error("timeout")
             continue
-        except (httpx.HTTPError, ValueError):
+        except httpx.HTTPError:
+            batch.error("connect_error")
+            continue
+        if resp.status_code != 200:
+            batch.error(f"http_{resp.status_code}")
+            continue
+        try:
+            doc = resp.json()
+        except ValueError:
             batch.error("bad_response")
             continue
-        if resp.status_code != 200 or doc.get("status") != "success":
-            batch.error(f"http_{resp.status_code}")
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            batch.error("bad_response")
             continue
         for series in doc.get("data", {}).get("result", []):
             metric = dict(series.get("metric") or {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,10 @@ verl_reward_model_circuit_state 2
 verl_rollout_buffer_size{stage="train"} 4823
 """
 MALFORMED = 'verl_global_step 12\nthis is { not exposition\nverl_entropy{layer="0" 1.5\nverl_kl_coef 0.1\n'
+DRIFTING = "verl_reward_std 0.93\n"
+OUTLIERS = {"outliers": [{"prompt": "Q: 2+2? A: fish", "reward": -4.1, "z": 9.0},
+                         {"prompt": "Q: capital of France?", "reward": 3.9, "z": 7.5},
+                         {"prompt": "\u0000bad", "reward": 3.1, "z": 5.0}]}
 NONFINITE = "verl_reward_mean NaN\nverl_reward_std +Inf\nverl_kl_divergence -Inf\nverl_clip_fraction 0.2\n"
 
 
@@ -28,7 +33,8 @@ class Targets:
     """One threaded server; paths /good /malformed /nonfinite /hang /error (HTTP 500)."""
 
     def __init__(self, hang_s: float = 3.0) -> None:
-        bodies = {"/good": GOOD, "/malformed": MALFORMED, "/nonfinite": NONFINITE}
+        bodies = {"/good": GOOD, "/malformed": MALFORMED, "/nonfinite": NONFINITE, "/drifting": DRIFTING,
+                  "/api/v1/reward_outliers?k=3": json.dumps(OUTLIERS)}
         self.hits: dict[str, int] = {}
         stopping = threading.Event()
         self.stopping = stopping

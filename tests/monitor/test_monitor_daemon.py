@@ -177,3 +177,37 @@ def test_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
         r = subprocess.run([sys.executable, "-m", "monitor.cli", "run", "--config", str(cfg)],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and f"127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_reward_drift_alert_carries_top_3_prompts_and_silences_api(tmp_path: Path, targets: Targets) -> None:
+    rules = {"rules": [{"alert": "RewardDistributionDrift", "severity": "P2", "select": "verl_reward_std",
+                        "detector": {"type": "threshold", "op": ">", "value": 0.8}, "summary": "std high"}]}
+    (tmp_path / "drift.yaml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "alerting.yaml").write_text(yaml.safe_dump({
+        "receivers": [{"name": "hook", "type": "webhook", "url": f"{targets.url}/hook"}],
+        "route": {"receiver": "hook"}}))
+    cfg = write_config(tmp_path, [{"name": "trainer", "url": f"{targets.url}/drifting", "node": "gpu-04",
+                                   "interval": "0.2s"}], notify_config="alerting.yaml")
+    data = yaml.safe_load(cfg.read_text())
+    data["rules"] = ["drift.yaml"]
+    cfg.write_text(yaml.safe_dump(data))
+    d = RunningDaemon(cfg)
+    try:
+        def drift() -> list[dict]:
+            return [a for a in httpx.get(f"{d.url}/api/v1/alerts").json()["data"] if a["state"] == "firing"]
+        assert wait_for(lambda: bool(drift()))
+        ann = drift()[0]["annotations"]
+        assert ann["top_prompts"].splitlines()[0] == "-4.1: Q: 2+2? A: fish"
+        assert len(ann["top_prompts"].splitlines()) == 3 and "Top anomalous prompts" in ann["description"]
+        r = httpx.post(f"{d.url}/api/v1/silences", json={"matchers": ['alertname="RewardDistributionDrift"'],
+                                                          "duration": "1h", "comment": "known"})
+        assert r.status_code == 200
+        sid = r.json()["silenceID"]
+        listed = httpx.get(f"{d.url}/api/v1/silences").json()["data"]
+        assert [s["id"] for s in listed] == [sid]
+        assert httpx.delete(f"{d.url}/api/v1/silences/{sid}").status_code == 200
+        assert httpx.post(f"{d.url}/api/v1/silences", json={"comment": "no matchers"}).status_code == 400
+        assert httpx.get(f"{d.url}/api/v1/incidents").json()["status"] == "success"
+        assert metric(d.url, "verl_alerting_outbox_depth") is not None  # engine metrics on our /metrics
+    finally:
+        d.stop()

@@ -99,6 +99,15 @@ def test_sustained_cpu_with_gpu_memory_swing_is_cpu_bound() -> None:
     assert first_fire_time(recs, "CPUBoundBottleneck") >= t[200]
 
 
+def test_cpu_high_for_only_5_s_with_gpu_memory_swing_is_nothing() -> None:
+    rng = np.random.default_rng(10)
+    t = times(1800, 5.0)
+    cpu = np.clip(0.6 + rng.normal(0, 0.02, len(t)), 0, 1)
+    cpu[200:202] = 0.99  # two samples: 5 s above 95 %
+    recs = run(cpu_gpu(cpu, t, 0.10, rng))
+    assert firing(recs, "CPUBoundBottleneck") == []
+
+
 def test_sustained_cpu_with_flat_gpu_memory_is_nothing() -> None:
     rng = np.random.default_rng(7)
     t = times(1800, 5.0)

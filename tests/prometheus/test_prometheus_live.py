@@ -283,6 +283,21 @@ def test_monitor_replaying_the_run_from_prometheus_finds_nothing(stack: Stack) -
     assert [f'{a["labels"]["alertname"]}: {a["annotations"].get("summary")}' for a in alerts] == []
 
 
+def test_replay_cli_over_a_query_range_export_finds_nothing(stack: Stack) -> None:
+    """The operator's path: export the run from Prometheus' query_range API, backtest it with the CLI."""
+    resp = stack.http.get("/api/v1/query_range", params={
+        "query": '{__name__=~"verl_.+|DCGM_FI_.+"}', "start": stack.started, "end": time.time(), "step": 1})
+    export = stack.tmp / "query_range.json"
+    export.write_bytes(resp.content)
+    out = stack.tmp / "replay.jsonl"
+    result = subprocess.run([sys.executable, "-m", "monitor.cli", "replay", "--input", str(export),
+                             "--output", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [f'{r["labels"]["alertname"]}: {r["annotations"].get("summary")}'
+            for r in records if r.get("kind") == "alert"] == []
+
+
 def test_alertmanager_receiver_reaches_the_monitor_webhook(stack: Stack) -> None:
     """What alertmanager.yml sends (webhook v4) is accepted at the URL path it names, on the live monitor.
     Runs last: it leaves an external alert in the monitor."""

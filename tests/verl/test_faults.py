@@ -12,7 +12,7 @@ import torch
 
 from verl.config.schema import FaultsConfig
 from verl.trainer import RLTrainer
-from verl.trainer.faults import MiB, CoreFaults
+from verl.trainer.faults import CoreFaults, MiB
 from verl.utils.clock import SimulatedClock
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ from .errors import CheckpointError
 from .layout import latest_complete, list_steps, rotate
 from .manager import CheckpointManager, LoadedCheckpoint, SaveResult
 from .rollout_cache import ROLLOUT_CACHE_VERSION
+from .trainer_hook import TrainerCheckpointer, make_checkpointer
 from .verify import FORMAT_VERSION, verify
 
 # Single-process use is deliberate here (``no_dist=True``), yet DCP warns on every call without a
@@ -20,11 +21,13 @@ __all__ = [
     "CheckpointManager",
     "LoadedCheckpoint",
     "SaveResult",
+    "TrainerCheckpointer",
     "digest_checkpoint",
     "digest_models",
     "digest_tensors",
     "latest_complete",
     "list_steps",
+    "make_checkpointer",
     "rotate",
     "verify",
 ]

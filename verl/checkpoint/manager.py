@@ -152,6 +152,15 @@ class CheckpointManager:
         self._result: SaveResult | None = None
         self.last_result: SaveResult | None = None
 
+    def bind_metrics(self, *, stall_gauge: Any = None, last_success_gauge: Any = None, failures_counter: Any = None) -> None:
+        """Attach metrics after construction (the trainer builds its registry after its checkpointer)."""
+        if stall_gauge is not None:
+            self._stall_gauge = stall_gauge
+        if last_success_gauge is not None:
+            self._last_gauge = last_success_gauge
+        if failures_counter is not None:
+            self._failures = failures_counter
+
     # ---------------------------------------------------------------- save
     def save(
         self,
@@ -199,7 +208,9 @@ class CheckpointManager:
             },
         }
         try:
-            json.dumps(meta)
+            # a JSON round trip both validates and snapshots: the trainer may mutate its dicts while
+            # the background writer is still running
+            meta = json.loads(json.dumps(meta))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"checkpoint meta is not JSON-serialisable ({exc}); pass plain dicts/lists/numbers") from None
         staged = _Staged(
@@ -266,6 +277,9 @@ class CheckpointManager:
             if self._failures is not None:
                 self._failures.inc()
         res.write_s = time.perf_counter() - t0
+        if res.error is None:
+            log.info("checkpoint global_step_%d complete: blocked the step %.3fs, written in %.2fs",
+                     s.step, res.stall_s, res.write_s)
         if self._on_saved is not None:
             self._on_saved(res)
 
@@ -362,4 +376,6 @@ class CheckpointManager:
         return table.take(list(range(self.rank, table.num_rows, self.world_size)))  # resharded round-robin
 
     def close(self) -> None:
+        """Finish the save in flight. Call it before the process exits: the writer is a daemon thread,
+        and a save cut short leaves only an incomplete (ignored) directory."""
         self.wait(raise_on_error=False)

@@ -191,7 +191,8 @@ class RewardGuard:
     so a spike cannot poison it. ``extreme`` means non-finite, outside ``bounds`` when given, or more
     than ``extreme_z`` baseline standard deviations from the baseline mean (after ``warmup_batches``).
     After ``max_consecutive_pauses`` skips in a row the shift is treated as a new regime: the next
-    batch is accepted and becomes the baseline, so a guard can never stall training for good."""
+    all-finite batch is accepted and becomes the baseline, so a guard can never stall training for
+    good (batches with NaN/Inf rewards are always skipped)."""
 
     def __init__(
         self,
@@ -248,13 +249,14 @@ class RewardGuard:
 
         warmed = self.var is not None and self.accepted >= self.warmup_batches
         reason = None
-        if warmed and (not math.isfinite(var) or var > self.variance_jump * max(self.var or 0.0, self.min_var)):
+        if warmed and finite and var > self.variance_jump * max(self.var or 0.0, self.min_var):
             reason = "variance_jump"
         elif ratio > self.extreme_ratio_limit:
             reason = "extreme_values"
         baseline = self.var
-        if reason is not None and self.consecutive_pauses >= self.max_consecutive_pauses and finite:
-            self.mean, self.var = mean, var  # sustained shift: a new regime, re-baseline on it
+        if reason is not None and self.consecutive_pauses >= self.max_consecutive_pauses and len(finite) == len(rewards):
+            # a sustained shift is a new regime: re-baseline on it (never on NaN/Inf rewards)
+            self.mean, self.var = mean, var
             reason = None
         if reason is not None:
             self.consecutive_pauses += 1

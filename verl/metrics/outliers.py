@@ -11,6 +11,8 @@ import threading
 from collections import deque
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class RewardRecord:
@@ -45,11 +47,11 @@ class OutlierBook:
     def extreme_ratio(self, rewards: list[float], z: float = 3.5) -> float:
         """Share of ``rewards`` whose robust z-score against the window exceeds ``z``."""
         with self._lock:
-            window = [r.reward for r in self._records]
+            window = np.fromiter((r.reward for r in self._records), dtype=np.float64, count=len(self._records))
         if len(window) < 8 or not rewards:
             return 0.0
-        median = statistics.median(window)
-        mad = statistics.median(abs(r - median) for r in window) * 1.4826
+        median = float(np.median(window))
+        mad = float(np.median(np.abs(window - median))) * 1.4826
         if mad <= 1e-12:
             return 0.0
-        return sum(abs(r - median) / mad > z for r in rewards) / len(rewards)
+        return float(np.mean(np.abs(np.asarray(rewards) - median) / mad > z))

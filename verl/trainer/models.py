@@ -42,10 +42,12 @@ def final_norm(lm: nn.Module) -> nn.Module | None:
 
 @torch.no_grad()
 def layer_kl(actor: nn.Module, reference: nn.Module, actor_hidden: tuple[torch.Tensor, ...],
-             ref_hidden: tuple[torch.Tensor, ...], batch: PPOBatch) -> list[float]:
+             ref_hidden: tuple[torch.Tensor, ...], batch: PPOBatch,
+             final_logits: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[float]:
     """verl_layer_kl{layer=i}: mean over response tokens of KL(p_actor^i || p_ref^i), where p^i is the
     logit lens of block i -- softmax(lm_head(final_norm(h_i))) with h_i the output of transformer block
-    i of that model. The last layer's value is the exact full-distribution KL of the two policies.
+    i of that model. The last layer's value is the exact full-distribution KL of the two policies, taken
+    from ``final_logits`` (actor, reference) when the caller already has them.
     """
     norm_a, norm_r = final_norm(actor), final_norm(reference)
     if norm_a is None or norm_r is None:
@@ -56,11 +58,15 @@ def layer_kl(actor: nn.Module, reference: nn.Module, actor_hidden: tuple[torch.T
     n_layers = len(actor_hidden) - 1  # hidden_states[0] is the embedding output
     out = []
     for i in range(1, n_layers + 1):
-        ha, hr = actor_hidden[i][:, p - 1:p + r - 1], ref_hidden[i][:, p - 1:p + r - 1]
-        if i < n_layers:  # HF applies the final norm to the last hidden state already
-            ha, hr = norm_a(ha), norm_r(hr)
-        logp_a = torch.log_softmax(head_a(ha).float(), dim=-1)
-        logp_r = torch.log_softmax(head_r(hr).float(), dim=-1)
+        if i == n_layers and final_logits is not None:
+            logits_a, logits_r = final_logits
+        else:
+            ha, hr = actor_hidden[i][:, p - 1:p + r - 1], ref_hidden[i][:, p - 1:p + r - 1]
+            if i < n_layers:  # HF applies the final norm to the last hidden state already
+                ha, hr = norm_a(ha), norm_r(hr)
+            logits_a, logits_r = head_a(ha), head_r(hr)
+        logp_a = torch.log_softmax(logits_a.float(), dim=-1)
+        logp_r = torch.log_softmax(logits_r.to(logits_a.device).float(), dim=-1)
         kl = (logp_a.exp() * (logp_a - logp_r)).sum(-1)
         out.append(float((kl * mask).sum() / mask.sum().clamp_min(1)))
     return out

@@ -328,7 +328,7 @@ class RLTrainer:
         current_kl = float(core_algos.masked_mean(kl, mask))
         self.kl_ctrl.update(mean_across_ranks([current_kl], self.ctx)[0], n_steps=cfg.data.batch_size)
 
-        layers = (layer_kl(self.actor, self.reference, old_hidden, ref_hidden, a_batch)
+        layers = (layer_kl(self.actor, self.reference, old_hidden, ref_hidden, a_batch, (old_logits, ref_logits))
                   if want_layers and old_hidden is not None and ref_hidden is not None else [])
         self.faults.grow_leak()
         self.global_step = step
@@ -349,7 +349,8 @@ class RLTrainer:
         ], self.ctx)
         stats = StepStats(
             global_step=step, reward_mean=_mean(scores), reward_std=_std(scores),
-            reward_extreme_ratio=self.outliers.extreme_ratio(scores), kl=means[0], kl_coef=beta,
+            reward_extreme_ratio=self.outliers.extreme_ratio(scores) if cfg.metrics.enabled else 0.0,
+            kl=means[0], kl_coef=beta,
             entropy=means[1], clip_fraction=means[2], advantage_variance=means[3], policy_loss=means[4],
             critic_loss=means[5], grad_norm={"actor": means[6], "critic": means[7]}, layer_kl=means[9:],
             stage_seconds=stage, tokens_per_second=means[8] * self.ctx.world_size / max(step_seconds, 1e-9),
@@ -371,6 +372,8 @@ class RLTrainer:
             rollout.reward = score
 
     def _observe(self, stats: StepStats, rollouts: list[Rollout], now: float, evicted: int) -> None:
+        if not self.config.metrics.enabled:
+            return
         self.outliers.record([RewardRecord(stats.global_step, r.prompt_id, r.prompt, r.response, float(r.reward or 0))
                               for r in rollouts])
         self.metrics.observe_step(stats)

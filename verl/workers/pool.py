@@ -222,9 +222,13 @@ class RolloutWorkerPool:
                 w.proc.kill()
                 w.proc.join(timeout=1.0)
             w.conn.close()
-            for task in reversed(list(w.inflight.values())):
-                crashes[task.id] = crashes.get(task.id, 0) + 1
-                if crashes[task.id] >= self.max_task_crashes:
+            inflight = list(w.inflight.values())
+            if inflight:
+                # a worker runs its tasks in order: only the first was executing when it died; the
+                # prefetched ones behind it are innocent bystanders and are not blamed
+                crashes[inflight[0].id] = crashes.get(inflight[0].id, 0) + 1
+            for task in reversed(inflight):
+                if crashes.get(task.id, 0) >= self.max_task_crashes:
                     # a prompt that keeps killing workers must not crash-loop the pool forever
                     results[task.id] = RolloutResult(
                         task.id, None, w.index, f"worker crashed {crashes[task.id]} times on this prompt"

@@ -98,6 +98,8 @@ def test_sustained_shift_rebaselines_instead_of_stalling() -> None:
     wide = [0.5 + 0.5 * (-1) ** i for i in range(40)]
     assert [guard.check(wide).skip for _ in range(5)] == [True, True, True, False, False]
     assert guard.paused == {"variance_jump": 3}
+    nan = [float("nan")] * 40
+    assert all(guard.check(nan).reason == "extreme_values" for _ in range(5))  # never accepted
 
 
 def test_rollout_validator_reasons_and_counts(tmp_path: Path) -> None:

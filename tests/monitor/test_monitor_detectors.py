@@ -1,0 +1,105 @@
+"""Each detector's own contract, sample by sample (the scenario tests cover them end to end)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.detectors.events import CounterIncreaseDetector, WindowDropDetector
+from monitor.detectors.ks import KSShiftDetector
+from monitor.detectors.leak import sen_slope
+from monitor.detectors.staleness import StalenessDetector, ValueAgeDetector
+from monitor.detectors.threshold import (
+    BaselineRatioDetector,
+    FluctuationDetector,
+    SpikeFilter,
+    ThresholdDetector,
+)
+
+
+@pytest.mark.parametrize("op,below,at,above", [(">", False, False, True), (">=", False, True, True),
+                                               ("<", True, False, False), ("<=", True, True, False),
+                                               ("==", False, True, False), ("!=", True, False, True)])
+def test_threshold_ops(op: str, below: bool, at: bool, above: bool) -> None:
+    d = ThresholdDetector(op, 1.0)
+    assert [d.update(0, v).active for v in (0.5, 1.0, 1.5)] == [below, at, above]
+
+
+def test_threshold_rejects_unknown_op() -> None:
+    with pytest.raises(ValueError, match="op must be"):
+        ThresholdDetector("=>", 1)
+
+
+def test_spike_filter_ignores_lone_sample() -> None:
+    d = SpikeFilter(ThresholdDetector(">", 0.95), window=3)
+    vals = [0.5, 0.5, 0.99, 0.5, 0.5, 0.97, 0.98, 0.99]
+    assert [d.update(i, v).active for i, v in enumerate(vals)] == [False] * 6 + [True, True]
+
+
+def test_fluctuation() -> None:
+    d = FluctuationDetector(window=60, min_relative=0.05)
+    flat = [d.update(t, 100 + (t % 2) * 0.5).active for t in range(0, 60, 5)]
+    assert not any(flat)
+    assert d.update(65, 110).active  # 10 % swing within the minute
+
+
+def test_baseline_ratio() -> None:
+    d = BaselineRatioDetector(window=600, ratio=3, power=2, min_samples=5, every=0)
+    for t in range(0, 300, 10):
+        assert not d.update(t, 0.5).active
+    f = d.update(300, 0.9)  # variance 0.81 vs 0.25: x3.24
+    assert f.active and f.details["ratio"] == pytest.approx(3.24)
+    assert not d.update(310, 0.8).active  # x2.56
+
+
+def test_counter_increase_and_reset() -> None:
+    d = CounterIncreaseDetector(window=300, min_increase=2)
+    assert not d.update(0, 10).active
+    assert not d.update(10, 11).active
+    assert d.update(20, 12).active
+    assert not d.update(400, 12).active  # increases aged out of the window
+    assert not d.update(410, 0).active   # reset to 0 counts as 0
+    assert d.update(420, 3).active        # then +3 after the reset
+
+
+def test_window_drop() -> None:
+    d = WindowDropDetector(window=300, min_relative_drop=0.5, min_peak=10)
+    assert not d.update(0, 1000).active
+    assert not d.update(60, 600).active
+    f = d.update(120, 400)
+    assert f.active and f.details["relative_drop"] == pytest.approx(0.6)
+    assert not d.update(500, 400).active  # the old peak left the window
+
+
+def test_value_age() -> None:
+    d = ValueAgeDetector(max_age=300)
+    assert not d.update(1000, 900).active
+    assert d.update(1000, 600).active
+
+
+def test_staleness_tick() -> None:
+    d = StalenessDetector(max_gap=120)
+    assert not d.tick(50).active  # never seen: nothing to be stale
+    d.update(100, 1)
+    assert not d.tick(200).active
+    assert d.tick(221).active
+
+
+def test_ks_shift() -> None:
+    rng = np.random.default_rng(0)
+    d = KSShiftDetector(reference=600, recent=300, every=30, persistence=2)
+    fired = []
+    for t in range(0, 1800, 10):
+        v = rng.normal(0, 1) if t < 1200 else rng.normal(2, 1)
+        fired.append(d.update(t, v).active)
+    assert not any(fired[:120]) and fired[-1]
+
+
+def test_sen_slope_matches_scipy() -> None:
+    from scipy.stats import norm, theilslopes
+
+    rng = np.random.default_rng(1)
+    x = np.arange(20.0)
+    y = 2 * x + rng.normal(0, 3, 20)
+    ref = theilslopes(y, x, alpha=0.95)
+    assert np.allclose(sen_slope(x, y, float(norm.ppf(0.975))), tuple(ref))

@@ -1,0 +1,90 @@
+"""Default rules against the shared catalogue and the trainer's metric names; rule-file errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from monitor_scenarios import T0, firing, run, times
+
+from monitor.rules import RuleError, load_rule_files, load_rules
+from monitor.selectors import parse_selector
+from monitor.sources.alertmanager import CATALOGUE
+from verl.metrics.catalog import BY_NAME
+
+# dcgm-exporter field names the defaults use (dcgm-exporter's default counters CSV).
+DCGM_FIELDS = {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP",
+               "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+               "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"}
+
+
+def test_defaults_cover_the_catalogue_with_its_severities() -> None:
+    rules = load_rule_files(None)
+    assert {r.alert for r in rules} == set(CATALOGUE)
+    for r in rules:
+        assert r.severity == CATALOGUE[r.alert], r.alert
+        assert "summary" in r.templates and "runbook" in r.templates, r.alert
+
+
+def test_default_selectors_name_real_series() -> None:
+    used = set()
+    for r in load_rule_files(None):
+        for c in r.conditions:
+            for s in c.selectors:
+                assert s.name is not None
+                used.add(s.name)
+                assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
+                spec = BY_NAME.get(s.name)
+                for m in s.matchers:  # label matchers only on labels the trainer exports
+                    assert spec is None or m.label in spec.labels or s.name == "up", (s.name, m.label)
+    # both name families are covered for memory, temperature, XID and NVLink
+    assert {"verl_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_XID_ERRORS"} <= used
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("rules: {}", "top-level 'rules:' list"),
+    ("rules:\n  - {alert: X, severity: P1, select: up, detector: {type: nope}}", "detector.type"),
+    ("rules:\n  - {alert: X, severity: P1, select: up, detector: {type: threshold, bogus: 1}}", "detector.bogus"),
+    ("rules:\n  - {alert: X, severity: P1, select: 'up{a=b}', detector: {type: threshold}}", "select"),
+    ("rules:\n  - {alert: X, severity: P1, for: soon, select: up, detector: {type: threshold}}", ".for"),
+    ("rules:\n  - {alert: X, severity: P1, select: up, detector: {type: threshold}, summary: '{{ x'}", "summary"),
+    ("rules:\n  - {alert: X, severity: P1, select: up, detector: {type: threshold}, extra: 1}", "extra"),
+    ("rules: [", "not valid YAML"),
+])
+def test_rule_errors_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
+    f = tmp_path / "r.yaml"
+    f.write_text(text)
+    with pytest.raises(RuleError) as exc:
+        load_rules(f)
+    assert needle in str(exc.value) and str(f) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_selector_matchers() -> None:
+    s = parse_selector('verl_oom_events_total{component=~"reward.*", node!="x"}')
+    assert s.matches("verl_oom_events_total", {"component": "reward_model", "node": "a"})
+    assert not s.matches("verl_oom_events_total", {"component": "critic", "node": "a"})
+    assert not s.matches("verl_oom_events_total", {"component": "reward", "node": "x"})
+    assert parse_selector('{__name__=~"DCGM_.*"}').matches("DCGM_FI_DEV_FB_USED", {})
+
+
+def test_compound_condition_joins_on_node() -> None:
+    """CPU saturated on gpu-02, GPU memory swinging on gpu-03: not a CPU-bound bottleneck anywhere."""
+    rng = np.random.default_rng(0)
+    t = times(900, 5.0)
+    cpu = np.full(len(t), 0.98)
+    mem = 40e9 * (1 + 0.1 * np.sin((t - T0) / 7.0)) + rng.normal(0, 1e6, len(t))
+    recs = run([("verl_host_cpu_utilization_ratio", {"node": "gpu-02"}, t, cpu),
+                ("verl_gpu_memory_used_bytes", {"gpu": "0", "node": "gpu-03"}, t, mem)])
+    assert firing(recs, "CPUBoundBottleneck") == []
+    recs = run([("verl_host_cpu_utilization_ratio", {"node": "gpu-03"}, t, cpu),
+                ("verl_gpu_memory_used_bytes", {"gpu": "0", "node": "gpu-03"}, t, mem)])
+    assert len(firing(recs, "CPUBoundBottleneck")) == 1
+
+
+def test_both_families_for_one_gpu_give_one_alert() -> None:
+    t = times(900, 5.0)
+    recs = run([("verl_gpu_temperature_celsius", {"gpu": "0", "node": "n"}, t, np.full(len(t), 90.0)),
+                ("DCGM_FI_DEV_GPU_TEMP", {"gpu": "0", "Hostname": "n", "UUID": "GPU-1"}, t, np.full(len(t), 90.0))])
+    assert len(firing(recs, "GPUOverTemperature")) == 1

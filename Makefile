@@ -31,7 +31,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m 'not slow'
 
 demo: $(STAMP)
-	$(PY) -m verl.demo
+	$(PY) -m monitor.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check verl monitor alerting tests benchmarks

@@ -13,6 +13,7 @@ set and to the predictions (the series start is trivially a change), as in the p
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import pairwise
 
 
 def true_positives(truth: Iterable[int], predicted: Iterable[int], margin: int = 5) -> set[int]:
@@ -39,7 +40,7 @@ def f_measure(annotations: Mapping[str, Iterable[int]], predicted: Iterable[int]
 
 def segments(change_points: Iterable[int], n: int) -> list[range]:
     bounds = sorted({c for c in change_points if 0 < c < n} | {0, n})
-    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
+    return [range(a, b) for a, b in pairwise(bounds)]
 
 
 def _jaccard(a: range, b: range) -> float:

@@ -43,7 +43,7 @@ def build(n_series: int, hours: float, path: Path) -> int:
             labels = {"__name__": name, "instance": f"{host}:8000"}
             if name == "verl_rollout_buffer_size":
                 labels["stage"] = "train"
-            result.append({"metric": labels, "values": [[float(a), repr(float(b))] for a, b in zip(t, v)]})
+            result.append({"metric": labels, "values": [[float(a), repr(float(b))] for a, b in zip(t, v, strict=True)]})
         for gpu in range(8):
             for name in HARDWARE:
                 if len(result) >= n_series:
@@ -53,7 +53,7 @@ def build(n_series: int, hours: float, path: Path) -> int:
                 v = scale * (1 + rng.normal(0, 0.01, len(t)))
                 labels = {"__name__": name, "gpu": str(gpu)}
                 labels.update({"Hostname": host} if name.startswith("DCGM") else {"instance": f"{host}:8000"})
-                result.append({"metric": labels, "values": [[float(a), repr(float(b))] for a, b in zip(t, v)]})
+                result.append({"metric": labels, "values": [[float(a), repr(float(b))] for a, b in zip(t, v, strict=True)]})
         node += 1
     result = result[:n_series]
     path.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))

@@ -206,7 +206,7 @@ def serve_main(nodes: int, gpus: int) -> int:
 
 # ---- the monitor, instrumented ------------------------------------------------------------------------
 
-def monitor_main(config: str, seconds: float, stats_path: str) -> int:
+def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = False) -> int:
     import asyncio
 
     import monitor.daemon as daemon_mod
@@ -216,10 +216,11 @@ def monitor_main(config: str, seconds: float, stats_path: str) -> int:
     d = daemon_mod.Daemon(cfg)
     started: dict[int, float] = {}
     pending: list[tuple[float, float]] = []  # (scrape start, ingest done) awaiting an evaluation
-    ingest_lags: list[float] = []
-    eval_lags: list[float] = []
-    ticks: list[float] = []
-    gauge: list[float] = []
+    # (time.monotonic() at the event, value): CLOCK_MONOTONIC is system-wide, the driver filters by its window
+    ingest_lags: list[tuple[float, float]] = []
+    eval_lags: list[tuple[float, float]] = []
+    ticks: list[tuple[float, float]] = []
+    gauge: list[tuple[float, float]] = []
     lock = threading.Lock()
     real_scrape, real_ingest, real_tick = daemon_mod.scrape, d.ingest, d.pipeline.tick
 
@@ -235,7 +236,7 @@ def monitor_main(config: str, seconds: float, stats_path: str) -> int:
         if t0 is not None:
             done = time.monotonic()
             with lock:
-                ingest_lags.append(done - t0)
+                ingest_lags.append((done, done - t0))
                 pending.append((t0, done))
 
     def timed_tick() -> Any:
@@ -245,9 +246,9 @@ def monitor_main(config: str, seconds: float, stats_path: str) -> int:
             pending[:] = [p for p in pending if p[1] > t0]
         out = real_tick()
         t1 = time.monotonic()
-        ticks.append(t1 - t0)
-        eval_lags.extend(t1 - s for s, _ in seen)
-        gauge.append(d.metrics.eval_lag._value.get())
+        ticks.append((t1, t1 - t0))
+        eval_lags.extend((t1, t1 - s) for s, _ in seen)
+        gauge.append((t1, d.metrics.eval_lag._value.get()))
         return out
 
     daemon_mod.scrape = timed_scrape
@@ -261,10 +262,22 @@ def monitor_main(config: str, seconds: float, stats_path: str) -> int:
         await task
 
     t_start = time.monotonic()
-    asyncio.run(run())
+    hot: list[str] = []
+    if profile:  # cProfile, not py-spy: py-spy is not installed and needs ptrace rights
+        import cProfile
+        import io
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.runcall(asyncio.run, run())
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
+        hot = buf.getvalue().splitlines()
+    else:
+        asyncio.run(run())
     Path(stats_path).write_text(json.dumps({
         "t_start": t_start, "ingest_lags": ingest_lags, "eval_lags": eval_lags, "ticks": ticks,
-        "gauge": gauge, "series": len(d.pipeline.store), "firing": sorted({a.name for a in d.pipeline.book.firing()}),
+        "gauge": gauge, "profile": hot, "series": len(d.pipeline.store), "firing": sorted({a.name for a in d.pipeline.book.firing()}),
         "errors": {f"{s.labels.get('target', '')}:{s.labels.get('reason', '')}": s.value
                    for m in d.metrics.scrape_errors.collect() for s in m.samples if s.name.endswith("_total")},
     }))
@@ -272,6 +285,14 @@ def monitor_main(config: str, seconds: float, stats_path: str) -> int:
 
 
 # ---- driver -------------------------------------------------------------------------------------------
+
+def _by_reason(errors: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, n in errors.items():
+        reason = key.rsplit(":", 1)[-1]
+        out[reason] = out.get(reason, 0) + n
+    return out
+
 
 def p99(xs: list[float]) -> float | None:
     if not xs:
@@ -288,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=20.0, help="seconds excluded at the start (imports, series creation)")
     p.add_argument("--eval-interval", default="1s", help="monitor eval_interval (production default 1s)")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
+    p.add_argument("--profile", action="store_true", help="run the monitor under cProfile and print its hot spots")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-monitor", help=argparse.SUPPRESS)
     p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
@@ -296,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         return serve_main(args.nodes, args.gpus)
     if args.run_monitor:
-        return monitor_main(args.run_monitor, args.seconds, args.stats)
+        return monitor_main(args.run_monitor, args.seconds, args.stats, args.profile)
     if args.nodes < 1 or args.gpus < 1 or args.duration <= 0:
         print("error: --nodes, --gpus and --duration must be positive", file=sys.stderr)
         return 2
@@ -320,16 +342,20 @@ def main(argv: list[str] | None = None) -> int:
         (work / "monitor.yaml").write_text(yaml.safe_dump(cfg))
         total = args.warmup + args.duration
         mon = subprocess.Popen([sys.executable, __file__, "--run-monitor", str(work / "monitor.yaml"),
-                                "--seconds", str(total), "--stats", str(work / "stats.json")])
-        proc = psutil.Process(mon.pid)
+                                "--seconds", str(total), "--stats", str(work / "stats.json"),
+                                *(["--profile"] if args.profile else [])])
+        proc, genp = psutil.Process(mon.pid), psutil.Process(gen.pid)
         time.sleep(args.warmup)
         c0, w0 = sum(proc.cpu_times()[:2]), time.monotonic()
+        g0 = sum(genp.cpu_times()[:2])
         rss, c1, w1 = 0, c0, w0
         while mon.poll() is None and time.monotonic() - w0 < args.duration - 0.5:
             rss = max(rss, proc.memory_info().rss)
             c1, w1 = sum(proc.cpu_times()[:2]), time.monotonic()
             time.sleep(1.0)
         cpu_fraction = (c1 - c0) / (w1 - w0)
+        gen_fraction = (sum(genp.cpu_times()[:2]) - g0) / (time.monotonic() - w0)
+        load = os.getloadavg()[0]
         mon.wait(timeout=60)
         stats = json.loads((work / "stats.json").read_text())
     finally:
@@ -337,27 +363,37 @@ def main(argv: list[str] | None = None) -> int:
             if child is not None and child.poll() is None:
                 child.terminate()
                 child.wait(10)
-    skip = args.warmup  # lags are appended in time order; drop the warm-up share proportionally
-    frac = skip / (args.warmup + args.duration)
+    def measured(xs: list[list[float]]) -> list[float]:
+        return [v for t, v in xs if w0 <= t <= w1]
 
-    def measured(xs: list[float]) -> list[float]:
-        return xs[int(len(xs) * frac):]
+    scrapes = len(measured(stats["ingest_lags"]))
+    # CPU the full load would need: the measured CPU per ingested scrape times the scrapes due per second.
+    # On a shared machine the monitor can be starved (it then times out scrapes and uses less CPU than
+    # the load needs); this figure does not hide that.
+    demand = (c1 - c0) / scrapes * info["targets"] / 5.0 if scrapes else None
 
     result = {
         "benchmark": "monitor_scale", "nodes": args.nodes, "gpus": args.gpus * args.nodes,
         "targets": info["targets"], "exposed_lines": info["lines"], "series": stats["series"],
         "scrape_interval_s": 5.0, "eval_interval": args.eval_interval, "measured_seconds": args.duration,
-        "cpu_fraction": round(cpu_fraction, 3), "eval_lag_p99_seconds": p99(measured(stats["eval_lags"])),
+        "cpu_fraction": round(cpu_fraction, 3),
+        "cpu_fraction_full_load": round(demand, 3) if demand is not None else None,
+        "scrapes_ingested": scrapes, "scrapes_due": int(info["targets"] * (w1 - w0) / 5.0),
+        "eval_lag_p99_seconds": p99(measured(stats["eval_lags"])),
         "ingest_lag_p99_seconds": p99(measured(stats["ingest_lags"])),
         "tick_p99_seconds": p99(measured(stats["ticks"])),
         "gauge_eval_lag_p99_seconds": p99(measured(stats["gauge"])), "rss_bytes": rss,
-        "alerts_firing": stats["firing"], "scrape_errors": stats["errors"], "cpu_count": os.cpu_count(),
+        "alerts_firing": stats["firing"], "scrape_errors": _by_reason(stats["errors"]),
+        "loadgen_cpu_fraction": round(gen_fraction, 3),
+        "cpu_count": os.cpu_count(), "loadavg_1m_at_end": round(load, 2),
         "targets_met": {"cpu_fraction<=0.5": cpu_fraction <= 0.5,
                         "eval_lag_p99<=1.0": (p99(measured(stats["eval_lags"])) or 1e9) <= 1.0},
     }
     if not args.json:
         for k, v in result.items():
             print(f"{k:28s} {v}")
+        if stats["profile"]:
+            print("\n".join(stats["profile"]))
     print(json.dumps(result), flush=True)
     return 0
 

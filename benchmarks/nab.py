@@ -49,7 +49,7 @@ def detect(rule: Rule, times: list[float], values: list[float]) -> list[bool]:
     """One causal pass: True on the rows where the rule's alert starts firing."""
     detector = rule.conditions[0].new_detector()
     out, was_active = [], False
-    for t, v in zip(times, values):
+    for t, v in zip(times, values, strict=True):
         active = detector.update(t, v).active
         out.append(active and not was_active)
         was_active = active

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from alerting.model import Alert
@@ -39,7 +40,6 @@ class AlertState:
     cleared_at: float | None = None  # first evaluation where the condition no longer held
     keep_firing_for: float = 0.0
     restored: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
     def to_alert(self) -> Alert:
         return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
@@ -73,7 +73,7 @@ class AlertBook:
                                          restored=True, keep_firing_for=self.restore_grace_s)
 
     def update(self, now: float, candidates: list[Candidate],
-               annotate: callable | None = None) -> list[Alert]:  # type: ignore[valid-type]
+               annotate: Callable[[Candidate], dict[str, str]] | None = None) -> list[Alert]:
         """``annotate(candidate) -> dict`` renders annotations when an alert starts firing."""
         out: list[Alert] = []
         with self._lock:
@@ -139,13 +139,19 @@ class AlertBook:
     def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
         alert = st.to_alert()
         if self._db is not None:
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) VALUES (?,?,?,?,?)",
-                (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
-            self._db.execute(
-                "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?)",
-                (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at, st.ends_at,
-                 st.value, now))
+            self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
+            try:
+                cur = self._db.execute(
+                    "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
+                    "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
+                self._db.execute(
+                    "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?)",
+                    (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
+                     st.ends_at, st.value, now))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
             if cur.rowcount == 0:
                 return  # already recorded before a restart: not a new event
         out.append(alert)
@@ -157,12 +163,6 @@ class AlertBook:
     def pending(self) -> list[Alert]:
         with self._lock:
             return [s.to_alert() for s in self.states.values() if s.status == "pending"]
-
-    def events(self, limit: int = 1000) -> list[dict]:
-        if self._db is None:
-            return []
-        rows = self._db.execute("SELECT record FROM alert_events ORDER BY id DESC LIMIT ?", (limit,))
-        return [json.loads(r[0]) for r in rows]
 
     def close(self) -> None:
         if self._db is not None:

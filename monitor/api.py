@@ -55,7 +55,8 @@ class MonitorAPI:
         self._thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self._thread.is_alive():  # shutdown() would wait forever for a loop that never ran
+            self.server.shutdown()
         self.server.server_close()
 
     # -- plumbing --------------------------------------------------------------------------------

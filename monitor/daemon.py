@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -56,6 +57,10 @@ class Daemon:
         self.api: MonitorAPI | None = None
         self._stop = asyncio.Event()
         self.started = time.time()
+
+    def listen(self) -> MonitorAPI:
+        """Bind the HTTP listener (OSError when the port is taken)."""
+        return MonitorAPI(self, self.config.host, self.config.port, self.config.bearer_token)
 
     # -- API helpers -----------------------------------------------------------------------------
 
@@ -161,14 +166,16 @@ class Daemon:
                 await self._sleep(30.0)
                 continue
             assert proc.stdout is not None
-            while not self._stop.is_set():
-                line = await proc.stdout.readline()
-                if not line:
-                    break
-                self.ingest(parser.feed([line.decode(errors="replace")], self.clock.now()))
-            if proc.returncode is None:
-                proc.terminate()
-            await proc.wait()
+            try:
+                while not self._stop.is_set():
+                    line = await proc.stdout.readline()
+                    if not line:
+                        break
+                    self.ingest(parser.feed([line.decode(errors="replace")], self.clock.now()))
+            finally:  # also on cancellation at shutdown: never leave nvidia-smi running
+                if proc.returncode is None:
+                    proc.terminate()
+                    await asyncio.shield(proc.wait())
             await self._sleep(5.0)
 
     async def _nvml_loop(self) -> None:
@@ -201,8 +208,11 @@ class Daemon:
     async def run(self, ready: threading.Event | None = None) -> None:
         self._stop = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        self.api = MonitorAPI(self, self.config.host, self.config.port, self.config.bearer_token)
+        if self.api is None:
+            self.api = self.listen()
         self.api.start()
+        base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
+        self.pipeline.plot_prefix = f"{base.rstrip('/')}/api/v1/plots"  # plots are served by our API
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
         limits = httpx.Limits(max_connections=max(10, 2 * len(self.config.targets)))
         async with httpx.AsyncClient(limits=limits) as client:
@@ -253,11 +263,22 @@ def serve(config: MonitorConfig) -> int:
     except RuleError as exc:
         print(f"verl-monitor: {exc}", file=sys.stderr)
         return 2
+    except (OSError, sqlite3.Error) as exc:
+        print(f"verl-monitor: state_db {config.state_db}: cannot open ({exc}); set 'state_db' in {config.path} "
+              "to a writable path", file=sys.stderr)
+        return 2
     except Exception as exc:
         if type(exc).__name__ == "ConfigError":  # alerting's config error, already one line
             print(f"verl-monitor: notify_config {config.notify_config}: {exc}", file=sys.stderr)
             return 2
         raise
+    try:
+        daemon.api = daemon.listen()
+    except OSError as exc:
+        print(f"verl-monitor: cannot listen on {config.host}:{config.port} ({exc.strerror}); "
+              f"set 'listen' in {config.path} to a free port", file=sys.stderr)
+        daemon.close()
+        return 2
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -265,12 +286,6 @@ def serve(config: MonitorConfig) -> int:
             loop.add_signal_handler(sig, daemon.stop)
         await daemon.run()
 
-    try:
-        asyncio.run(main())
-    except OSError as exc:
-        print(f"verl-monitor: cannot listen on {config.host}:{config.port} ({exc.strerror}); "
-              f"set 'listen' in {config.path} to a free port", file=sys.stderr)
-        daemon.close()
-        return 2
+    asyncio.run(main())
     return 0
 

@@ -41,6 +41,8 @@ from alerting.standin import STANDINS, Received, RobotStandIn
 RULES_DIR = Path(__file__).parent / "rules"
 CORRELATION_RULES = Path(__file__).parents[1] / "alerting" / "rules" / "correlation.yaml"
 STEP_RE = re.compile(r"\bstep (\d+)/\d+ \|")
+RESUMED_RE = re.compile(r"resumed from step (\d+)")
+REQUEUED_RE = re.compile(r"(\d+) prompt\(s\) re-queued")
 METRICS_RE = re.compile(r"^metrics: (http://\S+)")
 
 # Short windows for the faults the demo injects; everything else keeps the production defaults.
@@ -113,7 +115,7 @@ def demo_correlation(window: str) -> dict[str, Any]:
 
 def write_configs(workdir: Path, robot: RobotStandIn, kind: str, trainer_url: str, node: str,
                   cluster: str, scrape_interval: float, demo_profile: bool, process_url: str | None,
-                  correlation_window: str = DEMO_CORRELATION_WINDOW) -> Path:
+                  correlation_window: str | None = DEMO_CORRELATION_WINDOW) -> Path:
     """The alerting and monitor YAML for one run; returns the monitor config path."""
     workdir.mkdir(parents=True, exist_ok=True)
     alerting: dict[str, Any] = {
@@ -124,10 +126,11 @@ def write_configs(workdir: Path, robot: RobotStandIn, kind: str, trainer_url: st
                   "group_wait": "1s", "group_interval": "5s", "repeat_interval": "1h"},
         "outbox": {"backoff_initial": "0.5s", "backoff_max": "5s"},
     }
-    if demo_profile:
+    if correlation_window:
         (workdir / "correlation.demo.yaml").write_text(yaml.safe_dump(demo_correlation(correlation_window),
                                                                          sort_keys=False))
         alerting["correlation"] = {"include_defaults": True, "rules_files": ["correlation.demo.yaml"]}
+    if demo_profile:
         (workdir / "rules.demo.yaml").write_text(yaml.safe_dump(demo_rules(process_url is not None),
                                                                 sort_keys=False))
     (workdir / "alerting.yaml").write_text(yaml.safe_dump(alerting, sort_keys=False))
@@ -214,6 +217,9 @@ class Trainer:
         self.url: str | None = None
         self.ready = threading.Event()
         self.step_times: dict[int, float] = {}
+        self.resumed_from: int | None = None  # from the trainer's "resumed from step N" line
+        self.requeued = 0  # prompts the rollout-worker supervisor re-queued after crashes
+        self.warnings: list[tuple[float, str]] = []  # WARNING/ERROR log lines, journal time
         self.on_line = on_line
         cmd = [sys.executable, "-u", "-m", "verl.cli.train", *args]
         self.log = log_path.open("a", encoding="utf-8")
@@ -232,6 +238,12 @@ class Trainer:
             elif (u := METRICS_RE.match(line)) is not None:
                 self.url = u.group(1)
                 self.ready.set()
+            elif (r := RESUMED_RE.search(line)) is not None:
+                self.resumed_from = int(r.group(1))
+            if (q := REQUEUED_RE.search(line)) is not None:
+                self.requeued += int(q.group(1))
+            if " WARNING " in line or " ERROR " in line:
+                self.warnings.append((self.journal.now(), line.strip()))
             if self.on_line is not None:
                 self.on_line(line)
         self.log.flush()
@@ -299,7 +311,7 @@ class StackOptions:
     node: str = "demo-node"
     scrape_interval: float = 1.0
     demo_profile: bool = True
-    correlation_window: str = DEMO_CORRELATION_WINDOW
+    correlation_window: str | None = DEMO_CORRELATION_WINDOW  # None: production holds (2m)
     echo: bool = True
     trainer_args: tuple[str, ...] = ()
 

@@ -24,6 +24,7 @@ from monitor.store import Series
 @dataclass(eq=False)
 class Binding:
     rule: Rule
+    rule_index: int
     cond: int
     series: Series
     detector: Detector
@@ -80,7 +81,7 @@ class Evaluator:
             for ci, cond in enumerate(rule.conditions):
                 if not cond.matches(series.name, series.labels):
                     continue
-                b = Binding(rule, ci, series, cond.new_detector())
+                b = Binding(rule, ri, ci, series, cond.new_detector())
                 if ci == 0:
                     b.labels = self.alert_labels(rule, series.labels)
                     b.fp = fingerprint(b.labels)
@@ -134,7 +135,7 @@ class Evaluator:
             return None
         if len(b.rule.conditions) == 1:
             return b.since
-        ri = self.rules.index(b.rule)
+        ri = b.rule_index
         node = b.series.labels.get("node", "unknown")
         for ci in range(1, len(b.rule.conditions)):
             if not any(self._fresh(h, now) for h in self._helpers.get((ri, ci, node), [])):

@@ -83,12 +83,13 @@ class Pipeline:
         return series
 
     def observe(self, series: Series, t: float, value: float, source: str = "replay") -> bool:
-        """Fast path for one sample of a known series; False if rejected (non-finite, out of order)."""
+        """Fast path for one sample of a known series; False if rejected (non-finite, out of order,
+        or a repeat of the last timestamp, e.g. an exporter's explicit timestamp scraped twice)."""
         if not math.isfinite(value):
             self._reject(source, "nonfinite_value")
             return False
-        if t < series.last_t:
-            self._reject(source, "out_of_order")
+        if t <= series.last_t:
+            self._reject(source, "out_of_order" if t < series.last_t else "duplicate_timestamp")
             return False
         v = series.append(t, value)
         self.evaluator.observe(series, t, v)
@@ -141,7 +142,8 @@ class Pipeline:
 
     def _annotate(self, c: Candidate) -> dict[str, str]:
         ctx = {"labels": c.labels, "value": c.value if c.value is not None else float("nan"),
-               "details": c.details, "alertname": c.rule.alert, "severity": c.rule.severity}
+               "details": c.details, "alertname": c.rule.alert, "severity": c.rule.severity,
+               "series": c.binding.series.labels}  # all source labels, incl. instance/target
         ann = c.rule.render(ctx)
         if c.value is not None:
             ann["value"] = f"{c.value:.6g}"

@@ -12,7 +12,7 @@ rules:
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
         detector: {type: fluctuation, window: 60s, min_relative: 0.05}
     labels: {team: infra}
-    summary: "CPU {{ value | round(2) }} ..."      # Jinja2 (sandboxed): labels, value, details
+    summary: "CPU {{ value | round(2) }} ..."      # Jinja2 (sandboxed): labels, value, details, series
     description: "..."
     runbook: "..."
     plot: false                        # attach a PNG of the series and the fitted line

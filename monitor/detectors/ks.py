@@ -27,21 +27,25 @@ class KSShiftDetector(Detector):
         self.reset()
 
     def reset(self) -> None:
-        self._buf: deque[tuple[float, float]] = deque()
+        self._ts: deque[float] = deque()
+        self._vs: deque[float] = deque()
         self._next_eval = -np.inf
         self._streak = 0
         self._last = Finding(0.0, False)
 
     def update(self, t: float, value: float) -> Finding:
-        self._buf.append((t, value))
-        while self._buf and self._buf[0][0] < t - self.recent_s - self.reference_s:
-            self._buf.popleft()
+        self._ts.append(t)
+        self._vs.append(value)
+        while self._ts[0] < t - self.recent_s - self.reference_s:
+            self._ts.popleft()
+            self._vs.popleft()
         if t < self._next_eval:
             return self._last  # the evaluator takes the sample time from the sample, not the finding
         self._next_eval = t + self.every_s
-        arr = np.asarray(self._buf)
-        cut = t - self.recent_s
-        ref, rec = arr[arr[:, 0] < cut, 1], arr[arr[:, 0] >= cut, 1]
+        n = len(self._ts)
+        ts, vs = np.fromiter(self._ts, float, n), np.fromiter(self._vs, float, n)
+        split = int(np.searchsorted(ts, t - self.recent_s, side="left"))
+        ref, rec = vs[:split], vs[split:]
         if len(ref) < self.min_samples or len(rec) < self.min_samples:
             self._streak = 0
             self._last = Finding(t, False)

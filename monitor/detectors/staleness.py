@@ -10,17 +10,26 @@ from monitor.detectors.base import Detector, Finding
 class ValueAgeDetector(Detector):
     """The series' *value* is a Unix timestamp (heartbeat, last checkpoint); active when
     ``t - value > max_age``. Samples keep arriving (the process answers) but the loop is stuck.
+    A value <= 0 means "never happened yet" (exporters initialise such gauges to 0): the age then
+    counts from the first sample this detector saw, i.e. "no heartbeat/checkpoint since we started
+    watching".
 
-    Tested by tests/monitor/test_detectors.py::test_value_age.
+    Tested by tests/monitor/test_monitor_detectors.py::test_value_age.
     """
 
     def __init__(self, max_age: float = 300.0) -> None:
         self.max_age = max_age
+        self._first: float | None = None
 
     def update(self, t: float, value: float) -> Finding:
-        age = t - value
+        if self._first is None:
+            self._first = t
+        age = t - (value if value > 0 else self._first)
         hit = age > self.max_age
         return Finding(t, hit, 1.0 if hit else 0.0, {"age_s": age, "value": age})
+
+    def reset(self) -> None:
+        self._first = None
 
 
 class StalenessDetector(Detector):

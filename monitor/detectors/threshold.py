@@ -15,18 +15,20 @@ OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
 
 
 class ThresholdDetector(Detector):
-    """``value <op> threshold``.
+    """``value <op> threshold``. ``skip_value``: a reading that means "not measured yet" (a gauge
+    the exporter initialises to 0 before its first computation) is never a hit.
 
-    Tested by tests/monitor/test_detectors.py::test_threshold_ops (each operator on both sides).
+    Tested by tests/monitor/test_monitor_detectors.py::test_threshold_ops and ::test_threshold_skip_value.
     """
 
-    def __init__(self, op: str = ">", value: float = 0.0) -> None:
+    def __init__(self, op: str = ">", value: float = 0.0, skip_value: float | None = None) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {sorted(OPS)}, got {op!r}")
         self.op, self.threshold, self._cmp = op, float(value), OPS[op]
+        self.skip_value = skip_value
 
     def update(self, t: float, value: float) -> Finding:
-        hit = bool(self._cmp(value, self.threshold))
+        hit = value != self.skip_value and bool(self._cmp(value, self.threshold))
         return Finding(t, hit, 1.0 if hit else 0.0, {"value": value, "threshold": self.threshold})
 
 
@@ -62,9 +64,9 @@ class SpikeFilter(Detector):
 class FluctuationDetector(Detector):
     """Swing of a series within a window: ``(max - min) / mean > min_relative``.
 
-    For "GPU memory fluctuating more than 5 %" (allocation churn while the CPU feeds the GPU).
-    Max and min come from monotonic deques and the mean from a running sum, so each sample costs
-    O(1) -- this runs on every GPU-memory series of the fleet. Tested by
+    For "GPU memory fluctuating more than 5 %" (allocation churn while the CPU feeds the GPU). Runs
+    on every GPU-memory series of the fleet, so values and times live in two flat deques and the
+    builtins scan the (short) window at C speed. Tested by
     tests/monitor/test_monitor_detectors.py::test_fluctuation.
     """
 
@@ -73,32 +75,22 @@ class FluctuationDetector(Detector):
         self.reset()
 
     def reset(self) -> None:
-        self._buf: deque[tuple[float, float]] = deque()
-        self._hi: deque[tuple[float, float]] = deque()
-        self._lo: deque[tuple[float, float]] = deque()
-        self._sum = 0.0
+        self._ts: deque[float] = deque()
+        self._vs: deque[float] = deque()
 
     def update(self, t: float, value: float) -> Finding:
-        buf, hi, lo = self._buf, self._hi, self._lo
-        buf.append((t, value))
-        self._sum += value
-        while hi and hi[-1][1] <= value:
-            hi.pop()
-        hi.append((t, value))
-        while lo and lo[-1][1] >= value:
-            lo.pop()
-        lo.append((t, value))
+        ts, vs = self._ts, self._vs
+        ts.append(t)
+        vs.append(value)
         cut = t - self.window_s
-        while buf[0][0] < cut:
-            self._sum -= buf.popleft()[1]
-        while hi[0][0] < cut:
-            hi.popleft()
-        while lo[0][0] < cut:
-            lo.popleft()
-        if len(buf) < self.min_samples:
+        while ts[0] < cut:
+            ts.popleft()
+            vs.popleft()
+        n = len(vs)
+        if n < self.min_samples:
             return Finding(t, False)
-        mean = self._sum / len(buf)
-        top, bottom = hi[0][1], lo[0][1]
+        mean = sum(vs) / n
+        top, bottom = max(vs), min(vs)
         swing = (top - bottom) / abs(mean) if mean else (math.inf if top != bottom else 0.0)
         hit = swing > self.min_relative
         return Finding(t, hit, min(1.0, swing), {"relative_swing": swing, "value": value})

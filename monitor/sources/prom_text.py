@@ -34,8 +34,15 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
         families = list(text_string_to_metric_families(text))
     except Exception:
         families = _parse_tolerant(text, batch)
+    # prometheus_client writes each counter's creation time as a separate `<name>_created` gauge
+    # family in the text format: plumbing, not a measurement, and it would double the series count.
+    countable = {f.name for f in families if f.type in ("counter", "histogram", "summary")}
     for fam in families:
+        if fam.name.endswith("_created") and fam.name[: -len("_created")] in countable:
+            continue
         for s in fam.samples:
+            if s.name.endswith("_created") and fam.type in ("counter", "histogram", "summary"):
+                continue
             if not math.isfinite(s.value):
                 batch.error("nonfinite_value")
                 continue

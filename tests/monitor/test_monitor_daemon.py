@@ -211,3 +211,23 @@ def test_reward_drift_alert_carries_top_3_prompts_and_silences_api(tmp_path: Pat
         assert metric(d.url, "verl_alerting_outbox_depth") is not None  # engine metrics on our /metrics
     finally:
         d.stop()
+
+
+def test_jsonl_and_dmon_file_sources(tmp_path: Path) -> None:
+    log = tmp_path / "exp.jsonl"
+    log.write_text(json.dumps({"step": 1, "data": {"actor/ppo_kl": 0.02, "perf/throughput": 9000}}) + "\n")
+    dmon = tmp_path / "dmon.log"
+    dmon.write_text((Path(__file__).parent / "fixtures" / "nvidia-smi-dmon-sample.txt").read_text())
+    d = RunningDaemon(write_config(tmp_path, [], jsonl=[{"path": "exp.jsonl", "node": "gpu-08"}],
+                                   dmon=[{"path": "dmon.log", "node": "gpu-08"}]))
+    try:
+        assert wait_for(lambda: (metric(d.url, "verl_monitor_samples_ingested_total", source="jsonl:exp.jsonl")
+                                 or 0) >= 3)
+        assert wait_for(lambda: (metric(d.url, "verl_monitor_samples_ingested_total", source="dmon0") or 0) == 30)
+        with log.open("a") as fh:
+            fh.write("not json\n")
+        assert wait_for(lambda: metric(d.url, "verl_monitor_scrape_errors_total", target="jsonl:exp.jsonl",
+                                       reason="malformed_json") == 1)
+        assert metric(d.url, "verl_monitor_series") >= 8
+    finally:
+        d.stop()

@@ -12,7 +12,7 @@ K = T - T0
 
 
 def step(at: float, before: float, after: float) -> np.ndarray:
-    return np.where(K >= at, after, before)
+    return np.where(at <= K, after, before)
 
 
 def counter(at: float, by: float = 1.0) -> np.ndarray:

@@ -25,6 +25,11 @@ def test_threshold_ops(op: str, below: bool, at: bool, above: bool) -> None:
     assert [d.update(0, v).active for v in (0.5, 1.0, 1.5)] == [below, at, above]
 
 
+def test_threshold_skip_value() -> None:
+    d = ThresholdDetector("<", 0.01, skip_value=0)
+    assert [d.update(0, v).active for v in (0.0, 0.005, 0.5)] == [False, True, False]
+
+
 def test_threshold_rejects_unknown_op() -> None:
     with pytest.raises(ValueError, match="op must be"):
         ThresholdDetector("=>", 1)
@@ -75,6 +80,10 @@ def test_value_age() -> None:
     d = ValueAgeDetector(max_age=300)
     assert not d.update(1000, 900).active
     assert d.update(1000, 600).active
+    unset = ValueAgeDetector(max_age=300)  # gauge still at its initial 0: age counts from first sight
+    assert not unset.update(1000, 0).active
+    assert not unset.update(1300, 0).active
+    assert unset.update(1301, 0).active
 
 
 def test_staleness_tick() -> None:

@@ -156,8 +156,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             sys.executable, "-m", "verl.cli.train", "--config", "ppo_tiny",
             "--metrics-port", str(st.ports["trainer"]), "--metrics-interval", "1",
             "--checkpoint-dir", str(st.tmp / "ckpt"),
+            # checkpoint.interval stays at its default (500): like any real run, this one has no checkpoint yet
             "trainer.total_steps=100000", "metrics.data_interval_steps=1", "metrics.hardware_interval_s=1",
-            "checkpoint.interval=2",
         ])
         st.spawn("monitor", [sys.executable, "-m", "monitor.cli", "run", "--config", str(monitor_config(st))])
         (st.tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config(st)))

@@ -58,6 +58,10 @@ def test_bad_overrides_name_the_key(overrides: list[str], needle: str) -> None:
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+def test_article_config_path_resolves_to_bundled_file() -> None:
+    assert load_config("configs/ppo_llama3.yaml").actor.model.endswith("Meta-Llama-3-8B-Instruct")
+
+
 def test_unknown_config_name() -> None:
     with pytest.raises(ConfigError, match="ppo_tiny"):
         load_config("nope_not_here")

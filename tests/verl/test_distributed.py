@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +20,15 @@ def test_two_ranks_keep_identical_parameters() -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "verl.cli.train", "--config", "ppo_tiny",
            "trainer.total_steps=3", "data.batch_size=8", "actor.ppo_mini_batch_size=4"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
-    out = proc.stdout + proc.stderr
+    # own session: on timeout the ranks die with torchrun instead of lingering in a gloo collective
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     assert proc.returncode == 0, out[-3000:]
     final = dict(re.findall(r"rank=(\d) step=3 param_sha256=([0-9a-f]{64})", out))
     initial = dict(re.findall(r"rank=(\d) step=0 initial param_sha256=([0-9a-f]{64})", out))

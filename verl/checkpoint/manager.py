@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import logging
+import queue
 import shutil
 import threading
 import time
@@ -148,7 +149,12 @@ class CheckpointManager:
         else:
             self.rank, self.world_size, self._pg = 0, 1, None
         self._buffers = StagingBuffers()
-        self._thread: threading.Thread | None = None
+        # One long-lived writer thread fed through a queue: starting a thread per save made the caller
+        # wait for the new thread to be scheduled (24 ms of a 90 ms stall on a busy host).
+        self._jobs: queue.Queue[_Staged | None] = queue.Queue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._writer: threading.Thread | None = None
         self._result: SaveResult | None = None
         self.last_result: SaveResult | None = None
 
@@ -222,8 +228,11 @@ class CheckpointManager:
         if self._stall_gauge is not None:
             self._stall_gauge.set(stall)
         if self.async_save:
-            self._thread = threading.Thread(target=self._write, args=(staged,), name=f"ckpt-{step}", daemon=True)
-            self._thread.start()
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._writer_loop, name="checkpoint-writer", daemon=True)
+                self._writer.start()
+            self._idle.clear()
+            self._jobs.put(staged)
             return self._result
         self._write(staged)
         self._result.stall_s = time.perf_counter() - t0
@@ -233,15 +242,20 @@ class CheckpointManager:
 
     def wait(self, raise_on_error: bool = True) -> SaveResult | None:
         """Block until the save in flight (if any) is complete; return its result."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._idle.wait()
         result, self._result = self._result, None
         if result is not None:
             self.last_result = result
             if result.error and raise_on_error:
                 raise CheckpointError(f"checkpoint save of global_step_{result.step} failed: {result.error}")
         return result
+
+    def _writer_loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._write(job)
+            finally:
+                self._idle.set()
 
     def _write(self, s: _Staged) -> None:
         t0 = time.perf_counter()
@@ -379,3 +393,7 @@ class CheckpointManager:
         """Finish the save in flight. Call it before the process exits: the writer is a daemon thread,
         and a save cut short leaves only an incomplete (ignored) directory."""
         self.wait(raise_on_error=False)
+        if self._writer is not None:
+            self._jobs.put(None)
+            self._writer.join()
+            self._writer = None

@@ -34,6 +34,9 @@ def resolve_config_path(name_or_path: str) -> Path:
     bundled = BUNDLED_DIR / f"{name_or_path}.yaml"
     if bundled.is_file():
         return bundled
+    # The article writes config="configs/ppo_llama3.yaml": accept a bundled file named by its path too.
+    if path.suffix in (".yaml", ".yml") and (BUNDLED_DIR / path.name).is_file():
+        return BUNDLED_DIR / path.name
     raise ConfigError(
         f"config '{name_or_path}' not found: give a YAML file path or one of {', '.join(bundled_names())}"
     )

@@ -5,15 +5,16 @@
     HALF_OPEN --(probe succeeds)--> CLOSED      HALF_OPEN --(probe fails)--> OPEN
 
 While not CLOSED, scores come from a cache of the last ``cache_size`` (prompt, reward) pairs, by the
-most similar cached prompt (MinHash Jaccard estimate). Each model call runs on its own daemon thread
-that is abandoned on timeout: a hung CUDA kernel or HTTP call cannot be interrupted from Python, only
-left behind. So the extra wall time of a hang is at most ``failure_threshold × timeout_s``; after that
+most similar cached prompt (MinHash Jaccard estimate). Model calls run on a daemon thread that is
+abandoned on timeout: a hung CUDA kernel or HTTP call cannot be interrupted from Python, only left
+behind. So the extra wall time of a hang is at most ``failure_threshold × timeout_s``; after that
 calls are served from the cache at once and a recovered model is picked up by the next probe.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,6 +51,45 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or (
         isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
     )
+
+
+class _Caller:
+    """Runs model calls on a reused daemon thread. A call that hangs cannot be interrupted from Python,
+    so on timeout its thread is abandoned (it exits if the call ever returns) and the next call gets
+    a fresh one. Reusing the thread matters: ``Thread.start`` waits until the new thread is scheduled,
+    which costs tens of milliseconds per call on a busy host."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._current: tuple[threading.Thread, queue.SimpleQueue[Callable[[], None] | None]] | None = None
+
+    def submit(self, job: Callable[[], None]) -> threading.Thread:
+        with self._lock:
+            if self._current is None:
+                jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+                thread = threading.Thread(target=self._loop, args=(jobs,), name="reward-call", daemon=True)
+                thread.start()
+                self._current = (thread, jobs)
+            thread, jobs = self._current
+        jobs.put(job)
+        return thread
+
+    def abandon(self, thread: threading.Thread) -> None:
+        with self._lock:
+            if self._current is not None and self._current[0] is thread:
+                self._current[1].put(None)  # read by the hung thread only if it ever returns
+                self._current = None
+
+    def abandon_all(self) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current[1].put(None)
+                self._current = None
+
+    @staticmethod
+    def _loop(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        while (job := jobs.get()) is not None:
+            job()
 
 
 class ScoreCache:
@@ -145,6 +185,7 @@ class RewardCircuitBreaker:
         self._probe_texts = list(probe_texts) if probe_texts else None
         self._gauge, self._calls, self._on_change = state_gauge, calls_counter, on_state_change
         self._lock = threading.Lock()
+        self._caller = _Caller()
         self._state = CircuitState.CLOSED
         self._failures = 0
         self._next_probe = 0.0
@@ -188,11 +229,12 @@ class RewardCircuitBreaker:
                 done.set()
 
         started = self.clock.now()
-        threading.Thread(target=run, name="reward-call", daemon=True).start()
+        caller = self._caller.submit(run)
         # Poll in short real-time slices but judge the deadline on the injected clock, so a simulated
         # clock can drive the timeout in tests and replay.
         while not done.wait(min(0.02, self.timeout_s)):
             if self.clock.now() - started >= self.timeout_s:
+                self._caller.abandon(caller)
                 self._count("timeout")
                 return "timeout", None
         if "error" in box:
@@ -253,3 +295,4 @@ class RewardCircuitBreaker:
     def close(self) -> None:
         self._stop.set()
         self._prober.join(timeout=1.0)
+        self._caller.abandon_all()

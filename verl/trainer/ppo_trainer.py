@@ -279,6 +279,12 @@ class RLTrainer:
         self.faults.throughput_sleep(step, self._last_work_seconds)
         injected = clock.monotonic() - t
         prompts = self.loader.next_batch()
+        for _ in range(len(self.loader.dataset)):  # guards (dedup/cooldown) may empty a batch: take the next
+            if prompts:
+                break
+            prompts = self.loader.next_batch()
+        if not prompts:
+            raise RuntimeError("every prompt is filtered out (cooldown/dedup): the dataset is too small for them")
         stage["dataloader"] = clock.monotonic() - t
 
         t = clock.monotonic()
@@ -303,6 +309,8 @@ class RLTrainer:
         stage["reference"] = clock.monotonic() - t
 
         t = clock.monotonic()
+        self.actor.eval()   # old log-probs and values without dropout noise; updates switch back to train()
+        self.critic.eval()
         with torch.no_grad():
             a_batch = batch.to(self.actor_device)
             old_logits, old_hidden = response_logits(self.actor, a_batch, want_layers)

@@ -50,7 +50,7 @@ PROMPTS = [f"question {i}: what is {i} plus {i}?" for i in range(5)]
 
 
 def test_hang_opens_serves_cache_probes_and_closes_within_bound() -> None:
-    timeout, probe = 0.4, 0.4
+    timeout, probe = 0.5, 1.0
     model = FlakyModel()
     gauge, calls = metrics()
     breaker = RewardCircuitBreaker(model, timeout_s=timeout, probe_interval_s=probe, state_gauge=gauge, calls_counter=calls)

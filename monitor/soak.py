@@ -1,0 +1,346 @@
+"""``verl-monitor soak --duration SECONDS --output FILE``: fault-injection soak with effective training time.
+
+    plan (seeded: about one fault per --fault-interval) -> supervisor: trainer incarnations, each with
+    the faults due before its SIGKILL, restarted with --resume -> monitor + robot stand-in (monitor.demo.Stack)
+    -> accounting: ETTR, faults recovered, prompts, expected alerts delivered, detection delay -> JSON
+
+Fault kinds: ``reward_hang`` (reward model hangs: timeouts, circuit breaker), ``worker_kill`` (SIGKILL of
+a rollout worker), ``critic_oom`` (critic update OOM: degraded mode), ``trainer_kill`` (SIGKILL of the
+whole trainer; the supervisor restarts it with ``--resume``). Faults are ``faults.*`` overrides at a
+step; the step for a planned time comes from the measured step rate.
+
+ETTR (Meta's definition): productive training time / wall time. A step is productive when its update
+survives: steps completed after the checkpoint a restart resumes from are recomputed, so they and the
+restart time (process start, model build, resume) are not productive. A step's time is the gap since the
+previous step of the same incarnation (an incarnation's first step: that incarnation's median gap).
+
+A fault counts as recovered when training completed ``RECOVERY_STEPS`` steps past it. Prompt accounting
+comes from the trainer's log (``N prompt(s) re-queued``) and its metrics when it exposes
+``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total``; otherwise ``null`` with
+a note -- the soak does not invent figures the trainer does not report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from monitor.demo import Stack, StackOptions, Trainer, free_port
+
+KINDS = ("reward_hang", "worker_kill", "critic_oom")
+# alerts an operator must receive for each kind (a SIGKILL + automatic resume is handled, not paged:
+# the restart is shorter than TrainerDown's `for: 1m`)
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "reward_hang": ("RewardModelTimeout", "RewardModelCircuitOpen"),
+    "worker_kill": ("RolloutWorkerCrash",),
+    "critic_oom": (),
+    "trainer_kill": (),
+}
+RECOVERY_STEPS = 5
+# What the trainer logs when it acts on a fault (WARNING/ERROR lines): a fault without such a line was
+# scheduled but not acted on, and is not counted as injected.
+EVIDENCE: dict[str, re.Pattern[str]] = {
+    "reward_hang": re.compile(r"reward.*(timed? ?out|circuit|hang)|circuit.*open", re.I),
+    "worker_kill": re.compile(r"rollout worker \d+.*(died|killed|restart)", re.I),
+    "critic_oom": re.compile(r"critic.*(oom|out of memory|degrad)", re.I),
+    "trainer_kill": re.compile(r"SIGKILL trainer", re.I),
+}
+HANG_STEPS = 3  # a hang lasts this many steps' worth of reward calls (the breaker opens after 3 timeouts)
+
+
+@dataclass
+class Fault:
+    kind: str
+    at_s: float  # planned, seconds since the soak started
+    step: int | None = None
+    injected_at: float | None = None  # when the trainer reached the fault's step
+    evidence: str | None = None  # the trainer's log line showing it acted on the fault
+    recovered: bool = False
+
+
+def plan_faults(duration: float, interval: float, seed: int) -> list[Fault]:
+    """About one fault per ``interval``, jittered +-25 %; every fourth is a trainer SIGKILL, the others
+    a seeded shuffle of the in-process kinds (each kind at most once per trainer incarnation)."""
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    t = interval * 0.5
+    group: list[str] = []
+    while t < duration - 20:
+        if not group:
+            group = rng.sample(KINDS, len(KINDS)) + ["trainer_kill"]
+        faults.append(Fault(group.pop(0), round(t + rng.uniform(-0.25, 0.25) * interval, 1)))
+        t += interval
+    return faults
+
+
+@dataclass
+class Incarnation:
+    trainer: Trainer
+    started: float
+    resumed_from: int = 0
+    faults: list[Fault] = field(default_factory=list)
+
+
+def _overrides(faults: list[Fault]) -> list[str]:
+    out = []
+    workers = [f.step for f in faults if f.kind == "worker_kill"]
+    if workers:
+        out.append(f"faults.kill_rollout_worker_at_steps=[{','.join(str(s) for s in workers)}]")
+    for f in faults:
+        if f.kind == "reward_hang":
+            out.append(f"faults.reward_hang_at_step={f.step}")
+        elif f.kind == "critic_oom":
+            out.append(f"faults.critic_oom_at_step={f.step}")
+        elif f.kind == "trainer_kill":
+            out.append(f"faults.kill_trainer_at_step={f.step}")
+    return out
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.port = free_port()
+        self.plan = plan_faults(args.duration, args.fault_interval, args.seed)
+        self.incarnations: list[Incarnation] = []
+        self.rate = 4.0  # steps/s until measured
+        self.wall = 0.0
+        self.stack = Stack(StackOptions(
+            workdir=workdir, kind="wecom", cluster="soak", node="soak-node", demo_profile=False,
+            correlation_window=args.correlation_window, echo=not args.quiet))
+
+    def _trainer_args(self, faults: list[Fault], resume: bool) -> tuple[str, ...]:
+        return ("--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
+                "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume"] if resume else []),
+                "trainer.total_steps=1000000", f"checkpoint.interval={self.args.checkpoint_interval}",
+                f"reward.timeout_s={self.args.reward_timeout}", *_overrides(faults))
+
+    def _schedule(self, now: float, resume_step: int) -> list[Fault]:
+        """The pending faults for the next incarnation, up to and including the next trainer kill."""
+        chosen: list[Fault] = []
+        startup = 10.0
+        for f in self.plan:
+            if f.step is not None:
+                continue
+            f.step = max(resume_step + 2, int(resume_step + (f.at_s - now - startup) * self.rate))
+            if any(c.step == f.step for c in chosen):
+                f.step += 1
+            chosen.append(f)
+            if f.kind == "trainer_kill":
+                break
+        return chosen
+
+    def _launch(self, resume: bool) -> Incarnation:
+        j = self.stack.journal
+        resume_step = self._last_step()
+        faults = self._schedule(j.now(), resume_step)
+        args = self._trainer_args(faults, resume)
+        if not self.incarnations:
+            self.stack.opts.trainer_args = args
+            self.stack.start()
+            trainer = self.stack.trainer
+            assert trainer is not None
+        else:
+            trainer = self.stack.start_trainer(args)
+        inc = Incarnation(trainer, self.stack.trainer_started, faults=faults)
+        self.incarnations.append(inc)
+        for f in faults:
+            j.add("fault", f"planned {f.kind} at step {f.step} (~{f.at_s:.0f}s)", fault=f.kind, step=f.step)
+        return inc
+
+    def _last_step(self) -> int:
+        return max((max(i.trainer.step_times, default=0) for i in self.incarnations), default=0)
+
+    def run(self) -> dict[str, Any]:
+        j = self.stack.journal
+        end = self.args.duration
+        try:
+            inc = self._launch(resume=False)
+            while j.now() < end:
+                time.sleep(0.5)
+                self._measure_rate(inc)
+                if not inc.trainer.alive():
+                    code = inc.trainer.proc.returncode
+                    j.add("trainer", f"trainer exited with code {code}; restarting with --resume")
+                    inc.trainer.stop()
+                    inc = self._launch(resume=True)
+            counters = self._prompt_counters()
+            self.wall = j.now()
+            inc.trainer.stop()  # steps after the measured wall time must not count as productive
+            drain_until = j.now() + self.args.drain
+            while j.now() < drain_until and self._undelivered():
+                time.sleep(1.0)
+        finally:
+            self.stack.close()
+        return self._report(counters)
+
+    def _measure_rate(self, inc: Incarnation) -> None:
+        times = sorted(inc.trainer.step_times.items())
+        if len(times) >= 20:
+            (s0, t0), (s1, t1) = times[-20], times[-1]
+            if t1 > t0:
+                self.rate = (s1 - s0) / (t1 - t0)
+
+    def _prompt_counters(self) -> dict[str, float]:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            return {}
+        out = {}
+        for name in ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total"):
+            m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+            if m:
+                out[name] = float(m.group(1))
+        return out
+
+    # -- accounting -------------------------------------------------------------------------------------
+    def _fault_times(self) -> None:
+        for i, inc in enumerate(self.incarnations):
+            for f in inc.faults:
+                f.injected_at = inc.trainer.step_times.get((f.step or 0) - 1)
+                if f.injected_at is not None:
+                    f.evidence = next((ln for t, ln in inc.trainer.warnings
+                                       if t >= f.injected_at - 1 and EVIDENCE[f.kind].search(ln)), None)
+                later = [s for x in self.incarnations[i:] for s in x.trainer.step_times if s >= (f.step or 0) + RECOVERY_STEPS]
+                f.recovered = f.injected_at is not None and bool(later)
+
+    def _alert_times(self) -> dict[str, list[tuple[float, str]]]:
+        fired: dict[str, list[tuple[float, str]]] = {}
+        for ev in self.stack.journal.of("alert"):
+            if ev["status"] == "firing":
+                fired.setdefault(ev["alertname"], []).append((ev["t"], ev["fingerprint"]))
+        return fired
+
+    def _delivered(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for ev in self.stack.journal.of("notification"):
+            if ev["status"] == "delivered":
+                for fp in ev["fingerprints"]:
+                    out.setdefault(fp, ev["t"])
+        return out
+
+    def _undelivered(self) -> bool:
+        delivered = self._delivered()
+        return any(fp not in delivered for evs in self._alert_times().values() for _, fp in evs)
+
+    def _ettr(self, wall: float) -> float:
+        productive = 0.0
+        for i, inc in enumerate(self.incarnations):
+            times = sorted(inc.trainer.step_times.items())
+            if not times:
+                continue
+            gaps = {s: t - tp for (sp, tp), (s, t) in zip(times, times[1:], strict=False) if s == sp + 1}
+            median = statistics.median(gaps.values()) if gaps else 0.0
+            survives = self.incarnations[i + 1].resumed_from if i + 1 < len(self.incarnations) else float("inf")
+            for s, _ in times:
+                if s <= survives:
+                    productive += gaps.get(s, median)
+        return productive / wall if wall > 0 else 0.0
+
+    def _report(self, counters: dict[str, float]) -> dict[str, Any]:
+        for inc in self.incarnations:
+            inc.resumed_from = inc.trainer.resumed_from or 0
+        self._fault_times()
+        reached = [f for inc in self.incarnations for f in inc.faults if f.injected_at is not None]
+        injected = [f for f in reached if f.evidence is not None]
+        fired, delivered = self._alert_times(), self._delivered()
+        expected = delivered_n = 0
+        delays: list[float] = []
+        for f in injected:
+            for name in EXPECTED[f.kind]:
+                expected += 1
+                after = [(t, fp) for t, fp in fired.get(name, []) if t >= (f.injected_at or 0)]
+                if after:
+                    delays.append(after[0][0] - (f.injected_at or 0))
+                    if after[0][1] in delivered:
+                        delivered_n += 1
+        wall = self.wall
+        requeued = sum(inc.trainer.requeued for inc in self.incarnations)
+        lost = counters.get("verl_rollout_prompts_lost_total")
+        dup = counters.get("verl_rollout_prompts_duplicated_total")
+        return {
+            "ettr": round(self._ettr(wall), 4),
+            "faults_injected": len(injected),
+            "faults_recovered": sum(f.recovered for f in injected),
+            "prompts_lost": lost,
+            "prompts_duplicated": dup,
+            "alerts_expected": expected,
+            "alerts_delivered": delivered_n,
+            "mean_detect_seconds": round(statistics.mean(delays), 2) if delays else None,
+            "faults": [{"kind": f.kind, "step": f.step, "planned_s": f.at_s, "injected_s": f.injected_at,
+                        "evidence": f.evidence, "recovered": f.recovered}
+                       for inc in self.incarnations for f in inc.faults],
+            "faults_reached_without_trainer_evidence": [f.kind for f in reached if f.evidence is None],
+            "faults_planned_not_reached": sum(1 for f in self.plan if f.injected_at is None),
+            "restarts": len(self.incarnations) - 1,
+            "prompts_requeued": requeued,
+            "alerts_fired": sorted(fired),
+            "final_step": self._last_step(),
+            "duration_s": self.args.duration,
+            "workdir": str(self.workdir),
+            "notes": [] if lost is not None else [
+                "prompts_lost/prompts_duplicated: the trainer does not expose verl_rollout_prompts_lost_total / "
+                "verl_rollout_prompts_duplicated_total, so they are reported as null"],
+        }
+
+
+# ---- CLI (registered by monitor/cli.py as `verl-monitor soak`) ------------------------------------------
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--duration", type=float, required=True, help="seconds of training under faults (e.g. 300)")
+    p.add_argument("--output", required=True, help="JSON report file")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
+    p.add_argument("--fault-interval", type=float, default=60.0, help="mean seconds between faults (default 60)")
+    p.add_argument("--checkpoint-interval", type=int, default=25, help="trainer checkpoint.interval in steps")
+    p.add_argument("--reward-timeout", type=float, default=1.0, help="trainer reward.timeout_s during the soak")
+    p.add_argument("--correlation-window", default="20s", help="alert correlation holds (production: 2m)")
+    p.add_argument("--drain", type=float, default=30.0, help="seconds to wait for pending deliveries at the end")
+    p.add_argument("--workdir", help="keep configs, checkpoints, state and logs here (default: a temp dir)")
+    p.add_argument("--quiet", action="store_true", help="do not print the live event log")
+
+
+def add_subparser(subparsers: Any) -> None:
+    p = subparsers.add_parser("soak", help="fault-injection soak: ETTR, recovery, alert delivery")
+    add_args(p)
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    if args.duration <= 0:
+        print(f"verl-monitor: --duration {args.duration}: must be > 0 seconds", file=sys.stderr)
+        return 2
+    if not out.parent.is_dir():
+        print(f"verl-monitor: --output {out}: directory {out.parent} does not exist; create it first", file=sys.stderr)
+        return 2
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="verl-soak-"))
+    try:
+        report = Soak(args, workdir).run()
+    except KeyboardInterrupt:
+        print("verl-monitor: soak interrupted; trainer and monitor stopped", file=sys.stderr)
+        return 130
+    except RuntimeError as exc:
+        print(f"verl-monitor: soak: {exc}", file=sys.stderr)
+        return 1
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: report[k] for k in ("ettr", "faults_injected", "faults_recovered", "prompts_lost",
+                                             "prompts_duplicated", "alerts_expected", "alerts_delivered",
+                                             "mean_detect_seconds")}))
+    return 0
+
+
+if __name__ == "__main__":
+    _p = argparse.ArgumentParser(prog="python -m monitor.soak", description=__doc__.splitlines()[0])
+    add_args(_p)
+    sys.exit(main(_p.parse_args()))

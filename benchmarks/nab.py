@@ -1,6 +1,6 @@
 """NAB: the monitor's streaming detectors, through the `nab` rule profile, scored like NAB v1.1.
 
-    .venv/bin/python benchmarks/nab.py [--data DIR] [--rules monitor/rules/nab.yaml] [--json]
+    .venv/bin/python benchmarks/nab.py [--data DIR] [--rules monitor/rules/nab.yaml] [--json] [--sweep A,B]
 
 Each file is fed once, in time order, to detectors built from the profile's rules exactly as the
 daemon builds them (`Condition.new_detector()`); a detection is a rule's alert starting to fire.
@@ -28,6 +28,7 @@ from benchmarks._nab_scoring import (
     read_series,
     score_file,
 )
+from monitor.detectors import registry
 from monitor.rules import Rule
 
 DEFAULT_RULES = ROOT / "monitor" / "rules" / "nab.yaml"
@@ -45,9 +46,10 @@ def profile_rules(rules: list[Rule]) -> dict[str, Rule]:
     return {p: by_profile[p] for p in PROFILE_KEYS}
 
 
-def detect(rule: Rule, times: list[float], values: list[float]) -> list[bool]:
+def detect(rule: Rule, times: list[float], values: list[float], **override: float) -> list[bool]:
     """One causal pass: True on the rows where the rule's alert starts firing."""
-    detector = rule.conditions[0].new_detector()
+    cond = rule.conditions[0]
+    detector = registry.build(cond.detector_type, {**cond.params, **override}) if override else cond.new_detector()
     out, was_active = [], False
     for t, v in zip(times, values, strict=True):
         active = detector.update(t, v).active
@@ -56,7 +58,8 @@ def detect(rule: Rule, times: list[float], values: list[float]) -> list[bool]:
     return out
 
 
-def run(data: Path, rules: dict[str, Rule], files: list[str] | None = None) -> dict[str, list[tuple[str, FileScore]]]:
+def run(data: Path, rules: dict[str, Rule], files: list[str] | None = None,
+        **override: float) -> dict[str, list[tuple[str, FileScore]]]:
     costs = load_profiles(data)
     windows = load_windows(data)
     results: dict[str, list[tuple[str, FileScore]]] = {p: [] for p in rules}
@@ -64,7 +67,7 @@ def run(data: Path, rules: dict[str, Rule], files: list[str] | None = None) -> d
         stamps, values = read_series(data / name)
         times = [epoch(s) for s in stamps]
         for profile, rule in rules.items():
-            det = detect(rule, times, values)
+            det = detect(rule, times, values, **override)
             results[profile].append((name, score_file(stamps, det, windows[name], costs[profile])))
     return results
 
@@ -79,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", help="datasets folder holding nab/ (default ../shared/datasets)")
     ap.add_argument("--rules", default=str(DEFAULT_RULES), help="rule profile (default monitor/rules/nab.yaml)")
     ap.add_argument("--json", action="store_true", help="per-file lines as JSON too")
+    ap.add_argument("--sweep", metavar="A,B,...", help="also print the scores with these alpha values (sensitivity)")
     args = ap.parse_args(argv)
     data = data_dir(args.data, "nab")
     rules = profile_rules(load_profile(Path(args.rules)))
+    for alpha in (float(a) for a in args.sweep.split(",")) if args.sweep else ():
+        emit({"alpha": alpha, **summary(data, run(data, rules, alpha=alpha))})
     results = run(data, rules)
     names = [n for n, _ in results["standard"]]
     for i, name in enumerate(names):

@@ -262,19 +262,53 @@ class Trainer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # zombies still "exist" for killpg: reap the leader, ignore the others (their parent reaps them)
+        self.proc.poll()
+        import psutil
+
+        return any(_status(p) != psutil.STATUS_ZOMBIE for p in _group_members(self.proc.pid))
+
     def stop(self, grace_s: float = 5.0) -> int | None:
-        """SIGTERM the process group, SIGKILL what is left after ``grace_s``."""
+        """SIGTERM the process group, SIGKILL what is left after ``grace_s``; returns once the whole
+        group is gone (a SIGKILLed trainer's rollout workers may still hold its metrics port)."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(grace_s)
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and self._group_alive():
+                time.sleep(0.05)
+            if not self._group_alive():
                 break
-            except subprocess.TimeoutExpired:
-                continue
         self.reader.join(2)
         self.log.close()
         return self.proc.returncode
+
+
+def _status(p: Any) -> str:
+    try:
+        return str(p.status())
+    except Exception:  # gone meanwhile
+        return "zombie"
+
+
+def _group_members(pgid: int) -> list[Any]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+    return out
 
 
 class Monitor:

@@ -6,6 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from monitor.detectors.anomaly import RareValueDetector
 from monitor.detectors.base import Detector
 from monitor.detectors.changepoint import LevelShiftDetector
 from monitor.detectors.drift import TrendDriftDetector
@@ -32,6 +33,7 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "leak": LeakDetector,
     "ks_shift": KSShiftDetector,
     "level_shift": LevelShiftDetector,
+    "rare_value": RareValueDetector,
 }
 
 

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     opts = StackOptions(workdir=work, kind="wecom", scrape_interval=args.scrape_interval,
                         correlation_window=args.correlation_window, echo=not args.json,
                         trainer_args=("--config", "ppo_tiny", "--metrics-port", "0", "--metrics-interval", "1",
-                                      "trainer.total_steps=100000", "kl_coef=0.2", *overrides))
+                                      "trainer.total_steps=100000", "kl_coef=0.2", "rollout_worker_num=2",
+                                      *overrides))
     started = time.monotonic()
     with Stack(opts) as stack:
         assert stack.trainer is not None

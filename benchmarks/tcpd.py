@@ -28,7 +28,7 @@ from monitor.detectors.changepoint import LevelShiftDetector
 # 25 series (window lengths, effect floors, alpha) — see benchmarks/RESULTS.md (## TCPD).
 PROFILES: dict[str, tuple[float, dict[str, Any]]] = {
     "tcpd": (1.0, {"baseline_s": 20, "confirm_s": 12, "min_baseline": 8, "min_recent": 4, "alpha": 0.01,
-                   "min_z": 4.0, "min_relative_shift": 0.1, "warmup_s": 20}),
+                   "min_z": 1.5, "min_relative_shift": 0.1, "max_trend_tau": 0.4, "warmup_s": 10}),
     # The class defaults the daemon's ThroughputDrop rule runs with, one sample per 15 s scrape.
     "class-defaults": (15.0, {}),
 }

@@ -4,6 +4,7 @@ line naming the file/key and the fix. New subcommands register in ``SUBCOMMANDS`
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -81,14 +82,27 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 SUBCOMMANDS["run"] = ("run the monitoring daemon", _run_args, cmd_run)
 SUBCOMMANDS["replay"] = ("backtest rules over recorded series", _replay_args, cmd_replay)
 
+# Subcommands living in their own module (``add_args(parser)`` and ``main(args) -> int``), imported only
+# when chosen, so a heavy or broken one never slows down or breaks the others.
+LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "soak": ("fault-injection soak: ETTR, recovery, alert delivery", "monitor.soak"),
+}
+
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="verl-monitor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_args, func) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         add_args(p)
         p.set_defaults(func=func)
+    for name, (help_text, module) in LAZY_SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if argv[:1] == [name]:
+            mod = importlib.import_module(module)
+            mod.add_args(p)
+            p.set_defaults(func=mod.main)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

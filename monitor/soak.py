@@ -116,6 +116,7 @@ class Soak:
         self.incarnations: list[Incarnation] = []
         self.rate = 4.0  # steps/s until measured
         self.wall = 0.0
+        self.port_retries = 0
         self.stack = Stack(StackOptions(
             workdir=workdir, kind="wecom", cluster="soak", node="soak-node", demo_profile=False,
             correlation_window=args.correlation_window, echo=not args.quiet))
@@ -123,7 +124,7 @@ class Soak:
     def _trainer_args(self, faults: list[Fault], resume: bool) -> tuple[str, ...]:
         return ("--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
                 "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume"] if resume else []),
-                "trainer.total_steps=1000000", f"checkpoint.interval={self.args.checkpoint_interval}",
+                "trainer.total_steps=1000000", "rollout_worker_num=2", f"checkpoint.interval={self.args.checkpoint_interval}",
                 f"reward.timeout_s={self.args.reward_timeout}", *_overrides(faults))
 
     def _schedule(self, now: float, resume_step: int) -> list[Fault]:
@@ -152,12 +153,27 @@ class Soak:
             trainer = self.stack.trainer
             assert trainer is not None
         else:
-            trainer = self.stack.start_trainer(args)
+            trainer = self._restart(args)
         inc = Incarnation(trainer, self.stack.trainer_started, faults=faults)
         self.incarnations.append(inc)
         for f in faults:
             j.add("fault", f"planned {f.kind} at step {f.step} (~{f.at_s:.0f}s)", fault=f.kind, step=f.step)
         return inc
+
+    def _restart(self, args: tuple[str, ...]) -> Trainer:
+        """Start the next incarnation on the same port. A trainer whose port probe fails (sockets of the
+        killed process still in TIME_WAIT: verl's check_port_free binds without SO_REUSEADDR) exits 2;
+        retry until the port frees, as a cluster supervisor would. The wait is restart time (not productive)."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return self.stack.start_trainer(args)
+            except RuntimeError:
+                log = (self.workdir / "trainer.log").read_text(errors="replace").splitlines()[-3:]
+                if time.monotonic() > deadline or not any("already in use" in ln for ln in log):
+                    raise
+                self.port_retries += 1
+                time.sleep(2.0)
 
     def _last_step(self) -> int:
         return max((max(i.trainer.step_times, default=0) for i in self.incarnations), default=0)
@@ -234,6 +250,13 @@ class Soak:
         delivered = self._delivered()
         return any(fp not in delivered for evs in self._alert_times().values() for _, fp in evs)
 
+    def _restart_gaps(self) -> list[tuple[float, Incarnation]]:
+        """(time the previous incarnation logged its last step, next incarnation) per restart."""
+        out = []
+        for prev, nxt in zip(self.incarnations, self.incarnations[1:], strict=False):
+            out.append((max(prev.trainer.step_times.values(), default=prev.started), nxt))
+        return out
+
     def _ettr(self, wall: float) -> float:
         productive = 0.0
         for i, inc in enumerate(self.incarnations):
@@ -284,6 +307,10 @@ class Soak:
             "faults_reached_without_trainer_evidence": [f.kind for f in reached if f.evidence is None],
             "faults_planned_not_reached": sum(1 for f in self.plan if f.injected_at is None),
             "restarts": len(self.incarnations) - 1,
+            "restart_port_retries": self.port_retries,
+            # last step before the kill -> first step after the resume
+            "restart_seconds": [round(min(b.trainer.step_times.values(), default=a_end) - a_end, 1)
+                                for a_end, b in self._restart_gaps()],
             "prompts_requeued": requeued,
             "alerts_fired": sorted(fired),
             "final_step": self._last_step(),

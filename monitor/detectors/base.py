@@ -33,5 +33,5 @@ class Detector(ABC):
     def update(self, t: float, value: float) -> Finding:
         """Consume one sample (non-finite values are the caller's to count and skip)."""
 
-    def reset(self) -> None:  # pragma: no cover - default for stateless detectors
+    def reset(self) -> None:  # noqa: B027 - optional hook; stateless detectors need no reset
         """Forget all state (a series restarted, e.g. a counter reset)."""

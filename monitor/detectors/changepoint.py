@@ -12,7 +12,7 @@ from collections import deque
 from typing import Literal
 
 import numpy as np
-from scipy.stats import mannwhitneyu
+from scipy.stats import kendalltau, mannwhitneyu
 
 from monitor.detectors.base import Detector, Finding
 
@@ -48,7 +48,10 @@ class LevelShiftDetector(Detector):
     - the medians differ by at least ``min_relative_shift`` of the baseline median (the operator's
       effect-size floor: "≥ 30 % less throughput", not "statistically different");
     - the medians differ by at least ``min_z`` robust standard deviations (1.4826·MAD) of the
-      baseline, so a noisy series needs a shift that stands out of its own noise.
+      baseline, so a noisy series needs a shift that stands out of its own noise;
+    - the baseline is not itself trending towards the new level (Kendall's tau of the baseline
+      against time at most ``max_trend_tau`` in the shift's direction): a trend that carries on is
+      drift — the drift detector's case — not an abrupt shift.
 
     On confirmation the change time is located by the best single L1 split of baseline+recent
     (ruptures' ``l1`` cost), the pre-change median is kept as the *reference*, and a new segment
@@ -77,6 +80,7 @@ class LevelShiftDetector(Detector):
         min_recent: int = 4,
         alpha: float = 1e-3,
         min_z: float = 3.0,
+        max_trend_tau: float = 0.4,
         warmup_s: float = 300.0,
         max_samples: int = 2000,
     ) -> None:
@@ -94,6 +98,7 @@ class LevelShiftDetector(Detector):
         self.min_recent = min_recent
         self.alpha = alpha
         self.min_z = min_z
+        self.max_trend_tau = max_trend_tau
         self.warmup_s = warmup_s
         self.max_samples = max_samples
         self.reset()
@@ -129,6 +134,12 @@ class LevelShiftDetector(Detector):
         split = int(np.searchsorted(ts, cut, side="right"))
         return ts, vs[:split], vs[split:]
 
+    def _trending(self, base: np.ndarray, shift: float) -> bool:
+        if self.max_trend_tau >= 1.0:
+            return False
+        tau = float(kendalltau(np.arange(len(base)), base).statistic)
+        return math.isfinite(tau) and abs(tau) > self.max_trend_tau and math.copysign(1.0, tau) == math.copysign(1.0, shift)
+
     # -- the test ------------------------------------------------------------------------------
 
     def update(self, t: float, value: float) -> Finding:
@@ -145,7 +156,7 @@ class LevelShiftDetector(Detector):
         rel = self._relative(before, after)
         sigma = 1.4826 * float(np.median(np.abs(base - before)))
         z = abs(after - before) / sigma if sigma > 0 else (math.inf if after != before else 0.0)
-        if abs(rel) < self.min_relative_shift or z < self.min_z:
+        if abs(rel) < self.min_relative_shift or z < self.min_z or self._trending(base, after - before):
             return self._status(t, recent, p_value=1.0)
         side = "less" if after < before else "greater"
         p_value = float(mannwhitneyu(recent, base, alternative=side).pvalue)

@@ -106,3 +106,19 @@ def test_best_split_finds_the_step() -> None:
 def test_bad_arguments_are_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         LevelShiftDetector(**kwargs)
+
+
+def test_a_continuing_trend_is_not_a_level_shift() -> None:
+    rng = np.random.default_rng(11)
+    trend = 100 + 0.5 * np.arange(300) + rng.normal(0, 1.0, 300)
+    params = {"baseline_s": 20, "confirm_s": 12, "min_baseline": 8, "min_relative_shift": 0.0, "warmup_s": 0}
+    guarded, unguarded = LevelShiftDetector(**params), LevelShiftDetector(**params, max_trend_tau=1.0)
+    for i, v in enumerate(trend):
+        guarded.update(float(i), float(v))
+        unguarded.update(float(i), float(v))
+    assert guarded.change_points == []
+    assert len(unguarded.change_points) >= 3  # without the guard a ramp reads as a staircase
+    step = LevelShiftDetector(**params)
+    for i, v in enumerate(np.where(np.arange(300) < 150, 100.0, 130.0) + rng.normal(0, 1.0, 300)):
+        step.update(float(i), float(v))
+    assert [round(c) for c in step.change_points] == [150]

@@ -48,7 +48,7 @@ def test_bad_targets_are_counted_and_do_not_disturb_the_good_one(tmp_path: Path,
                                  or 0) >= 2, timeout=15)
         # the good target kept its own 0.2 s cadence while /hang timed out at 0.5 s each time
         good_hits = targets.hits.get("/good", 0)
-        assert good_hits >= 2 * targets.hits.get("/hang", 0)
+        assert good_hits >= 1.5 * targets.hits.get("/hang", 0)  # serial scraping would give 1:1
         assert metric(d.url, "verl_monitor_target_up", target="good") == 1
         assert metric(d.url, "verl_monitor_target_up", target="hang") == 0
         assert metric(d.url, "verl_monitor_target_up", target="error") == 0

@@ -160,3 +160,30 @@ def test_store_cardinality_caps_are_counted() -> None:
 def test_exposition_sample_timestamps_are_kept() -> None:
     b = parse_exposition("verl_global_step 5 1767225600000\n", 1.0, "t", None, {})
     assert b.samples == [Sample("verl_global_step", {"node": "unknown"}, 5.0, 1767225600.0)]
+
+
+def test_nvml_sampler_maps_device_readings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here: a stand-in for pynvml's calls (names and shapes as nvidia-ml-py documents them)."""
+    import types
+
+    class Mem:
+        used, total = 30 * 2**30, 80 * 2**30
+
+    class Util:
+        gpu = 87
+
+    fake = types.SimpleNamespace(
+        NVMLError=RuntimeError, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda h: Mem(), nvmlDeviceGetUtilizationRates=lambda h: Util(),
+        nvmlDeviceGetTemperature=lambda h, kind: 71 if h == 0 else (_ for _ in ()).throw(RuntimeError("lost")))
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    from monitor.sources.nvml import NvmlSampler
+
+    assert NvmlSampler.available()
+    batch = NvmlSampler(node="gpu-08").poll(5.0)
+    got = {s.name: s.value for s in batch.samples}
+    assert got == {"verl_gpu_memory_used_bytes": 30 * 2**30, "verl_gpu_memory_total_bytes": 80 * 2**30,
+                   "verl_gpu_utilization_ratio": 0.87, "verl_gpu_temperature_celsius": 71.0}
+    assert {s.labels["gpu"] for s in batch.samples} == {"0"} and batch.errors == {"nvml_error": 1}

@@ -55,6 +55,8 @@ class DataConfig:
     """Rollout validation: longer responses are dropped."""
     response_schema: str | None = None
     """Rollout validation: path to a JSON Schema every response must satisfy (null: not checked)."""
+    guard_step_seconds: float = 60.0
+    """Training time one step stands for on the cooldown clock (step-derived, so a resumed run admits the same prompts)."""
 
 
 @dataclass
@@ -145,6 +147,10 @@ class RolloutConfig:
     """Maximum new tokens per response."""
     temperature: float = 1.0
     """Sampling temperature."""
+    prefetch_batches: int = 0
+    """Batches generated ahead into the rollout buffer (async-style backlog; samples are that many steps stale)."""
+    worker_chunk_size: int = 4
+    """Prompts per task sent to a rollout worker process (rollout_worker_num > 0)."""
 
 
 @dataclass
@@ -191,8 +197,14 @@ class FaultsConfig:
     """At this step the reward model raises an out-of-memory error."""
     critic_oom_at_step: int | None = None
     """At this step the critic update raises an out-of-memory error (degradation path)."""
+    critic_oom_repeat: int = 1
+    """How many consecutive critic-update attempts fail at critic_oom_at_step (2: OOM again while degraded -> checkpoint, stop)."""
+    reward_hang_seconds: float = 60.0
+    """How long the reward-model hang lasts (wall time) once it starts; then the model answers again."""
     kill_rollout_worker_at_steps: list[int] = field(default_factory=list)
     """SIGKILL a rollout worker at each of these steps."""
+    checkpoint_write_delay_s: float = 0.0
+    """Delay the background checkpoint writer by this much before it writes (lets a SIGKILL land mid-save)."""
     gpu_leak_mb_per_min: float = 0.0
     """Hold a real, growing allocation of this many MB per minute (GPU if present, else host memory)."""
     throughput_drop_at_step: int | None = None
@@ -253,8 +265,8 @@ class Config:
     """Prometheus endpoint and sampling."""
     kl_coef: float = 0.1
     """Initial KL penalty coefficient (the article: expected 0.1-0.5; 0.0 lets KL drift)."""
-    rollout_worker_num: int = 1
-    """Rollout worker processes."""
+    rollout_worker_num: int = 0
+    """Rollout worker processes (0: generate in the trainer process)."""
     reward_batch_size: int = 64
     """Texts per reward-model call."""
     rollout_buffer_max_size: int = 50000

@@ -126,45 +126,128 @@ def _collate(items: list[PromptItem]) -> list[PromptItem]:
 PromptFilter = Callable[[list[PromptItem]], list[PromptItem]]
 
 
+class StepClock:
+    """The data guards' clock: ``step × step_seconds`` of training time. Cooldowns measured on it admit
+    the same prompts in an interrupted-and-resumed run as in an uninterrupted one, which wall time
+    cannot promise."""
+
+    def __init__(self, step_seconds: float = 60.0) -> None:
+        self.step_seconds = step_seconds
+        self.step = 0
+
+    def now(self) -> float:
+        return self.step * self.step_seconds
+
+    def monotonic(self) -> float:
+        return self.now()
+
+    def sleep(self, seconds: float) -> None:  # training time only moves with steps
+        return None
+
+
+class _Subset(Dataset):
+    """The dataset minus near-duplicates; items keep their original row index as ``prompt_id``."""
+
+    def __init__(self, dataset: PromptDataset, keep: list[int]) -> None:
+        self.dataset, self.keep = dataset, keep
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def __getitem__(self, index: int) -> PromptItem:
+        return self.dataset[self.keep[index]]
+
+
 class RLDataLoader:
-    """Prompt batches for PPO. ``filters`` (dedup/cooldown guards) run on each batch in order."""
+    """Prompt batches for PPO, always ``batch_size / world_size`` prompts per rank (DDP needs every rank
+    to run the same number of updates).
+
+    Data guards (``clusters``, a ``verl.data.guards.PromptClusters``; the trainer passes one by default,
+    ``data.dedup``): near-duplicate prompts are removed from the dataset once, and a prompt whose
+    MinHash-LSH cluster supplied one less than the cooldown ago is skipped for the next candidate in the
+    rank's stream; when a whole dataset's worth of candidates is cooling, the coolest fill the batch
+    instead of starving it. ``filters`` run on each batch afterwards.
+    """
 
     def __init__(self, dataset: PromptDataset | str, batch_size: int, *, seed: int = 0, shuffle: bool = True,
                  num_workers: int = 0, persistent_workers: bool = False, pin_memory: bool = False,
                  rank: int = 0, world_size: int = 1, prompt_key: str = "prompt",
-                 filters: Sequence[PromptFilter] = ()) -> None:
+                 filters: Sequence[PromptFilter] = (), clusters: Any = None) -> None:
         self.dataset = dataset if isinstance(dataset, PromptDataset) else PromptDataset(dataset, prompt_key)
         self.batch_size = batch_size
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
+        if batch_size % world_size:
+            raise ConfigError(f"data.batch_size {batch_size} must be divisible by the world size {world_size}")
+        self.per_rank = batch_size // world_size
         self.loader_kwargs = {"num_workers": num_workers, "pin_memory": pin_memory,
                               "persistent_workers": persistent_workers and num_workers > 0}
         self.filters = list(filters)
-        self.batches_consumed = 0
+        self.clusters = clusters
+        keep = clusters.dedup(self.dataset.prompts) if clusters is not None else list(range(len(self.dataset)))
+        self.duplicates_removed = len(self.dataset) - len(keep)
+        self.source: Dataset = self.dataset if not self.duplicates_removed else _Subset(self.dataset, keep)
+        self.position = 0
+        """Prompts of this rank's stream consumed so far (admitted or skipped): the resumable offset."""
+        self.cooldown_skips = 0
         self._iter: Iterator[list[PromptItem]] | None = None
-        self._sampler: ResumableBatchSampler | None = None
+        self._pending: list[PromptItem] = []
+
+    @property
+    def batches_consumed(self) -> int:
+        return self.position // self.per_rank
 
     def _make_iter(self) -> Iterator[list[PromptItem]]:
-        self._sampler = ResumableBatchSampler(len(self.dataset), self.batch_size, self.seed, self.shuffle,
-                                              self.rank, self.world_size, start=self.batches_consumed)
-        loader = DataLoader(self.dataset, batch_sampler=self._sampler, collate_fn=_collate, **self.loader_kwargs)
+        sampler = ResumableBatchSampler(len(self.source), self.batch_size, self.seed, self.shuffle,
+                                        self.rank, self.world_size, start=self.position // self.per_rank)
+        loader = DataLoader(self.source, batch_sampler=sampler, collate_fn=_collate, **self.loader_kwargs)
         return iter(loader)
 
-    def next_batch(self) -> list[PromptItem]:
+    def _next_item(self) -> PromptItem:
         if self._iter is None:
             self._iter = self._make_iter()
-        batch = next(self._iter)
-        self.batches_consumed += 1
+            self._pending = list(next(self._iter))[self.position % self.per_rank:]
+        if not self._pending:
+            self._pending = list(next(self._iter))
+        self.position += 1
+        return self._pending.pop(0)
+
+    def next_batch(self) -> list[PromptItem]:
+        if self.clusters is None:
+            batch = [self._next_item() for _ in range(self.per_rank)]
+        else:
+            batch = self._admitted_batch()
         for keep in self.filters:
             batch = keep(batch)
         return batch
+
+    def _admitted_batch(self) -> list[PromptItem]:
+        admitted: list[PromptItem] = []
+        cooling: list[PromptItem] = []
+        for _ in range(max(len(self.source), self.per_rank)):
+            if len(admitted) == self.per_rank:
+                break
+            item = self._next_item()
+            (admitted if self.clusters.admit(item.prompt).admitted else cooling).append(item)
+        self.cooldown_skips += len(cooling)
+        if len(admitted) < self.per_rank:
+            # everything is cooling: the coolest prompts (stable order on ties) rather than no batch
+            cooling.sort(key=lambda it: -self.clusters.cooled_for(it.prompt))
+            admitted += cooling[:self.per_rank - len(admitted)]
+        return admitted
 
     def __iter__(self) -> Iterator[list[PromptItem]]:
         while True:
             yield self.next_batch()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"batches_consumed": self.batches_consumed, "seed": self.seed, "dataset_size": len(self.dataset)}
+        return {"position": self.position, "batches_consumed": self.batches_consumed, "seed": self.seed,
+                "dataset_size": len(self.dataset), "cooldown_skips": self.cooldown_skips,
+                "clusters": self.clusters.state_dict() if self.clusters is not None else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batches_consumed = int(state["batches_consumed"])
+        self.position = int(state.get("position", int(state["batches_consumed"]) * self.per_rank))
+        self.cooldown_skips = int(state.get("cooldown_skips", 0))
+        if self.clusters is not None and state.get("clusters") is not None:
+            self.clusters.load_state_dict(state["clusters"])
         self._iter = None  # rebuilt lazily from the restored offset
+        self._pending = []

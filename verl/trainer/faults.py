@@ -1,7 +1,8 @@
 """The faults of the ``faults:`` section that belong to the trainer core. They act on the real code
 paths: the dataloader stage really sleeps, kl_coef really becomes 0, memory is really allocated, the
-process is really SIGKILLed. Reward, critic-OOM and worker faults are driven by the fault-tolerance
-components.
+process is really SIGKILLed. Reward hang/OOM, critic OOM, worker kills and slow checkpoint writes
+act through the fault-tolerance components (circuit breaker, OOM degrader, worker supervisor,
+checkpoint writer), never through a separate fake path.
 
 GPU leak: the allocation is made on the actor's device. With a GPU, NVML sees it grow in
 ``verl_gpu_memory_used_bytes``; without one it is host memory (process RSS grows) and no GPU series is
@@ -13,6 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
+import time
+from typing import Any
 
 import torch
 
@@ -61,3 +65,87 @@ class CoreFaults:
     @property
     def leaked_bytes(self) -> int:
         return self._leak_bytes
+
+
+class FaultyReward:
+    """The reward model as the ``faults:`` section sees it: the real model, except that from
+    ``reward_hang_at_step`` its calls block (far beyond ``reward.timeout_s``) until
+    ``reward_hang_seconds`` of wall time have passed since the hang began, and at
+    ``reward_oom_at_step`` they raise a real ``torch.OutOfMemoryError``. The circuit breaker wraps
+    this object, so timeouts, OOM outcomes and the recovery probe all run on the production path."""
+
+    def __init__(self, model: Any, config: FaultsConfig) -> None:
+        self.model = model
+        self.config = config
+        self.step = 0
+        self._hang_until: float | None = None
+        self._release = threading.Event()  # set on close, so a hung call cannot outlive the trainer
+
+    def score(self, texts: list[str]) -> list[float]:
+        cfg = self.config
+        if cfg.reward_oom_at_step is not None and self.step == cfg.reward_oom_at_step:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: reward model, step {self.step})")
+        if cfg.reward_hang_at_step is not None and self.step >= cfg.reward_hang_at_step:
+            # wall time on purpose: a hang is a property of the outside world, not of the training clock
+            if self._hang_until is None:
+                self._hang_until = time.monotonic() + cfg.reward_hang_seconds
+                log.warning("fault injection: reward model hangs for %.0fs from step %d", cfg.reward_hang_seconds,
+                            self.step)
+            self._release.wait(max(0.0, self._hang_until - time.monotonic()))
+        return self.model.score(texts)
+
+    def close(self) -> None:
+        self._release.set()
+
+
+class StepOOM:
+    """``faults.critic_oom_at_step``: the first ``repeat`` attempts of that step's critic update raise a
+    real ``torch.OutOfMemoryError`` (the exception the CUDA allocator raises), before any work is done."""
+
+    def __init__(self, at_step: int | None, repeat: int = 1) -> None:
+        self.at_step, self.repeat = at_step, repeat
+        self._fired: dict[int, int] = {}
+
+    def maybe_raise(self, step: int, component: str) -> None:
+        if self.at_step is None or step != self.at_step or self._fired.get(step, 0) >= self.repeat:
+            return
+        self._fired[step] = self._fired.get(step, 0) + 1
+        raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: {component} update, step {step})")
+
+
+def kill_worker_when_busy(pool: Any, index: int, timeout_s: float = 5.0) -> threading.Thread:
+    """``faults.kill_rollout_worker_at_steps``: SIGKILL worker ``index`` as soon as it holds prompts in
+    flight, so the kill lands mid-step and the supervisor has unacknowledged prompts to re-queue."""
+
+    def run() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            workers = getattr(pool, "_workers", [])
+            if index < len(workers) and workers[index].inflight and workers[index].proc.is_alive():
+                break
+            time.sleep(0.002)
+        try:
+            pid = pool.kill_worker(index)
+            log.warning("fault injection: SIGKILL rollout worker %d (pid %d)", index, pid)
+        except (IndexError, ProcessLookupError):
+            pass
+
+    thread = threading.Thread(target=run, name="fault-kill-worker", daemon=True)
+    thread.start()
+    return thread
+
+
+def delay_checkpoint_writes(checkpointer: Any, seconds: float) -> None:
+    """``faults.checkpoint_write_delay_s``: the background writer sleeps before each DCP part, so a
+    SIGKILL can land while a save is in flight (its directory then has no COMPLETE marker).
+    CheckpointManager has no public hook for this, hence the wrap of its per-part writer."""
+    manager = getattr(checkpointer, "manager", None)
+    if seconds <= 0 or manager is None:
+        return
+    write_part = manager._dcp_save
+
+    def slow_write_part(state: Any, path: Any) -> None:
+        time.sleep(seconds)
+        write_part(state, path)
+
+    manager._dcp_save = slow_write_part

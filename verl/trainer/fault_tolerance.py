@@ -1,0 +1,115 @@
+"""Builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data.guards``) from the
+trainer's config and binds them to its metrics. ``RLTrainer`` only calls what is built here.
+
+    reward:   real model -> FaultyReward (faults:) -> OOM counting -> RewardCircuitBreaker
+    updates:  OOMDegrader per model (critic, actor), StepOOM for faults.critic_oom_at_step
+    data:     PromptClusters (dedup + cooldown on a step clock), RolloutValidator, RewardGuard
+    rollout:  WorkerRolloutEngine over RolloutWorkerPool when rollout_worker_num > 0
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from verl.config import Config, ConfigError
+from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
+from verl.data.loader import StepClock
+from verl.fault import OOMDegrader, RewardCircuitBreaker, is_oom
+from verl.metrics.registry import MetricsRegistry
+from verl.trainer.faults import FaultyReward, StepOOM
+from verl.utils.clock import Clock
+
+log = logging.getLogger(__name__)
+
+# RewardGuard's reasons -> the label values of verl_batches_paused_total that the Prometheus rules use
+PAUSE_LABELS = {"variance_jump": "variance_jump", "extreme_values": "extreme_ratio"}
+
+
+class OOMCountingReward:
+    """Counts reward-model OOMs into ``verl_oom_events_total{component="reward"}`` and re-raises them for
+    the breaker (which counts the call outcome ``oom``): exactly one place counts each."""
+
+    def __init__(self, model: Any, counter: Any) -> None:
+        self.model, self.counter = model, counter
+        self.ooms = 0
+
+    def score(self, texts: list[str]) -> list[float]:
+        try:
+            return self.model.score(texts)
+        except Exception as exc:
+            if is_oom(exc):
+                self.ooms += 1
+                self.counter.labels(component="reward").inc()
+            raise
+
+
+@dataclass
+class RewardPath:
+    faulty: FaultyReward
+    counting: OOMCountingReward
+    breaker: RewardCircuitBreaker
+
+
+def build_reward_path(model: Any, config: Config, clock: Clock, registry: MetricsRegistry) -> RewardPath:
+    faulty = FaultyReward(model, config.faults)
+    counting = OOMCountingReward(faulty, registry["verl_oom_events_total"])
+    r = config.reward
+    try:
+        breaker = RewardCircuitBreaker(
+            counting, timeout_s=r.timeout_s, failure_threshold=r.failure_threshold, cache_size=r.cache_size,
+            probe_interval_s=r.probe_interval_s, clock=clock,
+            state_gauge=registry["verl_reward_model_circuit_state"],
+            calls_counter=registry["verl_reward_model_calls_total"],
+            on_state_change=lambda state: log.warning("reward model circuit %s", state.name),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return RewardPath(faulty, counting, breaker)
+
+
+@dataclass
+class UpdateGuards:
+    critic: OOMDegrader
+    actor: OOMDegrader
+    injected: StepOOM
+
+
+def build_update_guards(trainer: Any) -> UpdateGuards:
+    cfg, reg = trainer.config, trainer.registry
+    common = {"oom_counter": reg["verl_oom_events_total"], "degraded_gauge": reg["verl_degraded_mode"]}
+    return UpdateGuards(
+        critic=OOMDegrader("critic", model=trainer.critic, micro_batches=cfg.critic.micro_batches, **common),
+        actor=OOMDegrader("actor", model=trainer.actor, micro_batches=cfg.actor.micro_batches, **common),
+        injected=StepOOM(cfg.faults.critic_oom_at_step, cfg.faults.critic_oom_repeat),
+    )
+
+
+@dataclass
+class DataGuards:
+    clock: StepClock
+    clusters: PromptClusters | None
+    validator: RolloutValidator
+    reward: RewardGuard
+
+
+def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
+    d, g = config.data, config.guard
+    clock = StepClock(d.guard_step_seconds)
+    try:
+        clusters = PromptClusters(cooldown_minutes=d.cooldown_minutes, dedup=True, clock=clock) if d.dedup else None
+        validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
+                                     dropped_counter=registry["verl_rollout_samples_dropped_total"])
+        # counted by the trainer after the all-ranks decision, under the rule's label names
+        reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio)
+    except GuardConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    return DataGuards(clock, clusters, validator, reward)
+
+
+def pause_label(reason: str | None, rewards: list[float]) -> str:
+    if any(not math.isfinite(r) for r in rewards):
+        return "nonfinite_reward"
+    return PAUSE_LABELS.get(reason or "", reason or "variance_jump")

@@ -11,35 +11,29 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py`: make the repo's packages importable
     sys.path.insert(0, str(ROOT))
 
-from monitor.detectors import registry  # noqa: E402
-from monitor.detectors.anomaly import RareValueDetector  # noqa: E402
 from monitor.rules import Rule, RuleError, load_rules  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "datasets"
 
 
-def ensure_detector_types() -> None:
-    """Register the detectors this area adds, if the shared registry does not list them yet."""
-    registry.DETECTORS.setdefault("rare_value", RareValueDetector)
-
-
 def load_profile(path: Path) -> list[Rule]:
-    ensure_detector_types()
+    """A rules file in the monitor's format; bad input ends the benchmark with one line, exit 2."""
     try:
         return load_rules(path)
     except RuleError as exc:
-        raise SystemExit(_fail(str(exc))) from None
+        raise SystemExit(fail(str(exc))) from None
 
 
 def data_dir(arg: str | None, sub: str) -> Path:
     base = Path(arg) if arg else DEFAULT_DATA
     d = base / sub
     if not d.is_dir():
-        raise SystemExit(_fail(f"--data {base}: no '{sub}' folder there; pass --data DIR holding {sub}/"))
+        raise SystemExit(fail(f"--data {base}: no '{sub}' folder there; pass --data DIR holding {sub}/"))
     return d
 
 
-def _fail(message: str) -> int:
+def fail(message: str) -> int:
+    """One line on stderr; returns the exit status for bad input (2)."""
     print(f"error: {message}", file=sys.stderr)
     return 2
 

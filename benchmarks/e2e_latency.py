@@ -32,7 +32,8 @@ from monitor.demo import Stack, StackOptions  # noqa: E402
 # (alert, overrides, injection step; None = from the start). kill_trainer last: it ends the run.
 SCHEDULE: list[tuple[str, tuple[str, ...], int | None]] = [
     ("MemoryLeakSuspected", ("faults.gpu_leak_mb_per_min=300",), None),
-    ("RewardModelOOM", ("faults.reward_oom_at_step=40",), 40),
+    ("RewardModelOOM", ("faults.reward_oom_at_step=40", "rollout.prefetch_batches=4"), 40),
+    ("RolloutBufferDrop", (), 40),
     ("RolloutWorkerCrash", ("faults.kill_rollout_worker_at_steps=[60]",), 60),
     ("KLDriftDetected", ("faults.kl_drift_at_step=100",), 100),
     ("RewardModelTimeout", ("faults.reward_hang_at_step=160", "reward.timeout_s=1"), 160),
@@ -108,4 +109,8 @@ def _all_delivered(stack: Stack) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Stack's exit already stopped the trainer, monitor and stand-in
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

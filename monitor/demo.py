@@ -74,7 +74,9 @@ DEMO_PLAN: tuple[Injection, ...] = (
     Injection("leak", "simulated GPU-memory leak (300 MB/min)", ("faults.gpu_leak_mb_per_min=300",), None,
               ("MemoryLeakSuspected",)),
     Injection("dataflow", "reward-model OOM + rollout-worker crash (buffer drains)",
-              ("faults.reward_oom_at_step=60", "faults.kill_rollout_worker_at_steps=[60,61]"), 60,
+              # a backlog of 4 batches in the rollout buffer: the reward OOM makes the trainer shed it
+              ("rollout.prefetch_batches=4", "faults.reward_oom_at_step=60",
+               "faults.kill_rollout_worker_at_steps=[60,61]"), 60,
               ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop")),
     Injection("kl", "KL drift (kl_coef forced to 0)", ("faults.kl_drift_at_step=120",), 120, ("KLDriftDetected",)),
 )
@@ -442,7 +444,7 @@ def _has_gpu() -> bool:
 class FaultOutcome:
     injection: str
     injected_at: float | None
-    alerts: dict[str, dict[str, float | None]]  # alertname -> {detected, delivered} seconds since start
+    alerts: dict[str, dict[str, Any]]  # alertname -> {detected, delivered (s since start), deliveries}
 
     @property
     def ok(self) -> bool:
@@ -457,18 +459,23 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
             fired[ev["alertname"]] = (ev["t"], ev["fingerprint"])
     incidents = [e for e in journal.of("incident") if e["status"] == "firing"]
     delivered_fp: dict[str, float] = {}
+    deliveries: dict[str, int] = {}  # firing notifications that carried the alert: "delivered once"
     for ev in journal.of("notification"):
         if ev["status"] == "delivered" and ev.get("notification_status", "firing") == "firing":
             for fp in ev["fingerprints"]:
                 delivered_fp.setdefault(fp, ev["t"])
+                deliveries[fp] = deliveries.get(fp, 0) + 1
     outcomes = []
     for inj in plan:
-        at = trainer_started if inj.at_step is None else step_times.get(inj.at_step)
+        # a fault at step N acts during step N: injected when step N-1 was logged; "from the start":
+        # the trainer's first step
+        at = step_times.get(1, trainer_started) if inj.at_step is None else step_times.get(inj.at_step - 1)
         alerts = {}
         for name in inj.expects:
             det = fired.get(name)
             alerts[name] = {"detected": det[0] if det else None,
-                            "delivered": delivered_fp.get(det[1]) if det else None}
+                            "delivered": delivered_fp.get(det[1]) if det else None,
+                            "deliveries": deliveries.get(det[1], 0) if det else 0}
         outcomes.append(FaultOutcome(inj.name, at, alerts))
     expected = {n for inj in plan for n in inj.expects}
     return {
@@ -492,7 +499,8 @@ def print_summary(summary: dict[str, Any], wall_s: float) -> None:
         ref = f["injected_at"]
         print(f"injected  {f['injection']}  at {'not reached' if ref is None else f'{ref:.1f}s'}")
         for name, v in f["alerts"].items():
-            print(f"   {name:22s} detected {at(v['detected'], ref):18s} delivered {at(v['delivered'], ref)}")
+            times = "" if v["deliveries"] in (0, 1) else f"  ({v['deliveries']} deliveries)"
+            print(f"   {name:22s} detected {at(v['detected'], ref):18s} delivered {at(v['delivered'], ref)}{times}")
     for inc in summary["incidents"]:
         print(f"incident  {inc['alertname']} at {inc['t']:.1f}s")
     if summary["unexpected_alerts"]:

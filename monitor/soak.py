@@ -48,6 +48,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "trainer_kill": (),
 }
 RECOVERY_STEPS = 5
+TRAINER_DOWN_AFTER_S = 65.0  # TrainerDown's `for: 1m` plus scrape and evaluation slack
 # What the trainer logs when it acts on a fault (WARNING/ERROR lines): a fault without such a line was
 # scheduled but not acted on, and is not counted as injected.
 EVIDENCE: dict[str, re.Pattern[str]] = {
@@ -90,6 +91,22 @@ class Incarnation:
     started: float
     resumed_from: int = 0
     faults: list[Fault] = field(default_factory=list)
+
+
+def productive_seconds(runs: list[dict[int, float]], resumed_from: list[int]) -> float:
+    """Seconds of training whose updates survive. ``runs[i]``: step -> completion time of incarnation
+    i; ``resumed_from[i]``: the checkpoint step incarnation i resumed from. Steps of run i after
+    ``resumed_from[i + 1]`` were recomputed by run i + 1 and do not count. A step's time is the gap since
+    the previous step of the same run; a run's first step (which includes start-up) gets the run's
+    median gap, so start-up and restart time are never productive."""
+    total = 0.0
+    for i, steps in enumerate(runs):
+        times = sorted(steps.items())
+        gaps = {s: t - tp for (sp, tp), (s, t) in zip(times, times[1:], strict=False) if s == sp + 1}
+        median = statistics.median(gaps.values()) if gaps else 0.0
+        survives = resumed_from[i + 1] if i + 1 < len(runs) else float("inf")
+        total += sum(gaps.get(s, median) for s, _ in times if s <= survives)
+    return total
 
 
 def _overrides(faults: list[Fault]) -> list[str]:
@@ -258,18 +275,8 @@ class Soak:
         return out
 
     def _ettr(self, wall: float) -> float:
-        productive = 0.0
-        for i, inc in enumerate(self.incarnations):
-            times = sorted(inc.trainer.step_times.items())
-            if not times:
-                continue
-            gaps = {s: t - tp for (sp, tp), (s, t) in zip(times, times[1:], strict=False) if s == sp + 1}
-            median = statistics.median(gaps.values()) if gaps else 0.0
-            survives = self.incarnations[i + 1].resumed_from if i + 1 < len(self.incarnations) else float("inf")
-            for s, _ in times:
-                if s <= survives:
-                    productive += gaps.get(s, median)
-        return productive / wall if wall > 0 else 0.0
+        runs = [inc.trainer.step_times for inc in self.incarnations]
+        return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / wall if wall > 0 else 0.0
 
     def _report(self, counters: dict[str, float]) -> dict[str, Any]:
         for inc in self.incarnations:
@@ -280,8 +287,14 @@ class Soak:
         fired, delivered = self._alert_times(), self._delivered()
         expected = delivered_n = 0
         delays: list[float] = []
+        downtime = dict(zip([id(f) for inc in self.incarnations[:-1] for f in inc.faults if f.kind == "trainer_kill"],
+                            [round(min(b.trainer.step_times.values(), default=a) - a, 1) for a, b in self._restart_gaps()],
+                            strict=False))
         for f in injected:
-            for name in EXPECTED[f.kind]:
+            names = EXPECTED[f.kind]
+            if f.kind == "trainer_kill" and downtime.get(id(f), 0.0) > TRAINER_DOWN_AFTER_S:
+                names = ("TrainerDown",)  # down longer than TrainerDown's `for: 1m`: the operator must hear
+            for name in names:
                 expected += 1
                 after = [(t, fp) for t, fp in fired.get(name, []) if t >= (f.injected_at or 0)]
                 if after:

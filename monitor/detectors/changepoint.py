@@ -61,7 +61,7 @@ class LevelShiftDetector(Detector):
     ``active`` is true while the current level (median of the recent window) still differs from the
     reference by ``min_relative_shift`` in ``direction``; a recovery clears it. Samples during the
     first ``warmup_s`` seconds of the series are ignored: start-up ramps (compilation, cache warm-up)
-    are not a regime.
+    are not a regime. State is bounded: at most ``max_samples`` samples of the current segment.
 
     Why a windowed rank test instead of CUSUM/BOCPD: CUSUM needs the pre-change mean and variance
     known in advance and BOCPD a likelihood model and hazard rate; training throughput has neither
@@ -138,7 +138,8 @@ class LevelShiftDetector(Detector):
         if self.max_trend_tau >= 1.0:
             return False
         tau = float(kendalltau(np.arange(len(base)), base).statistic)
-        return math.isfinite(tau) and abs(tau) > self.max_trend_tau and math.copysign(1.0, tau) == math.copysign(1.0, shift)
+        towards = math.copysign(1.0, tau) == math.copysign(1.0, shift)
+        return math.isfinite(tau) and abs(tau) > self.max_trend_tau and towards
 
     # -- the test ------------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ def test_leak_is_detected_and_delivered_to_the_robot(tmp_path: Path) -> None:
     leak = fault["alerts"]["MemoryLeakSuspected"]
     assert leak["detected"] is not None and leak["delivered"] is not None, out[-3000:]
     assert leak["delivered"] >= leak["detected"] >= fault["injected_at"]
+    assert leak["deliveries"] == 1  # delivered once, not repeated
     assert "【verl-alert】P1: Memory Leak Suspected" in out  # the rendered chat message, as received
     assert "==== demo summary" in out
     pid = int(re.search(r"trainer pid (\d+)", out).group(1))

@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from verl.config import ConfigError, load_config
+from verl.config import ConfigError, TrainingStopped, load_config
 from verl.metrics.server import PortInUseError, check_port_free
 
 
@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, PortInUseError) as exc:
         print(f"verl-train: error: {exc}", file=sys.stderr)
         return 2
+    except TrainingStopped as exc:
+        print(f"verl-train: stopped: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("verl-train: interrupted", file=sys.stderr)
         return 130

@@ -23,6 +23,12 @@ class ConfigError(ValueError):
     """Bad configuration; the message is one line naming the key or file and the fix."""
 
 
+class TrainingStopped(RuntimeError):
+    """Training cannot go on (e.g. out of memory again in degraded mode) and stopped after writing a
+    checkpoint; ``verl-train`` prints the one-line message and exits with code 3. Declared here, beside
+    ConfigError, so the CLI can catch it without importing the trainer."""
+
+
 def bundled_names() -> list[str]:
     return sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml"))
 
@@ -146,10 +152,17 @@ def validate(config: Config) -> None:
             raise ConfigError(f"config key '{key}' must be one of {', '.join(choices)}, got {get_dotted(config, key)!r}")
     positive = ("trainer.total_steps", "data.batch_size", "actor.ppo_mini_batch_size", "actor.ppo_epochs",
                 "actor.micro_batches", "critic.micro_batches", "rollout.response_length", "reward_batch_size",
-                "rollout_worker_num", "metrics.data_interval_steps")
+                "metrics.data_interval_steps", "rollout.worker_chunk_size", "faults.critic_oom_repeat",
+                "data.max_response_tokens")
     for key in positive:
         if get_dotted(config, key) < 1:
             raise ConfigError(f"config key '{key}' must be >= 1, got {get_dotted(config, key)}")
+    for key in ("rollout_worker_num", "rollout.prefetch_batches", "faults.checkpoint_write_delay_s",
+                "faults.reward_hang_seconds"):
+        if get_dotted(config, key) < 0:
+            raise ConfigError(f"config key '{key}' must be >= 0, got {get_dotted(config, key)}")
+    if config.data.guard_step_seconds <= 0:
+        raise ConfigError("config key 'data.guard_step_seconds' must be > 0")
     if config.rollout_buffer_max_size == 0 or config.rollout_buffer_max_size < -1:
         raise ConfigError("config key 'rollout_buffer_max_size' must be > 0, or -1 for unbounded")
     if config.kl_coef < 0:

@@ -82,6 +82,17 @@ class RolloutBuffer:
             self._heap.clear()
         return out
 
+    def shed(self, keep_newest: int) -> int:
+        """Release all but the newest ``keep_newest`` samples (memory pressure); counted as evictions."""
+        shed = max(0, len(self._items) - keep_newest)
+        for _ in range(shed):
+            self._items.popitem(last=False)
+        if shed and self.policy == "priority":
+            self._heap = [(p, seq) for p, seq in self._heap if seq in self._items]
+            heapq.heapify(self._heap)
+        self.evictions += shed
+        return shed
+
     def oldest_age(self, now: float) -> float:
         if not self._items:
             return 0.0

@@ -18,7 +18,8 @@ from verl.metrics.catalog import CATALOG, STAGES, MetricSpec
 KNOWN_LABELS: dict[str, dict[str, tuple[str, ...]]] = {
     "verl_stage_seconds": {"stage": STAGES},
     "verl_rollout_buffer_size": {"stage": ("train",)},
-    "verl_rollout_samples_dropped_total": {"reason": ("too_long", "illegal_chars", "schema", "empty")},
+    # the reasons of verl.data.guards.RolloutValidator
+    "verl_rollout_samples_dropped_total": {"reason": ("too_long", "illegal_chars", "invalid_json", "schema_violation")},
     "verl_reward_model_calls_total": {"outcome": ("ok", "timeout", "error", "oom", "cached")},
     "verl_oom_events_total": {"component": ("actor", "critic", "reward")},
     "verl_degraded_mode": {"component": ("actor", "critic")},

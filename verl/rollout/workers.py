@@ -24,7 +24,9 @@ from torch import nn
 
 from verl.data.buffer import Rollout
 from verl.data.loader import PromptItem
-from verl.utils.clock import Clock
+from verl.models.loading import load_causal_lm, load_tokenizer
+from verl.rollout.hf import HFRolloutEngine
+from verl.utils.clock import Clock, SystemClock
 from verl.utils.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,9 @@ class SharedWeightsGenerator:
 
     def _ensure_engine(self) -> Any:
         if self._engine is None:
-            from verl.models.loading import load_causal_lm, load_tokenizer
-            from verl.rollout.hf import HFRolloutEngine
-            from verl.utils.clock import SystemClock
+            import transformers
 
+            transformers.logging.set_verbosity_error()  # as in the CLI: generate() warns about a mask it has
             if self.torch_threads > 0:
                 torch.set_num_threads(self.torch_threads)
             model = load_causal_lm(self.spec.model, self.spec.tiny, self.spec.n_positions, self.spec.seed)
@@ -90,8 +91,8 @@ class WorkerRolloutEngine:
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.on_step: Callable[[Any, int], None] | None = None
         fn = SharedWeightsGenerator(spec, self.shared, self.version, gen_kwargs, torch_threads)
-        # Workers fork from a server that has already imported torch/transformers: a restart after a
-        # crash then costs a fork, not seconds of imports.
+        # Workers fork from a server that has already imported this module (torch, transformers, the
+        # model code): a restart after a crash then costs a fork, not seconds of imports.
         forkserver = mp.get_context("forkserver")
         forkserver.set_forkserver_preload(["verl.rollout.workers"])
         m = metrics

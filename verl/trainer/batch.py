@@ -49,5 +49,8 @@ def collate_rollouts(rollouts: list[Rollout], pad_token_id: int, response_length
     position_ids = (attention.cumsum(dim=1) - 1).clamp_min(0)
     responses = input_ids[:, prompt_len:]
     response_mask = attention[:, prompt_len:].float()
+    for i, r in enumerate(rollouts):
+        if r.extra.get("dropped"):  # failed rollout validation: kept for equal shapes, never trained on
+            response_mask[i] = 0.0
     scores = torch.tensor([float(r.reward or 0.0) for r in rollouts])
     return PPOBatch(input_ids, attention, position_ids, responses, response_mask, scores, prompt_len)

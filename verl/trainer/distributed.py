@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -79,3 +80,21 @@ def gather_floats(values: list[float], ctx: DistContext) -> list[float]:
 def shutdown(ctx: DistContext) -> None:
     if ctx.distributed and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def gather_objects(value: Any, ctx: DistContext) -> list[Any]:
+    """``[value of rank 0, value of rank 1, ...]`` on every rank (``[value]`` without torchrun)."""
+    if not ctx.distributed:
+        return [value]
+    out: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def any_across_ranks(flag: bool, ctx: DistContext) -> bool:
+    """True on every rank when it is true on any rank (a MAX all-reduce)."""
+    if not ctx.distributed:
+        return flag
+    tensor = torch.tensor([1 if flag else 0], dtype=torch.int64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())

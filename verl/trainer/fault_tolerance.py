@@ -17,7 +17,7 @@ from typing import Any
 from verl.config import Config, ConfigError
 from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
 from verl.data.loader import StepClock
-from verl.fault import OOMDegrader, RewardCircuitBreaker, is_oom
+from verl.fault import CircuitState, OOMDegrader, RewardCircuitBreaker, is_oom
 from verl.metrics.registry import MetricsRegistry
 from verl.trainer.faults import FaultyReward, StepOOM
 from verl.utils.clock import Clock
@@ -63,11 +63,15 @@ def build_reward_path(model: Any, config: Config, clock: Clock, registry: Metric
             probe_interval_s=r.probe_interval_s, clock=clock,
             state_gauge=registry["verl_reward_model_circuit_state"],
             calls_counter=registry["verl_reward_model_calls_total"],
-            on_state_change=lambda state: log.warning("reward model circuit %s", state.name),
+            on_state_change=_log_circuit,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return RewardPath(faulty, counting, breaker)
+
+
+def _log_circuit(state: CircuitState) -> None:
+    log.log(logging.INFO if state is CircuitState.CLOSED else logging.WARNING, "reward model circuit %s", state.name)
 
 
 @dataclass

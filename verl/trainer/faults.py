@@ -136,16 +136,17 @@ def kill_worker_when_busy(pool: Any, index: int, timeout_s: float = 5.0) -> thre
 
 
 def delay_checkpoint_writes(checkpointer: Any, seconds: float) -> None:
-    """``faults.checkpoint_write_delay_s``: the background writer sleeps before each DCP part, so a
-    SIGKILL can land while a save is in flight (its directory then has no COMPLETE marker).
-    CheckpointManager has no public hook for this, hence the wrap of its per-part writer."""
+    """``faults.checkpoint_write_delay_s``: the background writer pauses after the data files of a save
+    and before its meta.json/COMPLETE, so a SIGKILL can land mid-save (a directory full of shards with no
+    marker, which resume must ignore). CheckpointManager has no public hook for this, hence the wrap of
+    the step between the two (the per-rank gather)."""
     manager = getattr(checkpointer, "manager", None)
     if seconds <= 0 or manager is None:
         return
-    write_part = manager._dcp_save
+    gather = manager._gather
 
-    def slow_write_part(state: Any, path: Any) -> None:
+    def slow_gather(obj: Any) -> Any:
         time.sleep(seconds)
-        write_part(state, path)
+        return gather(obj)
 
-    manager._dcp_save = slow_write_part
+    manager._gather = slow_gather

@@ -24,9 +24,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from verl.config import Config, ConfigError, load_config
+from verl.config import Config, ConfigError, TrainingStopped, load_config
 from verl.data.buffer import Rollout, RolloutBuffer
 from verl.data.loader import PromptDataset, RLDataLoader
+from verl.fault import DegradedOOMError
 from verl.metrics.hardware import HardwareSampler
 from verl.metrics.outliers import OutlierBook, RewardRecord
 from verl.metrics.registry import MetricsRegistry
@@ -39,13 +40,20 @@ from verl.trainer import core_algos
 from verl.trainer.batch import PPOBatch, collate_rollouts
 from verl.trainer.distributed import (
     DistContext,
-    gather_floats,
+    any_across_ranks,
+    gather_objects,
     init_distributed,
     mean_across_ranks,
     resolve_device,
     shutdown,
 )
-from verl.trainer.faults import CoreFaults
+from verl.trainer.fault_tolerance import (
+    build_data_guards,
+    build_reward_path,
+    build_update_guards,
+    pause_label,
+)
+from verl.trainer.faults import CoreFaults, delay_checkpoint_writes, kill_worker_when_busy
 from verl.trainer.models import layer_kl, log_prob_and_entropy, response_logits, values_of
 from verl.utils.clock import Clock, SystemClock
 from verl.utils.seeding import load_rng_state, rng_state, seed_everything
@@ -107,13 +115,17 @@ class RLTrainer:
         reward_spec = "cpu" if cfg.offload_reward_to_cpu else cfg.reward.device
         self.reward_device = resolve_device(reward_spec, self.ctx, "reward.device")
 
+        self.registry = metrics_registry or MetricsRegistry()
         # Data first: a missing dataset should fail before any model is built.
+        self.data_guards = build_data_guards(cfg, self.registry)
         self.loader = RLDataLoader(
             PromptDataset(cfg.data.prompt_dataset, cfg.data.prompt_key), cfg.data.batch_size,
             seed=cfg.trainer.seed, shuffle=cfg.data.shuffle, num_workers=cfg.data.num_workers,
             persistent_workers=cfg.data.persistent_workers, pin_memory=cfg.data.pin_memory,
-            rank=self.ctx.rank, world_size=self.ctx.world_size,
+            rank=self.ctx.rank, world_size=self.ctx.world_size, clusters=self.data_guards.clusters,
         )
+        if self.loader.duplicates_removed:
+            log.info("data guard: %d near-duplicate prompts removed", self.loader.duplicates_removed)
         self.buffer = RolloutBuffer(cfg.rollout_buffer_max_size, cfg.rollout_buffer_eviction_policy)
 
         n_positions = cfg.data.max_prompt_length + cfg.rollout.response_length + 1
@@ -133,31 +145,56 @@ class RLTrainer:
         self.kl_ctrl = core_algos.make_kl_controller(cfg.algorithm.kl_ctrl, cfg.kl_coef, cfg.algorithm.kl_target,
                                                      cfg.algorithm.kl_horizon)
 
-        self.reward = load_reward_model(cfg.reward.path, device=str(self.reward_device),
+        self.updates = build_update_guards(self)
+        base_reward = load_reward_model(cfg.reward.path, device=str(self.reward_device),
                                         batch_size=cfg.reward_batch_size)
-        self.rollout = make_rollout_engine(cfg, self.actor, self.tokenizer, self.clock)
+        self.reward_path = build_reward_path(base_reward, cfg, self.clock, self.registry)
+        self.reward: Any = self.reward_path.breaker
+        self.rollout: Any = self._make_rollout(n_positions)
         self.faults = CoreFaults(cfg.faults, self.clock, self.actor_device)
         self.checkpointer: Checkpointer | None = _default_checkpointer(self)
+        delay_checkpoint_writes(self.checkpointer, cfg.faults.checkpoint_write_delay_s)
 
-        self.registry = metrics_registry or MetricsRegistry()
         self.metrics = TrainerMetrics(self.registry, self.clock, enabled=cfg.metrics.enabled)
         self.outliers = OutlierBook()
         self.hardware = HardwareSampler(self.registry)
         self.metrics.set_config_info(self.config_info())
         model_cfg = self.actor.config
         self.metrics.init_layers(getattr(model_cfg, "n_layer", None) or getattr(model_cfg, "num_hidden_layers", 0))
-        self.metrics.init_workers(cfg.rollout_worker_num)
-        if cfg.metrics.enabled:  # the in-process engine is one always-alive worker until worker processes replace it
+        self.metrics.init_workers(max(1, cfg.rollout_worker_num))  # the in-process engine is worker "0"
+        if cfg.metrics.enabled and not cfg.rollout_worker_num:  # the in-process engine: one always-alive worker
             self.registry["verl_rollout_workers_alive"].set(1)
         self.server: MetricsServer | None = None
         self.sampler: Sampler | None = None
 
         self.global_step = 0
+        self._stop_reason: str | None = None
         self._last_work_seconds = 0.0
         self._evictions_reported = 0
         self._tty = sys.stderr.isatty()
 
     # ---- set-up helpers -------------------------------------------------------------------------------
+    def _make_rollout(self, n_positions: int) -> Any:
+        cfg = self.config
+        kills = cfg.faults.kill_rollout_worker_at_steps
+        if cfg.rollout_worker_num <= 0 or cfg.rollout.engine != "hf":
+            if kills:
+                log.warning("faults.kill_rollout_worker_at_steps needs rollout_worker_num > 0 (hf engine): ignored")
+            return make_rollout_engine(cfg, self.actor, self.tokenizer, self.clock)
+        from verl.rollout.workers import ModelSpec, WorkerRolloutEngine
+
+        gen = {"response_length": cfg.rollout.response_length, "max_prompt_length": cfg.data.max_prompt_length,
+               "temperature": cfg.rollout.temperature, "seed": cfg.trainer.seed}
+        engine = WorkerRolloutEngine(
+            self.actor, ModelSpec(cfg.actor.model, cfg.actor.tiny, n_positions, cfg.trainer.seed), gen,
+            cfg.rollout_worker_num, cfg.rollout.worker_chunk_size, cfg.trainer.seed, self.clock,
+            torch_threads=max(1, cfg.trainer.torch_threads), metrics=self.registry,
+        )
+        if kills:
+            n = cfg.rollout_worker_num
+            engine.on_step = lambda pool, step: kill_worker_when_busy(pool, step % n) if step in kills else None
+        return engine
+
     def _wrap(self, module: nn.Module, device: torch.device) -> nn.Module:
         if not self.ctx.distributed:
             return module
@@ -207,15 +244,38 @@ class RLTrainer:
 
     # ---- state for checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything stateful except model parameters and optimizer state (saved separately)."""
-        return {"global_step": self.global_step, "dataloader": self.loader.state_dict(),
+        """Everything stateful except model parameters and optimizer state (saved separately).
+
+        Under torchrun every rank must call it (the checkpoint hook does): each rank's loader offset,
+        prompt-cluster cooldowns, reward cache and drop counts differ, and meta.json is written by rank 0,
+        so they are gathered into ``per_rank``. The reward guard and OOM flags are the same on every rank.
+        """
+        local = {"dataloader": self.loader.state_dict(), "reward_cache": self.reward_path.breaker.state_dict(),
+                 "validator": self.data_guards.validator.state_dict()}
+        return {"global_step": self.global_step, "dataloader": local["dataloader"],
+                "per_rank": gather_objects(local, self.ctx),
                 "kl_ctrl": self.kl_ctrl.state_dict(), "actor_lr_scheduler": self.actor_sched.state_dict(),
                 "critic_lr_scheduler": self.critic_sched.state_dict(), "buffer": self.buffer.state_dict(),
+                "reward_guard": self.data_guards.reward.state_dict(),
+                "oom": {"critic": self.updates.critic.state_dict(), "actor": self.updates.actor.state_dict()},
                 "rng": rng_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.global_step = int(state["global_step"])
-        self.loader.load_state_dict(state["dataloader"])
+        per_rank = state.get("per_rank") or [{"dataloader": state["dataloader"]}]
+        if len(per_rank) != self.ctx.world_size:
+            raise ConfigError(f"checkpoint state mismatch: saved by {len(per_rank)} ranks, this run has "
+                              f"{self.ctx.world_size}; relaunch with the same number of ranks")
+        local = per_rank[self.ctx.rank]
+        self.loader.load_state_dict(local["dataloader"])
+        if "reward_cache" in local:
+            self.reward_path.breaker.load_state_dict(local["reward_cache"])
+        if "validator" in local:
+            self.data_guards.validator.load_state_dict(local["validator"])
+        if "reward_guard" in state:
+            self.data_guards.reward.load_state_dict(state["reward_guard"])
+        for name, degrader in (("critic", self.updates.critic), ("actor", self.updates.actor)):
+            degrader.load_state_dict(state.get("oom", {}).get(name, {}))
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.actor_sched.load_state_dict(state["actor_lr_scheduler"])
         self.critic_sched.load_state_dict(state["critic_lr_scheduler"])
@@ -247,6 +307,8 @@ class RLTrainer:
                 result.rewards.append(stats.reward_mean)
                 result.tokens_per_second.append(stats.tokens_per_second)
                 self._report(stats)
+                if self._stop_reason is not None:
+                    self._stop()
             if self.checkpointer is not None:
                 self.checkpointer.save(self, self.global_step, final=True)
         finally:
@@ -258,6 +320,14 @@ class RLTrainer:
                      result.reward_first10, result.reward_last10)
         log.info("rank=%d step=%d param_sha256=%s", self.ctx.rank, self.global_step, self.param_digest())
         return result
+
+    def _stop(self) -> None:
+        """Checkpoint the step just finished (its failed update skipped), then stop with one line."""
+        where = "no checkpoint_dir: nothing saved"
+        if self.checkpointer is not None:
+            self.checkpointer.save(self, self.global_step, final=True)
+            where = f"checkpoint global_step_{self.global_step} written; fix it, then --resume"
+        raise TrainingStopped(f"{self._stop_reason} ({where})")
 
     def _resume(self) -> None:
         if self.checkpointer is not None:
@@ -272,6 +342,8 @@ class RLTrainer:
     def step(self) -> StepStats:
         cfg, clock = self.config, self.clock
         step = self.global_step + 1
+        self.data_guards.clock.step = step
+        self.reward_path.faulty.step = step
         stage: dict[str, float] = {}
         t_step = clock.monotonic()
 
@@ -279,12 +351,10 @@ class RLTrainer:
         self.faults.throughput_sleep(step, self._last_work_seconds)
         injected = clock.monotonic() - t
         prompts = self.loader.next_batch()
-        for _ in range(len(self.loader.dataset)):  # guards (dedup/cooldown) may empty a batch: take the next
-            if prompts:
-                break
-            prompts = self.loader.next_batch()
+        if len(self.buffer) < self.loader.per_rank * cfg.rollout.prefetch_batches:
+            prompts += self.loader.next_batch()  # refill the backlog by one extra batch per step
         if not prompts:
-            raise RuntimeError("every prompt is filtered out (cooldown/dedup): the dataset is too small for them")
+            raise RuntimeError("every prompt was filtered out by data.* filters; check the dataset and filters")
         stage["dataloader"] = clock.monotonic() - t
 
         t = clock.monotonic()
@@ -293,11 +363,26 @@ class RLTrainer:
         self.faults.maybe_kill(step)
 
         t = clock.monotonic()
+        self._validate(rollouts)
+        reward_ooms = self.reward_path.counting.ooms
         self._score(rollouts)
         evicted_before = self.buffer.evictions
         self.buffer.put(rollouts)
+        if self.reward_path.counting.ooms > reward_ooms and cfg.rollout.prefetch_batches > 0:
+            # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
+            # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
+            shed = self.buffer.shed(keep_newest=len(rollouts))
+            log.warning("reward model out of memory: released %d buffered rollouts (backlog refills by one "
+                        "batch per step)", shed)
         now = clock.now()
-        batch_rollouts = self.buffer.take(len(rollouts))
+        batch_rollouts = self.buffer.take(self.loader.per_rank)
+        valid = [r for r in batch_rollouts if not r.extra.get("dropped")]
+        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan)) for r in valid],
+                               self.ctx)
+        scores = [score for ranked in pairs for _, score in ranked]
+        verdict = self.data_guards.reward.check(scores, [p for ranked in pairs for p, _ in ranked], step)
+        # every rank must take the same decision, or DDP waits forever for the rank that skipped
+        pause = any_across_ranks(verdict.skip, self.ctx)
         stage["reward"] = clock.monotonic() - t
 
         batch = collate_rollouts(batch_rollouts, self.tokenizer.pad_token_id, cfg.rollout.response_length)
@@ -327,14 +412,31 @@ class RLTrainer:
         advantages, returns = core_algos.compute_gae_advantage_return(rewards, values, mask, cfg.algorithm.gamma,
                                                                       cfg.algorithm.lam)
         raw_adv_var = float(core_algos.masked_var(returns - values, mask))
-        critic_out = self._update_critic(batch, values, returns)
-        stage["critic"] = clock.monotonic() - t
-
-        t = clock.monotonic()
-        actor_out = self._update_actor(batch, old_log_prob, advantages)
+        critic_out: dict[str, Any] = {"vf_loss": math.nan, "grad_norm": math.nan, "nonfinite": False}
+        actor_out: dict[str, Any] = {"pg_loss": math.nan, "clipfrac": math.nan, "entropy": math.nan,
+                                     "grad_norm": math.nan, "nonfinite": False}
+        if pause:
+            label = pause_label(verdict.reason, scores)
+            log.warning("reward guard: update of step %d skipped (%s)", step, label)
+            if cfg.metrics.enabled:
+                self.registry["verl_batches_paused_total"].labels(reason=label).inc()
+        else:
+            try:
+                critic_out = self.updates.critic.run(lambda micro: self._critic_attempt(step, batch, values,
+                                                                                        returns, micro))
+                stage["critic"] = clock.monotonic() - t
+                t = clock.monotonic()
+                actor_out = self.updates.actor.run(lambda micro: self._update_actor(batch, old_log_prob,
+                                                                                    advantages, micro))
+            except DegradedOOMError as exc:
+                self._stop_reason = str(exc)
+        if "critic" not in stage:  # paused, or stopped inside the critic update
+            stage["critic"] = clock.monotonic() - t
+            t = clock.monotonic()
         stage["actor_update"] = clock.monotonic() - t + t_actor_pre
         current_kl = float(core_algos.masked_mean(kl, mask))
-        self.kl_ctrl.update(mean_across_ranks([current_kl], self.ctx)[0], n_steps=cfg.data.batch_size)
+        if not pause:
+            self.kl_ctrl.update(mean_across_ranks([current_kl], self.ctx)[0], n_steps=cfg.data.batch_size)
 
         layers = (layer_kl(self.actor, self.reference, old_hidden, ref_hidden, a_batch, (old_logits, ref_logits))
                   if want_layers and old_hidden is not None and ref_hidden is not None else [])
@@ -343,13 +445,13 @@ class RLTrainer:
 
         t = clock.monotonic()
         stall = 0.0
-        if self.checkpointer is not None and cfg.checkpoint.interval > 0 and step % cfg.checkpoint.interval == 0:
+        if (self.checkpointer is not None and self._stop_reason is None and cfg.checkpoint.interval > 0
+                and step % cfg.checkpoint.interval == 0):
             stall = self.checkpointer.save(self, step)
         stage["checkpoint"] = clock.monotonic() - t
 
         step_seconds = clock.monotonic() - t_step
         self._last_work_seconds = step_seconds - injected
-        scores = gather_floats(batch.scores.tolist(), self.ctx)
         n_tokens = float(batch.attention_mask.sum())
         means = mean_across_ranks([
             current_kl, actor_out["entropy"], actor_out["clipfrac"], raw_adv_var, actor_out["pg_loss"],
@@ -357,7 +459,7 @@ class RLTrainer:
         ], self.ctx)
         stats = StepStats(
             global_step=step, reward_mean=_mean(scores), reward_std=_std(scores),
-            reward_extreme_ratio=self.outliers.extreme_ratio(scores) if cfg.metrics.enabled else 0.0,
+            reward_extreme_ratio=verdict.extreme_ratio,
             kl=means[0], kl_coef=beta,
             entropy=means[1], clip_fraction=means[2], advantage_variance=means[3], policy_loss=means[4],
             critic_loss=means[5], grad_norm={"actor": means[6], "critic": means[7]}, layer_kl=means[9:],
@@ -365,18 +467,32 @@ class RLTrainer:
             dataloader_wait_seconds=stage["dataloader"], step_seconds=step_seconds,
             nonfinite=bool(actor_out["nonfinite"] or critic_out["nonfinite"]), extra={"checkpoint_stall": stall},
         )
-        self._observe(stats, batch_rollouts, now, self.buffer.evictions - evicted_before)
+        self._observe(stats, valid, now, self.buffer.evictions - evicted_before)
         return stats
+
+    def _validate(self, rollouts: list[Rollout]) -> None:
+        """Rollout validation: an invalid response stays in its batch as a masked row (never scored, zero
+        loss weight), so every rank still runs the same number of micro-batches."""
+        keep = set(self.data_guards.validator.filter([r.response for r in rollouts],
+                                                     [len(r.response_ids) for r in rollouts]))
+        for i, rollout in enumerate(rollouts):
+            if i not in keep:
+                rollout.extra["dropped"] = True
 
     def _score(self, rollouts: list[Rollout]) -> None:
         size = self.config.reward_batch_size
-        texts = [r.prompt + r.response for r in rollouts]
+        valid = [r for r in rollouts if not r.extra.get("dropped")]
+        texts = [r.prompt + r.response for r in valid]
+        keys = [r.prompt for r in valid]
         scores: list[float] = []
-        calls = self.registry["verl_reward_model_calls_total"].labels(outcome="ok")
+        breaker = self.reward is self.reward_path.breaker
         for i in range(0, len(texts), size):
-            scores.extend(float(s) for s in self.reward.score(texts[i:i + size]))
-            calls.inc()  # the circuit breaker (verl.fault) counts timeout/error/oom/cached itself
-        for rollout, score in zip(rollouts, scores, strict=True):
+            if breaker:  # the breaker counts every outcome (ok/timeout/error/oom/cached): one place counts
+                scores.extend(float(s) for s in self.reward.score(texts[i:i + size], prompts=keys[i:i + size]))
+            else:  # a reward model plugged in directly through the ``reward`` seam
+                scores.extend(float(s) for s in self.reward.score(texts[i:i + size]))
+                self.registry["verl_reward_model_calls_total"].labels(outcome="ok").inc()
+        for rollout, score in zip(valid, scores, strict=True):
             rollout.reward = score
 
     def _observe(self, stats: StepStats, rollouts: list[Rollout], now: float, evicted: int) -> None:
@@ -396,7 +512,13 @@ class RLTrainer:
         mini = min(self.config.actor.ppo_mini_batch_size, size)
         return [torch.arange(i, min(i + mini, size)) for i in range(0, size, mini)]
 
-    def _update_critic(self, batch: PPOBatch, values: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+    def _critic_attempt(self, step: int, batch: PPOBatch, values: torch.Tensor, returns: torch.Tensor,
+                        micro_batches: int) -> dict[str, float]:
+        self.updates.injected.maybe_raise(step, "critic")  # faults.critic_oom_at_step, before any work
+        return self._update_critic(batch, values, returns, micro_batches)
+
+    def _update_critic(self, batch: PPOBatch, values: torch.Tensor, returns: torch.Tensor,
+                       micro_batches: int) -> dict[str, float]:
         cfg = self.config.critic
         device = self.critic_device
         cbatch, values, returns = batch.to(device), values.to(device), returns.to(device)
@@ -405,7 +527,8 @@ class RLTrainer:
         for _ in range(self.config.actor.ppo_epochs):
             for idx in self._minibatches(cbatch.size):
                 self.critic_optim.zero_grad(set_to_none=True)
-                for micro in idx.chunk(cfg.micro_batches):
+                chunks = idx.chunk(micro_batches)
+                for micro in chunks:
                     mb = cbatch.select(micro)
                     vpreds = values_of(self.critic_ddp, mb)
                     loss, _ = core_algos.compute_value_loss(vpreds, returns[micro], values[micro], mb.response_mask,
@@ -414,14 +537,15 @@ class RLTrainer:
                     losses.append(loss.item())
                 norm = float(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.grad_clip))
                 norms.append(norm)
-                if math.isfinite(norm) and all(math.isfinite(v) for v in losses[-cfg.micro_batches:]):
+                if math.isfinite(norm) and all(math.isfinite(v) for v in losses[-len(chunks):]):
                     self.critic_optim.step()
                 else:
                     nonfinite = True
         self.critic_sched.step()
         return {"vf_loss": _mean(losses), "grad_norm": _mean(norms), "nonfinite": nonfinite}
 
-    def _update_actor(self, batch: PPOBatch, old_log_prob: torch.Tensor, advantages: torch.Tensor) -> dict[str, float]:
+    def _update_actor(self, batch: PPOBatch, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                      micro_batches: int) -> dict[str, float]:
         cfg = self.config.actor
         abatch = batch.to(self.actor_device)
         pg_losses, clipfracs, entropies, norms, nonfinite = [], [], [], [], False
@@ -429,7 +553,8 @@ class RLTrainer:
         for _ in range(cfg.ppo_epochs):
             for idx in self._minibatches(abatch.size):
                 self.actor_optim.zero_grad(set_to_none=True)
-                for micro in idx.chunk(cfg.micro_batches):
+                chunks = idx.chunk(micro_batches)
+                for micro in chunks:
                     mb = abatch.select(micro)
                     log_prob, entropy = log_prob_and_entropy(self.actor_ddp, mb)
                     pg_loss, clipfrac, _ = core_algos.compute_policy_loss(
@@ -443,7 +568,7 @@ class RLTrainer:
                     entropies.append(mean_entropy.item())
                 norm = float(torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.grad_clip))
                 norms.append(norm)
-                if math.isfinite(norm) and all(math.isfinite(v) for v in pg_losses[-cfg.micro_batches:]):
+                if math.isfinite(norm) and all(math.isfinite(v) for v in pg_losses[-len(chunks):]):
                     self.actor_optim.step()
                 else:
                     nonfinite = True
@@ -473,6 +598,10 @@ class RLTrainer:
             self.server.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
+        self.reward_path.faulty.close()
+        self.reward_path.breaker.close()
+        if hasattr(self.rollout, "close"):
+            self.rollout.close()
         self.metrics.close()
         shutdown(self.ctx)
 

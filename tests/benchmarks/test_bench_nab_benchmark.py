@@ -53,11 +53,20 @@ def test_missing_data_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 @needs_data
-def test_cli_last_line_is_the_summary_json(tmp_path: Path) -> None:
-    # A profile restricted to nothing but the format: reuse the shipped one on the full data is a benchmark,
-    # so here only the output contract is checked on the real run's last line.
+def test_cli_last_line_is_the_summary_json() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nab.py"), "--json"],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(last) == {"standard", "reward_low_FP", "reward_low_FN"}
+
+
+@needs_data
+def test_pipeline_and_bare_detectors_agree_on_an_ordered_file() -> None:
+    rules = nab.profile_rules(load_profile(nab.DEFAULT_RULES))
+    stamps, values = read_series(DATA / FILES[1])
+    times = [nab.epoch(s) for s in stamps]
+    via_pipeline = nab.detect_in_pipeline(rules, times, values)
+    for profile, rule in rules.items():
+        assert via_pipeline[profile] == nab.detect(rule, times, values), profile
+    assert any(via_pipeline["standard"])

@@ -1,0 +1,40 @@
+"""The soak's pure parts: the seeded fault plan and Meta's ETTR accounting (no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.soak import EVIDENCE, plan_faults, productive_seconds
+
+
+def test_plan_is_seeded_about_one_per_interval_and_kills_every_fourth() -> None:
+    plan = plan_faults(300, 60, seed=7)
+    assert plan == plan_faults(300, 60, seed=7)
+    assert [f.kind for f in plan] != [f.kind for f in plan_faults(300, 60, seed=8)] or \
+        [f.at_s for f in plan] != [f.at_s for f in plan_faults(300, 60, seed=8)]
+    assert len(plan) == 5  # 30, 90, 150, 210, 270 s (+-25 %); none in the last 20 s
+    assert all(0 < f.at_s < 280 for f in plan)
+    assert [f.at_s for f in plan] == sorted(f.at_s for f in plan)
+    assert plan[3].kind == "trainer_kill"
+    assert sorted(f.kind for f in plan[:3]) == ["critic_oom", "reward_hang", "worker_kill"]
+
+
+def test_recomputed_steps_and_restart_time_are_not_productive() -> None:
+    first = {s: float(s) for s in range(1, 11)}        # steps 1..10, one per second, then SIGKILL
+    second = {s: 14.0 + s for s in range(6, 16)}       # resumed from checkpoint 5 at t=20, steps 6..15
+    # run 1: steps 1..5 survive (5 s); steps 6..10 were recomputed; run 2: 10 steps of 1 s
+    assert productive_seconds([first, second], [0, 5]) == pytest.approx(15.0)
+    # without a failure every step counts, and the first step gets the median gap, not the start-up
+    assert productive_seconds([{s: 10.0 + 2 * s for s in range(1, 6)}], [0]) == pytest.approx(10.0)
+    # a restart that found no checkpoint recomputes everything: run 1 contributes nothing
+    assert productive_seconds([first, {s: 30.0 + s for s in range(1, 4)}], [0, 0]) == pytest.approx(3.0)
+
+
+def test_evidence_patterns_match_the_trainer_log_lines() -> None:
+    kill = "2026-11-29 14:47:11,198 WARNING verl.trainer.faults: fault injection: SIGKILL trainer at step 323"
+    worker = ("2026-11-29 14:49:01,000 WARNING verl.workers.pool: rollout worker 1 (pid 42) died with exit "
+              "code -9; restarting, 4 prompt(s) re-queued")
+    assert EVIDENCE["trainer_kill"].search(kill)
+    assert EVIDENCE["worker_kill"].search(worker)
+    assert not EVIDENCE["worker_kill"].search(kill)
+    assert not EVIDENCE["critic_oom"].search(worker)

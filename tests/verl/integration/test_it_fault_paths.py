@@ -1,0 +1,91 @@
+"""The ``faults:`` section drives the real fault-tolerance paths inside a real PPO run: the reward-model
+circuit breaker (hang), reward OOM, critic OOM degradation and the stop after a second OOM."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from verl.cli.train import main as train_main
+from verl.fault import CircuitState
+from verl.trainer import RLTrainer
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+FAST = ["metrics.layer_kl=false", "trainer.torch_threads=1"]
+
+
+def counter(trainer: RLTrainer, name: str, **labels: str) -> float:
+    return trainer.registry[name].labels(**labels)._value.get()
+
+
+def test_reward_hang_opens_and_closes_the_circuit_within_the_bound() -> None:
+    # the hang (5 s) outlasts three timeouts plus the steps between them, so the circuit must open; the run
+    # outlasts the hang plus a probe interval, so it must close again
+    timeout_s, probe_s = 1.0, 1.0
+    trainer = RLTrainer("ppo_tiny", overrides=[
+        *FAST, "trainer.total_steps=50", f"reward.timeout_s={timeout_s}", f"reward.probe_interval_s={probe_s}",
+        "faults.reward_hang_at_step=3", "faults.reward_hang_seconds=5"])
+    reward_seconds = 0.0
+    try:
+        while trainer.global_step < trainer.config.trainer.total_steps:
+            reward_seconds += trainer.step().stage_seconds["reward"]
+        breaker = trainer.reward_path.breaker
+        states = [state for _, state in breaker.transitions]
+    finally:
+        trainer.close()
+    assert trainer.global_step == 50  # training completed
+    assert CircuitState.OPEN in states and states[-1] is CircuitState.CLOSED
+    assert states.index(CircuitState.OPEN) < len(states) - 1  # closed again after opening
+    assert counter(trainer, "verl_reward_model_calls_total", outcome="timeout") == 3
+    assert counter(trainer, "verl_reward_model_calls_total", outcome="cached") >= 3  # cached scores were used
+    # The issue's bound on the extra wall time of a hang: 3 x timeout + one probe interval. The reward stage
+    # of the whole run (normal scoring included) must fit in it -- after three timeouts the breaker answers
+    # from the cache at once.
+    assert reward_seconds <= 3 * timeout_s + probe_s, reward_seconds
+
+
+def test_reward_oom_is_counted_once_and_sheds_the_backlog() -> None:
+    trainer = RLTrainer("ppo_tiny", overrides=[*FAST, "trainer.total_steps=6", "rollout.prefetch_batches=3",
+                                               "faults.reward_oom_at_step=5"])
+    sizes = []
+    try:
+        for _ in range(6):
+            trainer.step()
+            sizes.append(len(trainer.buffer))
+    finally:
+        trainer.close()
+    assert counter(trainer, "verl_oom_events_total", component="reward") == 1
+    assert counter(trainer, "verl_reward_model_calls_total", outcome="oom") == 1
+    assert sizes[3] == 3 * 16 and sizes[4] <= sizes[3] // 2  # the drop the RolloutBufferDrop alert sees
+    assert sizes[5] > sizes[4]  # and it refills
+
+
+def test_critic_oom_degrades_and_completes_visible_in_metrics() -> None:
+    trainer = RLTrainer("ppo_tiny", overrides=[*FAST, "trainer.total_steps=4", "faults.critic_oom_at_step=2",
+                                               "metrics.port=0"])
+    url = trainer.start_metrics_server()
+    try:
+        result = trainer.train()
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+    finally:
+        trainer.close()
+    assert result.steps == 4
+    assert trainer.updates.critic.degraded and trainer.updates.critic.current_micro_batches == 4
+    assert not trainer.updates.actor.degraded
+    assert re.search(r'^verl_degraded_mode\{component="critic"\} 1\.0$', text, re.M)
+    assert re.search(r'^verl_oom_events_total\{component="critic"\} 1\.0$', text, re.M)
+    assert re.search(r'^verl_degraded_mode\{component="actor"\} 0\.0$', text, re.M)
+
+
+def test_second_oom_while_degraded_checkpoints_then_stops_with_exit_3(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    code = train_main(["--config", "ppo_tiny", *FAST, "trainer.total_steps=6", "faults.critic_oom_at_step=3",
+                       "faults.critic_oom_repeat=2", "--checkpoint-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 3
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "degraded mode" in lines[0] and "global_step_3" in lines[0], err
+    assert (tmp_path / "global_step_3" / "COMPLETE").exists()

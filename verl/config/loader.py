@@ -157,7 +157,7 @@ def validate(config: Config) -> None:
     for key in positive:
         if get_dotted(config, key) < 1:
             raise ConfigError(f"config key '{key}' must be >= 1, got {get_dotted(config, key)}")
-    for key in ("rollout_worker_num", "rollout.prefetch_batches", "faults.checkpoint_write_delay_s",
+    for key in ("rollout_worker_num", "rollout.prefetch_batches", "rollout.oom_backoff_steps", "faults.checkpoint_write_delay_s",
                 "faults.reward_hang_seconds"):
         if get_dotted(config, key) < 0:
             raise ConfigError(f"config key '{key}' must be >= 0, got {get_dotted(config, key)}")

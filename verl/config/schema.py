@@ -149,6 +149,8 @@ class RolloutConfig:
     """Sampling temperature."""
     prefetch_batches: int = 0
     """Batches generated ahead into the rollout buffer (async-style backlog; samples are that many steps stale)."""
+    oom_backoff_steps: int = 20
+    """After a reward-model OOM the shed backlog is not rebuilt for this many steps (memory pressure back-off)."""
     worker_chunk_size: int = 4
     """Prompts per task sent to a rollout worker process (rollout_worker_num > 0)."""
 

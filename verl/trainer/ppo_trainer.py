@@ -169,6 +169,7 @@ class RLTrainer:
 
         self.global_step = 0
         self._stop_reason: str | None = None
+        self._refill_after = 0  # no backlog refill up to this step (after a reward-model OOM)
         self._last_work_seconds = 0.0
         self._evictions_reported = 0
         self._tty = sys.stderr.isatty()
@@ -256,7 +257,7 @@ class RLTrainer:
                 "per_rank": gather_objects(local, self.ctx),
                 "kl_ctrl": self.kl_ctrl.state_dict(), "actor_lr_scheduler": self.actor_sched.state_dict(),
                 "critic_lr_scheduler": self.critic_sched.state_dict(), "buffer": self.buffer.state_dict(),
-                "reward_guard": self.data_guards.reward.state_dict(),
+                "reward_guard": self.data_guards.reward.state_dict(), "refill_after": self._refill_after,
                 "oom": {"critic": self.updates.critic.state_dict(), "actor": self.updates.actor.state_dict()},
                 "rng": rng_state()}
 
@@ -272,6 +273,7 @@ class RLTrainer:
             self.reward_path.breaker.load_state_dict(local["reward_cache"])
         if "validator" in local:
             self.data_guards.validator.load_state_dict(local["validator"])
+        self._refill_after = int(state.get("refill_after", 0))
         if "reward_guard" in state:
             self.data_guards.reward.load_state_dict(state["reward_guard"])
         for name, degrader in (("critic", self.updates.critic), ("actor", self.updates.actor)):
@@ -351,7 +353,7 @@ class RLTrainer:
         self.faults.throughput_sleep(step, self._last_work_seconds)
         injected = clock.monotonic() - t
         prompts = self.loader.next_batch()
-        if len(self.buffer) < self.loader.per_rank * cfg.rollout.prefetch_batches:
+        if step > self._refill_after and len(self.buffer) < self.loader.per_rank * cfg.rollout.prefetch_batches:
             prompts += self.loader.next_batch()  # refill the backlog by one extra batch per step
         if not prompts:
             raise RuntimeError("every prompt was filtered out by data.* filters; check the dataset and filters")
@@ -372,8 +374,9 @@ class RLTrainer:
             # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
             # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
             shed = self.buffer.shed(keep_newest=len(rollouts))
-            log.warning("reward model out of memory: released %d buffered rollouts (backlog refills by one "
-                        "batch per step)", shed)
+            self._refill_after = step + cfg.rollout.oom_backoff_steps
+            log.warning("reward model out of memory: released %d buffered rollouts; the backlog is rebuilt "
+                        "from step %d", shed, self._refill_after + 1)
         now = clock.now()
         batch_rollouts = self.buffer.take(self.loader.per_rank)
         valid = [r for r in batch_rollouts if not r.extra.get("dropped")]

@@ -49,7 +49,7 @@ def test_reward_hang_opens_and_closes_the_circuit_within_the_bound() -> None:
 
 def test_reward_oom_is_counted_once_and_sheds_the_backlog() -> None:
     trainer = RLTrainer("ppo_tiny", overrides=[*FAST, "trainer.total_steps=6", "rollout.prefetch_batches=3",
-                                               "faults.reward_oom_at_step=5"])
+                                               "faults.reward_oom_at_step=5", "rollout.oom_backoff_steps=0"])
     sizes = []
     try:
         for _ in range(6):
@@ -69,7 +69,7 @@ def test_critic_oom_degrades_and_completes_visible_in_metrics() -> None:
     url = trainer.start_metrics_server()
     try:
         result = trainer.train()
-        text = httpx.get(f"{url}/metrics", timeout=10).text
+        text = httpx.get(url, timeout=10).text  # the printed URL is the /metrics one
     finally:
         trainer.close()
     assert result.steps == 4

@@ -36,10 +36,10 @@ SCHEDULE: list[tuple[str, tuple[str, ...], int | None]] = [
     ("RolloutBufferDrop", (), 40),
     ("RolloutWorkerCrash", ("faults.kill_rollout_worker_at_steps=[60]",), 60),
     ("KLDriftDetected", ("faults.kl_drift_at_step=100",), 100),
-    ("RewardModelTimeout", ("faults.reward_hang_at_step=160", "reward.timeout_s=1"), 160),
-    ("RewardModelCircuitOpen", (), 160),
-    ("ThroughputDrop", ("faults.throughput_drop_at_step=220",), 220),
-    ("TrainerDown", ("faults.kill_trainer_at_step=300",), 300),
+    ("ThroughputDrop", ("faults.throughput_drop_at_step=140",), 140),
+    ("RewardModelTimeout", ("faults.reward_hang_at_step=260", "reward.timeout_s=1"), 260),
+    ("RewardModelCircuitOpen", (), 260),
+    ("TrainerDown", ("faults.kill_trainer_at_step=400",), 400),
 ]
 
 

@@ -120,8 +120,9 @@ def write_configs(workdir: Path, robot: RobotStandIn, kind: str, trainer_url: st
                   correlation_window: str | None = DEMO_CORRELATION_WINDOW) -> Path:
     """The alerting and monitor YAML for one run; returns the monitor config path."""
     workdir.mkdir(parents=True, exist_ok=True)
+    monitor_port = free_port()  # known up front so "+N more" links in messages point at this monitor
     alerting: dict[str, Any] = {
-        "monitor_url": "http://127.0.0.1",
+        "monitor_url": f"http://127.0.0.1:{monitor_port}",
         "receivers": [{"name": f"demo-{kind}", "type": kind, "url": robot.url,
                        **({"secret": robot.secret} if getattr(robot, "secret", None) else {})}],
         "route": {"receiver": f"demo-{kind}", "group_by": ["alertname", "cluster", "node"],
@@ -137,7 +138,7 @@ def write_configs(workdir: Path, robot: RobotStandIn, kind: str, trainer_url: st
                                                                 sort_keys=False))
     (workdir / "alerting.yaml").write_text(yaml.safe_dump(alerting, sort_keys=False))
     monitor: dict[str, Any] = {
-        "cluster": cluster, "listen": "127.0.0.1:0", "state_db": "state/state.db", "eval_interval": "1s",
+        "cluster": cluster, "listen": f"127.0.0.1:{monitor_port}", "state_db": "state/state.db", "eval_interval": "1s",
         "notify_config": "alerting.yaml",
         "targets": [{"name": "trainer", "url": trainer_url, "node": node, "job": "verl",
                      "interval": f"{scrape_interval}s", "timeout": "2s"}],

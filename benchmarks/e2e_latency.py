@@ -6,7 +6,8 @@ One real trainer (``python -m verl.cli.train --config ppo_tiny``, CPU) runs a st
 the monitor daemon scrapes it and delivers through the alerting engine to a WeCom stand-in on loopback
 (``monitor.demo.Stack``). Per alert type: ``detect_s`` = first firing - injection, ``deliver_s`` = first
 delivered notification carrying that alert (alone or inside its incident) - injection. The injection
-time of a fault at step N is when the trainer logged step N-1 (the fault acts during step N).
+time of a fault at step N is when the trainer logged step N-1 (the fault acts during step N); of the
+leak (active from the start) the trainer's first step.
 
 Settings that dominate the figures and are reported with them: the scrape interval, the demo rules
 profile for the detectors that need hours of history in production (leak 30 min -> 2 min window, KL
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 delivered.setdefault(fp, ev["t"])
     alerts = {}
     for name, _, step in SCHEDULE:
-        at = t_start if step is None else step_times.get(step - 1)
+        at = step_times.get(1, t_start) if step is None else step_times.get(step - 1)
         f = fired.get(name)
         d = delivered.get(f[1]) if f else None
         alerts[name] = {"injected_s": at, "detect_s": round(f[0] - at, 2) if f and at is not None else None,

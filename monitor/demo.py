@@ -50,6 +50,8 @@ DEMO_DETECTORS: dict[str, dict[str, Any]] = {
     "MemoryLeakSuspected": {"window": 120, "floor": 4, "min_buckets": 6, "persistence": 2},
     "KLDriftDetected": {"window": 60, "every": 3, "min_samples": 20, "persistence": 2},
     "RolloutBufferDrop": {"window": 60},
+    # production: 5 min warm-up, 10 min baseline, 2 min confirmation
+    "ThroughputDrop": {"warmup_s": 10, "baseline_s": 60, "confirm_s": 10},
 }
 DEMO_KEEP_FIRING = {"MemoryLeakSuspected": "30s", "KLDriftDetected": "30s"}
 # Without a GPU the simulated leak is host memory (the trainer never invents GPU series). The demo then

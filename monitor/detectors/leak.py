@@ -11,72 +11,128 @@ from monitor.detectors.base import Detector, Finding
 
 
 class LeakDetector(Detector):
-    """Theil-Sen slope of per-bucket minima, with its confidence bound and persistence.
+    """Theil-Sen slope of the floor of the last ``window`` seconds, with Sen's confidence bound.
 
-    GPU memory is a sawtooth (allocate during rollout, free after the update); a leak is the floor
-    rising, so the series is reduced to the minimum of each ``floor`` -second bucket (choose it longer
-    than one sawtooth period). Buckets do not overlap, so the bucket minima are close to independent
-    and Sen's rank-based confidence interval is close to honest. Test, at each completed bucket once
-    the window holds ``min_buckets`` of them: the *lower* confidence bound of the slope exceeds
-    ``min_slope_per_min`` (units/min, bytes after store normalisation), and the fitted rise across
-    the window is at least ``min_effect_sd`` robust standard deviations of the floor (1.4826 MAD of its
-    first differences / sqrt 2) (effect-size floor: with hundreds of GPUs evaluated every two minutes, a
-    noise-driven tilt passes a 95 % bound somewhere every day), for ``persistence`` consecutive
-    buckets. Theil-Sen because a single freed/allocated spike must not tilt the line.
+    GPU memory is a sawtooth (allocate during rollout, free after the update, one cycle per PPO
+    step); a leak is the *floor* rising. Test, every ``every`` seconds of sample time once the
+    window is (nearly) full:
 
-    Tested by tests/monitor/test_scenarios.py::test_leak_20mb_per_min_fires_within_30_min and
-    ::test_slow_growth_and_flat_memory_stay_quiet (24 h, both name families).
+    1. Period: the lag of the highest autocorrelation peak after the first zero crossing (linearly
+       detrended samples, FFT), if that peak exceeds ``min_acf`` -- else the series is aperiodic.
+    2. Floor: the window is cut, from its end backwards, into buckets of ``max(floor, 1.2 x period)``
+       seconds, so each bucket holds at least one cycle's bottom; each bucket gives its minimum (at
+       the time it was seen). Non-overlapping buckets keep the minima close to independent, which
+       Sen's rank-based interval assumes.
+    3. Slope: Theil-Sen over the bucket minima; the *lower* bound of Sen's ``confidence`` interval
+       must exceed ``min_slope_per_min`` (units/min; bytes after store normalisation).
+    4. Effect floor: the fitted rise across the window must exceed the floor's sampling resolution
+       plus ``min_effect_sd`` robust sd (1.4826 MAD) of the minima about the line. The resolution is
+       the median climb between consecutive samples: a cycle's lowest sample lies anywhere within one
+       climb above the true bottom, and when the step period is incommensurate with the scrape
+       interval that offset drifts slowly from cycle to cycle -- an aliased rise of up to one climb
+       that no slope test on the sampled floor can tell from a leak.
+    5. Persistence: 1-4 hold for ``persistence`` consecutive evaluations.
+
+    Theil-Sen because a single freed or allocated spike must not tilt the line. State is the raw
+    window (bounded by ``max_samples``); one evaluation costs an FFT and O(buckets^2) slopes.
+
+    Tested by tests/monitor/test_monitor_scenarios.py::test_leak_20mb_per_min_fires_within_30_min,
+    ::test_slow_growth_and_flat_memory_stay_quiet (24 h, both name families) and
+    tests/monitor/test_monitor_detectors.py (period, aliasing, slow steps).
     """
 
-    def __init__(self, min_slope_per_min: float = 10e6, window: float = 1800.0, floor: float = 120.0,
-                 confidence: float = 0.95, persistence: int = 2, min_buckets: int = 8,
-                 min_effect_sd: float = 5.0) -> None:
-        self.min_slope, self.window_s, self.floor_s = min_slope_per_min, window, floor
+    def __init__(self, min_slope_per_min: float = 10e6, window: float = 1800.0, every: float = 60.0,
+                 floor: float = 30.0, confidence: float = 0.95, persistence: int = 2, min_buckets: int = 6,
+                 min_effect_sd: float = 2.0, min_acf: float = 0.3, max_samples: int = 4096) -> None:
+        self.min_slope, self.window_s, self.every_s, self.floor_s = min_slope_per_min, window, every, floor
         self.confidence, self.persistence, self.min_buckets = confidence, persistence, min_buckets
-        self.min_effect_sd = min_effect_sd
+        self.min_effect_sd, self.min_acf, self.max_samples = min_effect_sd, min_acf, max_samples
         self._z = float(norm.ppf(0.5 + confidence / 2.0))
         self.reset()
 
     def reset(self) -> None:
-        self._buckets: deque[tuple[float, float]] = deque()
-        self._bucket: int | None = None
-        self._bucket_min = np.inf
+        self._ts: deque[float] = deque(maxlen=self.max_samples)
+        self._vs: deque[float] = deque(maxlen=self.max_samples)
+        self._next_eval = -np.inf
         self._streak = 0
         self._last = Finding(0.0, False)
 
     def update(self, t: float, value: float) -> Finding:
-        b = int(t // self.floor_s)
-        if self._bucket is None:
-            self._bucket = b
-        if b != self._bucket:
-            self._buckets.append(((self._bucket + 0.5) * self.floor_s, self._bucket_min))
-            self._bucket, self._bucket_min = b, np.inf
-            while self._buckets and self._buckets[0][0] < t - self.window_s:
-                self._buckets.popleft()
-            self._last = self._evaluate(t)
-        self._bucket_min = min(self._bucket_min, value)
+        self._ts.append(t)
+        self._vs.append(value)
+        while self._ts[0] < t - self.window_s:
+            self._ts.popleft()
+            self._vs.popleft()
+        if t < self._next_eval:
+            return self._last
+        self._next_eval = t + self.every_s
+        self._last = self._evaluate(t)
         return self._last
 
     def _evaluate(self, t: float) -> Finding:
-        if len(self._buckets) < self.min_buckets:
+        n = len(self._ts)
+        ts, vs = np.fromiter(self._ts, float, n), np.fromiter(self._vs, float, n)
+        if n < 3 * self.min_buckets or t - ts[0] < 0.9 * self.window_s:
             self._streak = 0
             return Finding(t, False)
-        arr = np.asarray(self._buckets)
-        x = (arr[:, 0] - arr[0, 0]) / 60.0
-        y = arr[:, 1]
-        slope, intercept, lo, hi = sen_slope(x, y, self._z)
-        # Floor noise from first differences: a trend (or the bend at a leak's onset) barely moves
-        # their spread, while residuals around one straight line would absorb the bend as "noise".
-        d = np.diff(y)
-        noise = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0)
+        dt = float(np.median(np.diff(ts)))
+        period = sawtooth_period(vs, dt, self.window_s / 3.0, self.min_acf)
+        bucket = max(self.floor_s, 1.2 * period, 2.0 * dt)
+        bt, by = bucket_minima(ts, vs, t, bucket)
+        if len(bt) < self.min_buckets:
+            self._streak = 0
+            return Finding(t, False)
+        x = (bt - bt[0]) / 60.0
+        slope, intercept, lo, hi = sen_slope(x, by, self._z)
+        noise = 1.4826 * float(np.median(np.abs(by - (intercept + slope * x))))
+        climbs = np.diff(vs)
+        climbs = climbs[climbs > 0]
+        resolution = float(np.median(climbs)) if len(climbs) else 0.0
         rise = slope * float(x[-1])
-        ok = lo > self.min_slope and rise >= self.min_effect_sd * noise
+        ok = lo > self.min_slope and rise >= resolution + self.min_effect_sd * noise
         self._streak = self._streak + 1 if ok else 0
         details = {"slope_per_min": float(slope), "slope_per_s": float(slope) / 60.0,
                    "lower_per_min": float(lo), "upper_per_min": float(hi), "intercept": float(intercept),
-                   "t_ref": float(arr[0, 0]), "window_start": float(arr[0, 0]), "value": float(slope),
-                   "rise": rise, "floor_noise": noise}
+                   "t_ref": float(bt[0]), "window_start": float(ts[0]), "value": float(slope),
+                   "rise": rise, "floor_noise": noise, "resolution": resolution, "period_s": period,
+                   "bucket_s": bucket}
         return Finding(t, self._streak >= self.persistence, min(1.0, max(0.0, lo / self.min_slope)), details)
+
+
+def sawtooth_period(v: np.ndarray, dt: float, max_period: float, min_acf: float) -> float:
+    """Dominant cycle length in seconds (0.0 when the series is aperiodic): the highest
+    autocorrelation peak after the first zero crossing, of the linearly detrended samples."""
+    n = len(v)
+    idx = np.arange(n, dtype=float)
+    resid = v - np.polyval(np.polyfit(idx, v, 1), idx)
+    spec = np.fft.rfft(resid, 2 * n)
+    acf = np.fft.irfft(spec * np.conj(spec))[: n]
+    if acf[0] <= 0:
+        return 0.0
+    acf = acf / acf[0]
+    max_lag = min(int(max_period / dt), n // 2)
+    below = np.nonzero(acf[1: max_lag + 1] < 0)[0]
+    if len(below) == 0:
+        return 0.0
+    start = int(below[0]) + 1
+    if start >= max_lag:
+        return 0.0
+    lag = start + int(np.argmax(acf[start: max_lag + 1]))
+    return float(lag * dt) if acf[lag] >= min_acf else 0.0
+
+
+def bucket_minima(ts: np.ndarray, vs: np.ndarray, t_end: float, bucket: float) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum of each full ``bucket``-second slice, counted back from ``t_end``, and when it was seen."""
+    k = np.floor((t_end - ts) / bucket).astype(int)
+    full = int(np.floor((t_end - ts[0]) / bucket))
+    keep = k < full
+    k, tk, vk = k[keep], ts[keep], vs[keep]
+    order = np.lexsort((vk, k))  # by bucket, then value: the first row of each bucket is its minimum
+    first = np.ones(len(order), bool)
+    first[1:] = k[order][1:] != k[order][:-1]
+    rows = order[first]
+    back = np.argsort(tk[rows])
+    return tk[rows][back], vk[rows][back]
 
 
 def sen_slope(x: np.ndarray, y: np.ndarray, z: float) -> tuple[float, float, float, float]:

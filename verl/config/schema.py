@@ -206,7 +206,7 @@ class FaultsConfig:
     kill_rollout_worker_at_steps: list[int] = field(default_factory=list)
     """SIGKILL a rollout worker at each of these steps."""
     checkpoint_write_delay_s: float = 0.0
-    """Delay the background checkpoint writer by this much before it writes (lets a SIGKILL land mid-save)."""
+    """The background checkpoint writer pauses this long between the data files and meta.json/COMPLETE (a SIGKILL then lands mid-save)."""
     gpu_leak_mb_per_min: float = 0.0
     """Hold a real, growing allocation of this many MB per minute (GPU if present, else host memory)."""
     throughput_drop_at_step: int | None = None

@@ -26,7 +26,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from verl.config import Config, ConfigError, TrainingStopped, load_config
 from verl.data.buffer import Rollout, RolloutBuffer
-from verl.data.loader import PromptDataset, RLDataLoader
+from verl.data.guards import GuardVerdict
+from verl.data.loader import PromptDataset, PromptItem, RLDataLoader
 from verl.fault import DegradedOOMError
 from verl.metrics.hardware import HardwareSampler
 from verl.metrics.outliers import OutlierBook, RewardRecord
@@ -71,6 +72,19 @@ class Checkpointer(Protocol):
         """Load the newest complete checkpoint into ``trainer``; its step, or None when there is none."""
 
     def close(self) -> None: ...
+
+
+@dataclass
+class ScoredBatch:
+    """The reward stage's output, passed forward to the updates."""
+
+    batch: list[Rollout]      # the training batch of this rank (invalid rows included; masked in collate)
+    valid: list[Rollout]      # its rows that passed rollout validation
+    scores: list[float]       # rewards of the valid rows of ALL ranks (identical on every rank)
+    verdict: GuardVerdict
+    pause: bool               # skip this update (the guard's verdict, all-reduced)
+    evicted: int
+    taken_at: float
 
 
 @dataclass
@@ -237,8 +251,10 @@ class RLTrainer:
         return self.server.url
 
     def health(self) -> dict[str, Any]:
+        degraded = [name for name, d in (("critic", self.updates.critic), ("actor", self.updates.actor)) if d.degraded]
         return {"status": "ok", "global_step": self.global_step, "rank": self.ctx.rank,
-                "world_size": self.ctx.world_size}
+                "world_size": self.ctx.world_size, "reward_circuit": self.reward_path.breaker.state.name.lower(),
+                "degraded": degraded}
 
     def _refresh_framework(self) -> None:
         self.metrics.observe_buffer(len(self.buffer), self.buffer.oldest_age(self.clock.now()), 0)
@@ -352,11 +368,7 @@ class RLTrainer:
         t = clock.monotonic()
         self.faults.throughput_sleep(step, self._last_work_seconds)
         injected = clock.monotonic() - t
-        prompts = self.loader.next_batch()
-        if step > self._refill_after and len(self.buffer) < self.loader.per_rank * cfg.rollout.prefetch_batches:
-            prompts += self.loader.next_batch()  # refill the backlog by one extra batch per step
-        if not prompts:
-            raise RuntimeError("every prompt was filtered out by data.* filters; check the dataset and filters")
+        prompts = self._prompts(step)
         stage["dataloader"] = clock.monotonic() - t
 
         t = clock.monotonic()
@@ -365,30 +377,11 @@ class RLTrainer:
         self.faults.maybe_kill(step)
 
         t = clock.monotonic()
-        self._validate(rollouts)
-        reward_ooms = self.reward_path.counting.ooms
-        self._score(rollouts)
-        evicted_before = self.buffer.evictions
-        self.buffer.put(rollouts)
-        if self.reward_path.counting.ooms > reward_ooms and cfg.rollout.prefetch_batches > 0:
-            # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
-            # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
-            shed = self.buffer.shed(keep_newest=len(rollouts))
-            self._refill_after = step + cfg.rollout.oom_backoff_steps
-            log.warning("reward model out of memory: released %d buffered rollouts; the backlog is rebuilt "
-                        "from step %d", shed, self._refill_after + 1)
-        now = clock.now()
-        batch_rollouts = self.buffer.take(self.loader.per_rank)
-        valid = [r for r in batch_rollouts if not r.extra.get("dropped")]
-        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan)) for r in valid],
-                               self.ctx)
-        scores = [score for ranked in pairs for _, score in ranked]
-        verdict = self.data_guards.reward.check(scores, [p for ranked in pairs for p, _ in ranked], step)
-        # every rank must take the same decision, or DDP waits forever for the rank that skipped
-        pause = any_across_ranks(verdict.skip, self.ctx)
+        scored = self._reward_stage(step, rollouts)
+        scores, verdict, pause = scored.scores, scored.verdict, scored.pause
         stage["reward"] = clock.monotonic() - t
 
-        batch = collate_rollouts(batch_rollouts, self.tokenizer.pad_token_id, cfg.rollout.response_length)
+        batch = collate_rollouts(scored.batch, self.tokenizer.pad_token_id, cfg.rollout.response_length)
         want_layers = cfg.metrics.enabled and cfg.metrics.layer_kl
         t = clock.monotonic()
         with torch.no_grad():
@@ -470,8 +463,43 @@ class RLTrainer:
             dataloader_wait_seconds=stage["dataloader"], step_seconds=step_seconds,
             nonfinite=bool(actor_out["nonfinite"] or critic_out["nonfinite"]), extra={"checkpoint_stall": stall},
         )
-        self._observe(stats, valid, now, self.buffer.evictions - evicted_before)
+        self._observe(stats, scored.valid, scored.taken_at, scored.evicted)
         return stats
+
+    def _prompts(self, step: int) -> list[PromptItem]:
+        """This step's prompts, plus one extra batch while the rollout backlog is below its target."""
+        prompts = self.loader.next_batch()
+        target = self.loader.per_rank * self.config.rollout.prefetch_batches
+        if step > self._refill_after and len(self.buffer) < target:
+            prompts += self.loader.next_batch()
+        if not prompts:
+            raise RuntimeError("every prompt was filtered out by loader filters; check the dataset and filters")
+        return prompts
+
+    def _reward_stage(self, step: int, rollouts: list[Rollout]) -> ScoredBatch:
+        """validate -> score -> buffer (shed on reward OOM) -> take the batch -> reward guard on all ranks."""
+        self._validate(rollouts)
+        reward_ooms = self.reward_path.counting.ooms
+        self._score(rollouts)
+        evicted_before = self.buffer.evictions
+        self.buffer.put(rollouts)
+        if self.reward_path.counting.ooms > reward_ooms and self.config.rollout.prefetch_batches > 0:
+            # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
+            # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
+            shed = self.buffer.shed(keep_newest=len(rollouts))
+            self._refill_after = step + self.config.rollout.oom_backoff_steps
+            log.warning("reward model out of memory: released %d buffered rollouts; the backlog is rebuilt "
+                        "from step %d", shed, self._refill_after + 1)
+        taken_at = self.clock.now()
+        batch = self.buffer.take(self.loader.per_rank)
+        valid = [r for r in batch if not r.extra.get("dropped")]
+        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan)) for r in valid],
+                               self.ctx)
+        scores = [score for ranked in pairs for _, score in ranked]
+        verdict = self.data_guards.reward.check(scores, [p for ranked in pairs for p, _ in ranked], step)
+        # every rank must take the same decision, or DDP waits forever for the rank that skipped
+        pause = any_across_ranks(verdict.skip, self.ctx)
+        return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
 
     def _validate(self, rollouts: list[Rollout]) -> None:
         """Rollout validation: an invalid response stays in its batch as a masked row (never scored, zero

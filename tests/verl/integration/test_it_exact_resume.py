@@ -19,6 +19,8 @@ import pytest
 
 from verl.cli.ckpt import main as ckpt_main
 
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
 ROOT = Path(__file__).resolve().parents[3]
 NOUNS = ["sea", "moon", "city", "river", "forest", "snow", "book", "garden", "bridge", "storm"]
 ASKS = ["Describe the {}.", "What sound does the {} make?", "Name a colour of the {}.", "Why visit the {}?"]
@@ -91,8 +93,9 @@ def run_chain(ranks: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     second = start(command(ranks, data, dir_, "faults.kill_trainer_at_step=7", "faults.checkpoint_write_delay_s=3",
                            resume=True))
     out = finish(second)
-    assert second.returncode != 0 and "step 6/8" in out, out[-3000:]
-    assert (dir_ / "global_step_6").is_dir() and not (dir_ / "global_step_6" / "COMPLETE").exists()
+    assert second.returncode != 0 and "step 6/8" in out and "step 7/8" not in out, out[-3000:]
+    assert "checkpoint global_step_6 complete" not in out  # staged, then killed while being written
+    assert not (dir_ / "global_step_6" / "COMPLETE").exists()
 
     # 3: the incomplete step 6 is ignored; SIGKILL from outside as soon as step 7 is reported
     third = start(command(ranks, data, dir_, resume=True))
@@ -106,6 +109,11 @@ def run_chain(ranks: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "resumed from step" in out
     assert digest(dir_, capsys) == digest(ref_dir, capsys)
     assert digest(dir_, capsys).startswith("step=8 ")
+    # the state that had to survive the kills was not trivial
+    meta = json.loads((ref_dir / "global_step_8" / "meta.json").read_text())
+    per_rank = meta["extra"]["trainer"]["per_rank"]
+    assert len(per_rank) == ranks and all(r["dataloader"]["cooldown_skips"] > 0 for r in per_rank)
+    assert sum(shard["rows"] for shard in meta["parts"]["rollout_cache"]["shards"]) > 0
 
 
 @pytest.mark.slow

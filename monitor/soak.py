@@ -26,6 +26,7 @@ import argparse
 import json
 import random
 import re
+import socket
 import statistics
 import sys
 import tempfile
@@ -133,7 +134,7 @@ class Soak:
         self.incarnations: list[Incarnation] = []
         self.rate = 4.0  # steps/s until measured
         self.wall = 0.0
-        self.port_retries = 0
+        self.port_wait: list[float] = []
         self.stack = Stack(StackOptions(
             workdir=workdir, kind="wecom", cluster="soak", node="soak-node", demo_profile=False,
             correlation_window=args.correlation_window, echo=not args.quiet))
@@ -171,26 +172,33 @@ class Soak:
             assert trainer is not None
         else:
             trainer = self._restart(args)
-        inc = Incarnation(trainer, self.stack.trainer_started, faults=faults)
+        inc = Incarnation(trainer, self.stack.trainer_started, resumed_from=self._newest_checkpoint() if resume else 0,
+                          faults=faults)
         self.incarnations.append(inc)
         for f in faults:
             j.add("fault", f"planned {f.kind} at step {f.step} (~{f.at_s:.0f}s)", fault=f.kind, step=f.step)
         return inc
 
     def _restart(self, args: tuple[str, ...]) -> Trainer:
-        """Start the next incarnation on the same port. A trainer whose port probe fails (sockets of the
-        killed process still in TIME_WAIT: verl's check_port_free binds without SO_REUSEADDR) exits 2;
-        retry until the port frees, as a cluster supervisor would. The wait is restart time (not productive)."""
-        deadline = time.monotonic() + 120
-        while True:
+        """Start the next incarnation on the same port. verl's port probe binds without SO_REUSEADDR, so
+        while the killed trainer's connections sit in TIME_WAIT (up to 60 s) a new trainer would exit 2:
+        wait for the port with the same probe first, as a cluster supervisor would. The wait is restart
+        time (not productive) and reported as ``restart_port_wait_seconds``."""
+        started = time.monotonic()
+        while time.monotonic() - started < 120:
             try:
-                return self.stack.start_trainer(args)
-            except RuntimeError:
-                log = (self.workdir / "trainer.log").read_text(errors="replace").splitlines()[-3:]
-                if time.monotonic() > deadline or not any("already in use" in ln for ln in log):
-                    raise
-                self.port_retries += 1
-                time.sleep(2.0)
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", self.port))
+                break
+            except OSError:
+                time.sleep(0.5)
+        self.port_wait.append(round(time.monotonic() - started, 1))
+        return self.stack.start_trainer(args)
+
+    def _newest_checkpoint(self) -> int:
+        """Step of the newest complete checkpoint (its COMPLETE marker is written last)."""
+        steps = [int(p.parent.name.rsplit("_", 1)[1]) for p in (self.workdir / "checkpoints").glob("global_step_*/COMPLETE")]
+        return max(steps, default=0)
 
     def _last_step(self) -> int:
         return max((max(i.trainer.step_times, default=0) for i in self.incarnations), default=0)
@@ -203,7 +211,7 @@ class Soak:
             while j.now() < end:
                 time.sleep(0.5)
                 self._measure_rate(inc)
-                if not inc.trainer.alive():
+                if not inc.trainer.alive() and j.now() < end - 5:
                     code = inc.trainer.proc.returncode
                     j.add("trainer", f"trainer exited with code {code}; restarting with --resume")
                     inc.trainer.stop()
@@ -285,8 +293,9 @@ class Soak:
         return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / span if span > 0 else 0.0
 
     def _report(self, counters: dict[str, float]) -> dict[str, Any]:
-        for inc in self.incarnations:
-            inc.resumed_from = inc.trainer.resumed_from or 0
+        for inc in self.incarnations:  # the trainer's own "resumed from step N" wins when it logged one
+            if inc.trainer.resumed_from is not None:
+                inc.resumed_from = inc.trainer.resumed_from
         self._fault_times()
         reached = [f for inc in self.incarnations for f in inc.faults if f.injected_at is not None]
         injected = [f for f in reached if f.evidence is not None]
@@ -294,7 +303,8 @@ class Soak:
         expected = delivered_n = 0
         delays: list[float] = []
         downtime = dict(zip([id(f) for inc in self.incarnations[:-1] for f in inc.faults if f.kind == "trainer_kill"],
-                            [round(min(b.trainer.step_times.values(), default=a) - a, 1) for a, b in self._restart_gaps()],
+                            [round(min(b.trainer.step_times.values(), default=self.wall) - a, 1)
+                             for a, b in self._restart_gaps()],
                             strict=False))
         for f in injected:
             names = EXPECTED[f.kind]
@@ -328,9 +338,9 @@ class Soak:
             "faults_reached_without_trainer_evidence": [f.kind for f in reached if f.evidence is None],
             "faults_planned_not_reached": sum(1 for f in self.plan if f.injected_at is None),
             "restarts": len(self.incarnations) - 1,
-            "restart_port_retries": self.port_retries,
+            "restart_port_wait_seconds": self.port_wait,
             # last step before the kill -> first step after the resume
-            "restart_seconds": [round(min(b.trainer.step_times.values(), default=a_end) - a_end, 1)
+            "restart_seconds": [round(min(b.trainer.step_times.values(), default=self.wall) - a_end, 1)
                                 for a_end, b in self._restart_gaps()],
             "prompts_requeued": requeued,
             "alerts_fired": sorted(fired),

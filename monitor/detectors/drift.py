@@ -1,4 +1,4 @@
-"""Slow drift: a significant linear trend over a sliding window, robust to autocorrelation."""
+"""Slow drift: a significant trend over a sliding window, robust to autocorrelation."""
 
 from __future__ import annotations
 
@@ -8,40 +8,50 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 from statsmodels.regression.linear_model import OLS
-from statsmodels.tools.tools import add_constant
 
 from monitor.detectors.base import Detector, Finding
 
 Direction = Literal["up", "down", "both"]
 
+# Where the trend may begin, as fractions of the window: 0 is a straight line over the whole window;
+# later knots keep at least 30 % of the window as the trend, so a knot never chases the last few points.
+KNOTS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7)
+
 
 class TrendDriftDetector(Detector):
-    """OLS trend with Newey-West (HAC) standard errors over the last ``window`` seconds.
+    """Segmented (hinge) OLS trend with autocorrelation-robust standard errors over ``window`` seconds.
 
-    Test, every ``every`` seconds of sample time once the window holds ``min_samples`` and spans at
-    least half its length:
+    Model: ``y = a + b * max(0, x - k)`` -- flat, then a linear trend from ``k`` on. A drift that
+    started inside the window is therefore not diluted by the flat stretch before it; that stretch
+    pins the baseline instead. ``k`` is chosen by least squares from a coarse grid (``KNOTS``,
+    ``k = 0`` is a plain line). Test, every ``every`` seconds of sample time once the window holds
+    ``min_samples`` and spans at least half its length:
 
-    - slope p-value (one-sided in ``direction``) from OLS with the larger of two autocorrelation-
-      robust standard errors: HAC (Newey-West, ``maxlags = floor(4 (n/100)^(2/9))``) and the AR(1)
-      effective-sample-size correction -- training metrics are strongly autocorrelated and plain
-      OLS p-values would fire on every wander;
-    - effect-size floor: the fitted change across the window is at least ``min_effect_sd`` residual
-      standard deviations *and* ``min_relative_change`` of the fitted level at the window start (a
-      significant but operationally tiny trend is not a drift);
+    - slope p-value (one-sided in ``direction``), ``p < alpha``, from the larger of two
+      autocorrelation-robust standard errors: Newey-West HAC with its lag count chosen from the data
+      (Andrews' 1991 AR(1) plug-in bandwidth for the Bartlett kernel) and the AR(1) effective-sample-
+      size correction ``sqrt((1 + phi) / (1 - phi))`` -- training metrics are autocorrelated and plain
+      OLS p-values fire on every wander; HAC alone undercorrects in windows of a few hundred points;
+    - effect-size floors against the series' own noise: the fitted change (``b * (end - k)``) is at
+      least ``min_effect_sd`` residual standard deviations, at least ``min_change`` in the series'
+      units and at least ``min_relative_change`` of the baseline level ``a``. Evaluated every minute,
+      a p-value alone is crossed by stationary wander somewhere every day; the noise-relative floor
+      is what keeps a stationary series quiet for days;
     - persistence: the above holds for ``persistence`` consecutive evaluations.
 
-    Tested by tests/monitor/test_scenarios.py::test_kl_drift_fires_before_static_threshold and
-    ::test_stationary_autocorrelated_kl_is_quiet (24 h).
+    Tested by tests/monitor/test_monitor_scenarios.py::test_kl_drift_fires_before_static_threshold,
+    ::test_stationary_autocorrelated_kl_is_quiet (24 h) and tests/monitor/test_monitor_detectors.py.
     """
 
-    def __init__(self, window: float = 3600.0, every: float = 60.0, alpha: float = 0.01,
-                 direction: Direction = "up", min_effect_sd: float = 2.0, min_relative_change: float = 1.0,
-                 persistence: int = 2, min_samples: int = 30) -> None:
+    def __init__(self, window: float = 5400.0, every: float = 60.0, alpha: float = 0.01,
+                 direction: Direction = "up", min_effect_sd: float = 2.5, min_change: float = 0.0,
+                 min_relative_change: float = 0.0, persistence: int = 2, min_samples: int = 30,
+                 noise_horizon: float = 21600.0) -> None:
         if direction not in ("up", "down", "both"):
             raise ValueError(f"direction must be up, down or both, got {direction!r}")
         self.window_s, self.every_s, self.alpha, self.direction = window, every, alpha, direction
-        self.min_effect_sd, self.min_relative_change = min_effect_sd, min_relative_change
-        self.persistence, self.min_samples = persistence, min_samples
+        self.min_effect_sd, self.min_change, self.min_relative_change = min_effect_sd, min_change, min_relative_change
+        self.persistence, self.min_samples, self.noise_horizon = persistence, min_samples, noise_horizon
         self.reset()
 
     def reset(self) -> None:
@@ -50,8 +60,18 @@ class TrendDriftDetector(Detector):
         self._next_eval = -np.inf
         self._streak = 0
         self._last = Finding(0.0, False)
+        self._ew_mean = self._ew_var = 0.0
+        self._ew_weight = 0.0  # how much history the exponentially weighted moments hold (0..1)
 
     def update(self, t: float, value: float) -> Finding:
+        if self._ts:
+            w = 1.0 - float(np.exp(-(t - self._ts[-1]) / self.noise_horizon))
+            delta = value - self._ew_mean
+            self._ew_mean += w * delta
+            self._ew_var = (1.0 - w) * (self._ew_var + w * delta * delta)
+            self._ew_weight += w * (1.0 - self._ew_weight)
+        else:
+            self._ew_mean = value
         self._ts.append(t)
         self._vs.append(value)
         while self._ts[0] < t - self.window_s:
@@ -70,17 +90,15 @@ class TrendDriftDetector(Detector):
             return Finding(t, False)
         ts, vs = np.fromiter(self._ts, float, n), np.fromiter(self._vs, float, n)
         x = (ts - ts[0]) / 60.0
-        fit = OLS(vs, add_constant(x)).fit(
-            cov_type="HAC", cov_kwds={"maxlags": int(4 * (n / 100.0) ** (2 / 9))})
-        slope_per_min, intercept = float(fit.params[1]), float(fit.params[0])
+        knot, design = best_hinge(x, vs)
+        fit = OLS(vs, design).fit()
         resid = np.asarray(fit.resid)
-        # Newey-West with the rule-of-thumb lag count undercorrects slow AR(1) wander (phi ~ 0.9 at
-        # per-step sampling); the effective-sample-size correction (1+phi)/(1-phi) on the plain OLS
-        # error does not, so the larger of the two standard errors is used.
         denom = float(np.dot(resid, resid))
-        phi = float(np.clip(np.dot(resid[1:], resid[:-1]) / denom, 0.0, 0.99)) if denom > 0 else 0.0
-        ols_se = float(np.sqrt(denom / (n - 2) / np.sum((x - x.mean()) ** 2)))
-        se = max(float(fit.bse[1]), ols_se * float(np.sqrt((1 + phi) / (1 - phi))))
+        phi = float(np.dot(resid[1:], resid[:-1]) / denom) if denom > 0 else 0.0
+        phi = float(np.clip(phi + (1 + 3 * phi) / n, 0.0, 0.99))  # Kendall's small-sample bias correction
+        hac = fit.get_robustcov_results(cov_type="HAC", maxlags=andrews_lags(phi, n))
+        se = max(float(hac.bse[1]), float(fit.bse[1]) * float(np.sqrt((1 + phi) / (1 - phi))))
+        slope_per_min, intercept = float(fit.params[1]), float(fit.params[0])
         z = slope_per_min / se if se > 0 else 0.0
         if self.direction == "up":
             p = float(stats.norm.sf(z))
@@ -88,15 +106,44 @@ class TrendDriftDetector(Detector):
             p = float(stats.norm.cdf(z))
         else:
             p = float(2 * stats.norm.sf(abs(z)))
-        change = slope_per_min * float(x[-1])
-        resid_sd = float(np.std(resid, ddof=2))
+        p = min(1.0, p * len(KNOTS))  # Bonferroni: the knot was chosen by looking at the data
+        change = slope_per_min * float(x[-1] - knot)
+        resid_sd = float(np.sqrt(denom / (n - 2)))
+        # The noise scale of the effect floor: the larger of the window's residual sd and the series'
+        # sd over ``noise_horizon`` (exponentially weighted, once that much history is seen). In a
+        # window of a few hundred autocorrelated points the residual sd alone is itself noisy, and it
+        # is smallest exactly when a wander looks like a trend.
+        long_sd = float(np.sqrt(self._ew_var)) if self._ew_weight > 0.6 else 0.0
+        noise = max(resid_sd, long_sd)
         level = abs(intercept)
         relative = abs(change) / level if level > 0 else np.inf
-        ok = (p < self.alpha and abs(change) >= self.min_effect_sd * resid_sd
-              and relative >= self.min_relative_change)
+        ok = (p < self.alpha and abs(change) >= self.min_effect_sd * noise
+              and abs(change) >= self.min_change and relative >= self.min_relative_change)
         self._streak = self._streak + 1 if ok else 0
+        # The plot draws intercept + slope * (t - t_ref): the trend segment from the knot on.
         details = {"p_value": p, "slope_per_s": slope_per_min / 60.0, "slope_per_min": slope_per_min,
-                   "intercept": intercept, "t_ref": float(ts[0]), "window_start": float(ts[0]),
-                   "change": change, "relative_change": relative, "resid_sd": resid_sd, "ar1": phi,
+                   "intercept": intercept, "t_ref": float(ts[0]) + 60.0 * knot,
+                   "window_start": float(ts[0]), "trend_start": float(ts[0]) + 60.0 * knot,
+                   "change": change, "relative_change": relative, "resid_sd": resid_sd, "noise_sd": noise, "ar1": phi,
                    "value": float(vs[-1])}
         return Finding(t, self._streak >= self.persistence, 1.0 - p, details)
+
+
+def best_hinge(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """The knot (minutes from the window start) from ``KNOTS`` whose hinge fits best, and its design."""
+    best: tuple[float, float, np.ndarray] | None = None
+    for frac in KNOTS:
+        knot = frac * float(x[-1])
+        design = np.column_stack([np.ones(len(x)), np.maximum(0.0, x - knot)])
+        beta = np.linalg.lstsq(design, y, rcond=None)[0]
+        err = float(np.sum((y - design @ beta) ** 2))
+        if best is None or err < best[0]:
+            best = (err, knot, design)
+    assert best is not None
+    return best[1], best[2]
+
+
+def andrews_lags(phi: float, n: int) -> int:
+    """Andrews (1991) AR(1) plug-in bandwidth for the Bartlett kernel: 1.1447 (alpha1 n)^(1/3)."""
+    alpha1 = 4 * phi * phi / ((1 - phi) ** 2 * (1 + phi) ** 2)
+    return int(min(max(1, np.ceil(1.1447 * (alpha1 * n) ** (1 / 3))), n // 4))

@@ -23,14 +23,17 @@ class LeakDetector(Detector):
        seconds, so each bucket holds at least one cycle's bottom; each bucket gives its minimum (at
        the time it was seen). Non-overlapping buckets keep the minima close to independent, which
        Sen's rank-based interval assumes.
-    3. Slope: Theil-Sen over the bucket minima; the *lower* bound of Sen's ``confidence`` interval
-       must exceed ``min_slope_per_min`` (units/min; bytes after store normalisation).
+    3. Slope: Theil-Sen over the bucket minima; the *lower* bound of Sen's two-sided ``confidence``
+       interval (0.90: a one-sided 95 % bound) must exceed ``min_slope_per_min`` (units/min; bytes
+       after store normalisation).
     4. Effect floor: the fitted rise across the window must exceed the floor's sampling resolution
-       plus ``min_effect_sd`` robust sd (1.4826 MAD) of the minima about the line. The resolution is
-       the median climb between consecutive samples: a cycle's lowest sample lies anywhere within one
-       climb above the true bottom, and when the step period is incommensurate with the scrape
-       interval that offset drifts slowly from cycle to cycle -- an aliased rise of up to one climb
-       that no slope test on the sampled floor can tell from a leak.
+       plus ``min_effect_sd`` robust sd of the measurement noise (1.4826 MAD of the samples' second
+       differences / sqrt 6; second differences cancel the linear ramp between resets). The
+       resolution is the median climb between consecutive samples: a cycle's lowest sample lies
+       anywhere within one climb above the true bottom, and when the step period is incommensurate
+       with the scrape interval that offset drifts slowly from cycle to cycle -- an aliased rise of up
+       to one climb (444 MB for an 8 GB sawtooth of 90 s sampled every 5 s) that no slope test on the
+       sampled floor can tell from a leak.
     5. Persistence: 1-4 hold for ``persistence`` consecutive evaluations.
 
     Theil-Sen because a single freed or allocated spike must not tilt the line. State is the raw
@@ -42,8 +45,8 @@ class LeakDetector(Detector):
     """
 
     def __init__(self, min_slope_per_min: float = 10e6, window: float = 1800.0, every: float = 60.0,
-                 floor: float = 30.0, confidence: float = 0.95, persistence: int = 2, min_buckets: int = 6,
-                 min_effect_sd: float = 2.0, min_acf: float = 0.3, max_samples: int = 4096) -> None:
+                 floor: float = 30.0, confidence: float = 0.90, persistence: int = 2, min_buckets: int = 6,
+                 min_effect_sd: float = 1.0, min_acf: float = 0.3, max_samples: int = 4096) -> None:
         self.min_slope, self.window_s, self.every_s, self.floor_s = min_slope_per_min, window, every, floor
         self.confidence, self.persistence, self.min_buckets = confidence, persistence, min_buckets
         self.min_effect_sd, self.min_acf, self.max_samples = min_effect_sd, min_acf, max_samples
@@ -85,17 +88,19 @@ class LeakDetector(Detector):
         x = (bt - bt[0]) / 60.0
         slope, intercept, lo, hi = sen_slope(x, by, self._z)
         noise = 1.4826 * float(np.median(np.abs(by - (intercept + slope * x))))
-        climbs = np.diff(vs)
-        climbs = climbs[climbs > 0]
+        steps = np.diff(vs)
+        climbs = steps[steps > 0]
         resolution = float(np.median(climbs)) if len(climbs) else 0.0
+        curv = np.diff(steps)
+        jitter = 1.4826 * float(np.median(np.abs(curv - np.median(curv)))) / np.sqrt(6.0)
         rise = slope * float(x[-1])
-        ok = lo > self.min_slope and rise >= resolution + self.min_effect_sd * noise
+        ok = lo > self.min_slope and rise >= resolution + self.min_effect_sd * jitter
         self._streak = self._streak + 1 if ok else 0
         details = {"slope_per_min": float(slope), "slope_per_s": float(slope) / 60.0,
                    "lower_per_min": float(lo), "upper_per_min": float(hi), "intercept": float(intercept),
                    "t_ref": float(bt[0]), "window_start": float(ts[0]), "value": float(slope),
-                   "rise": rise, "floor_noise": noise, "resolution": resolution, "period_s": period,
-                   "bucket_s": bucket}
+                   "rise": rise, "floor_noise": noise, "resolution": resolution, "jitter": jitter,
+                   "period_s": period, "bucket_s": bucket}
         return Finding(t, self._streak >= self.persistence, min(1.0, max(0.0, lo / self.min_slope)), details)
 
 

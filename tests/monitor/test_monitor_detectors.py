@@ -112,3 +112,95 @@ def test_sen_slope_matches_scipy() -> None:
     y = 2 * x + rng.normal(0, 3, 20)
     ref = theilslopes(y, x, alpha=0.95)
     assert np.allclose(sen_slope(x, y, float(norm.ppf(0.975))), tuple(ref))
+
+
+def sawtooth(t: np.ndarray, period: float, swing: float, rng: np.random.Generator, leak_per_min: float = 0.0,
+             noise: float = 50e6) -> np.ndarray:
+    return 40e9 + swing * ((t % period) / period) + leak_per_min * t / 60.0 + rng.normal(0, noise, len(t))
+
+
+def first_active(det: object, t: np.ndarray, v: np.ndarray) -> float | None:
+    for a, b in zip(t.tolist(), v.tolist(), strict=True):
+        if det.update(a, b).active:  # type: ignore[attr-defined]
+            return a
+    return None
+
+
+def test_sawtooth_period_found_and_absent() -> None:
+    from monitor.detectors.leak import sawtooth_period
+
+    rng = np.random.default_rng(0)
+    t = np.arange(0.0, 1800.0, 5.0)
+    assert sawtooth_period(sawtooth(t, 210.0, 2e9, rng), 5.0, 600.0, 0.3) == pytest.approx(210.0, abs=5.0)
+    assert sawtooth_period(rng.normal(0, 1, len(t)), 5.0, 600.0, 0.3) == 0.0
+
+
+def test_bucket_minima_counts_back_from_the_end() -> None:
+    from monitor.detectors.leak import bucket_minima
+
+    ts = np.arange(0.0, 100.0, 10.0)  # 0..90
+    vs = np.array([5, 1, 7, 3, 9, 2, 8, 4, 6, 0], float)
+    bt, by = bucket_minima(ts, vs, 90.0, 30.0)  # full buckets (60, 90], (30, 60], (0, 30]; t=0 is partial
+    assert by.tolist() == [1.0, 2.0, 0.0] and bt.tolist() == [10.0, 50.0, 90.0]
+
+
+def test_leak_under_slow_steps_fires_within_30_min() -> None:
+    from monitor.detectors.leak import LeakDetector
+
+    rng = np.random.default_rng(3)
+    t = np.arange(0.0, 3 * 3600, 5.0)
+    onset = 3600.0
+    v = sawtooth(t, 212.0, 2e9, rng) + 20e6 * np.clip(t - onset, 0, None) / 60.0  # 200 s PPO steps
+    det = LeakDetector()
+    fired = first_active(det, t, v)
+    assert fired is not None and onset < fired <= onset + 1800
+
+
+@pytest.mark.parametrize("period", [94.6, 95.7])  # scrape phase drifts up 0.4 s or down 0.7 s per step
+def test_aliased_sawtooth_is_not_a_leak(period: float) -> None:
+    from monitor.detectors.leak import LeakDetector
+
+    rng = np.random.default_rng(4)
+    t = np.arange(0.0, 6 * 3600, 5.0)
+    det = LeakDetector()
+    assert first_active(det, t, sawtooth(t, period, 8e9, rng, leak_per_min=5e6)) is None
+
+
+def test_leak_waits_for_a_full_window() -> None:
+    from monitor.detectors.leak import LeakDetector
+
+    det = LeakDetector(window=1800)
+    t = np.arange(0.0, 1500.0, 5.0)
+    assert first_active(det, t, 40e9 + 100e6 * t / 60.0) is None  # 100 MB/min, but only 25 min seen
+
+
+def test_drift_hinge_finds_where_the_trend_began() -> None:
+    from monitor.detectors.drift import TrendDriftDetector
+
+    rng = np.random.default_rng(5)
+    det = TrendDriftDetector(window=5400, min_change=0.02)
+    t = np.arange(0.0, 3 * 3600, 30.0)
+    v = 0.02 + 0.001 * np.clip((t - 3600) / 60.0, 0, None) + rng.normal(0, 0.002, len(t))
+    hits = [(a, f) for a, f in ((a, det.update(a, b)) for a, b in zip(t.tolist(), v.tolist(), strict=True))
+            if f.active]
+    assert hits and 3600 < hits[0][0] < 3600 + 1800  # 0.02 (min_change) is reached 20 min in
+    f = hits[0][1]
+    assert f.details["p_value"] < 0.01
+    assert abs(f.details["trend_start"] - 3600) <= 0.1 * 5400  # the knot, not the window start
+    assert f.details["slope_per_min"] == pytest.approx(0.001, rel=0.2)
+
+
+def test_drift_direction_down_ignores_a_rise() -> None:
+    from monitor.detectors.drift import TrendDriftDetector
+
+    t = np.arange(0.0, 2 * 3600, 30.0)
+    v = 0.02 + 0.001 * t / 60.0
+    assert first_active(TrendDriftDetector(window=3600, direction="down"), t, v) is None
+    assert first_active(TrendDriftDetector(window=3600, direction="up"), t, v + 1e-4 * np.sin(t)) is not None
+
+
+def test_andrews_lags_grow_with_autocorrelation() -> None:
+    from monitor.detectors.drift import andrews_lags
+
+    assert andrews_lags(0.0, 180) == 1
+    assert andrews_lags(0.3, 180) < andrews_lags(0.7, 180) < andrews_lags(0.9, 180) <= 180 // 4

@@ -230,8 +230,14 @@ class RLDataLoader:
             (admitted if self.clusters.admit(item.prompt).admitted else cooling).append(item)
         self.cooldown_skips += len(cooling)
         if len(admitted) < self.per_rank:
-            # everything is cooling: the coolest prompts (stable order on ties) rather than no batch
+            # everything is cooling: the coolest prompts (stable order on ties) rather than no batch, each
+            # once (the scan may have wrapped into the next epoch); repeats only if the dataset is that small
             cooling.sort(key=lambda it: -self.clusters.cooled_for(it.prompt))
+            chosen = {it.prompt_id for it in admitted}
+            for item in cooling:
+                if len(admitted) < self.per_rank and item.prompt_id not in chosen:
+                    admitted.append(item)
+                    chosen.add(item.prompt_id)
             admitted += cooling[:self.per_rank - len(admitted)]
         return admitted
 

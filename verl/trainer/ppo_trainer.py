@@ -26,7 +26,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from verl.config import Config, ConfigError, TrainingStopped, load_config
 from verl.data.buffer import Rollout, RolloutBuffer
-from verl.data.guards import GuardVerdict
 from verl.data.loader import PromptDataset, PromptItem, RLDataLoader
 from verl.fault import DegradedOOMError
 from verl.metrics.hardware import HardwareSampler
@@ -41,7 +40,6 @@ from verl.trainer import core_algos
 from verl.trainer.batch import PPOBatch, collate_rollouts
 from verl.trainer.distributed import (
     DistContext,
-    any_across_ranks,
     gather_objects,
     init_distributed,
     mean_across_ranks,
@@ -56,6 +54,7 @@ from verl.trainer.fault_tolerance import (
 )
 from verl.trainer.faults import CoreFaults, delay_checkpoint_writes, kill_worker_when_busy
 from verl.trainer.models import layer_kl, log_prob_and_entropy, response_logits, values_of
+from verl.trainer.reward_stage import RewardStage
 from verl.utils.clock import Clock, SystemClock
 from verl.utils.seeding import load_rng_state, rng_state, seed_everything
 
@@ -72,19 +71,6 @@ class Checkpointer(Protocol):
         """Load the newest complete checkpoint into ``trainer``; its step, or None when there is none."""
 
     def close(self) -> None: ...
-
-
-@dataclass
-class ScoredBatch:
-    """The reward stage's output, passed forward to the updates."""
-
-    batch: list[Rollout]      # the training batch of this rank (invalid rows included; masked in collate)
-    valid: list[Rollout]      # its rows that passed rollout validation
-    scores: list[float]       # rewards of the valid rows of ALL ranks (identical on every rank)
-    verdict: GuardVerdict
-    pause: bool               # skip this update (the guard's verdict, all-reduced)
-    evicted: int
-    taken_at: float
 
 
 @dataclass
@@ -163,7 +149,8 @@ class RLTrainer:
         base_reward = load_reward_model(cfg.reward.path, device=str(self.reward_device),
                                         batch_size=cfg.reward_batch_size)
         self.reward_path = build_reward_path(base_reward, cfg, self.clock, self.registry)
-        self.reward: Any = self.reward_path.breaker
+        self.reward_stage = RewardStage(cfg, self.reward_path, self.data_guards, self.buffer, self.registry,
+                                        self.clock, self.ctx)
         self.rollout: Any = self._make_rollout(n_positions)
         self.faults = CoreFaults(cfg.faults, self.clock, self.actor_device)
         self.checkpointer: Checkpointer | None = _default_checkpointer(self)
@@ -183,10 +170,18 @@ class RLTrainer:
 
         self.global_step = 0
         self._stop_reason: str | None = None
-        self._refill_after = 0  # no backlog refill up to this step (after a reward-model OOM)
         self._last_work_seconds = 0.0
         self._evictions_reported = 0
         self._tty = sys.stderr.isatty()
+
+    @property
+    def reward(self) -> Any:
+        """The reward seam: the circuit-breaker-wrapped model, or any ``.score(texts)`` object assigned here."""
+        return self.reward_stage.reward
+
+    @reward.setter
+    def reward(self, model: Any) -> None:
+        self.reward_stage.reward = model
 
     # ---- set-up helpers -------------------------------------------------------------------------------
     def _make_rollout(self, n_positions: int) -> Any:
@@ -273,7 +268,7 @@ class RLTrainer:
                 "per_rank": gather_objects(local, self.ctx),
                 "kl_ctrl": self.kl_ctrl.state_dict(), "actor_lr_scheduler": self.actor_sched.state_dict(),
                 "critic_lr_scheduler": self.critic_sched.state_dict(), "buffer": self.buffer.state_dict(),
-                "reward_guard": self.data_guards.reward.state_dict(), "refill_after": self._refill_after,
+                "reward_guard": self.data_guards.reward.state_dict(), "refill_after": self.reward_stage.refill_after,
                 "oom": {"critic": self.updates.critic.state_dict(), "actor": self.updates.actor.state_dict()},
                 "rng": rng_state()}
 
@@ -289,7 +284,7 @@ class RLTrainer:
             self.reward_path.breaker.load_state_dict(local["reward_cache"])
         if "validator" in local:
             self.data_guards.validator.load_state_dict(local["validator"])
-        self._refill_after = int(state.get("refill_after", 0))
+        self.reward_stage.refill_after = int(state.get("refill_after", 0))
         if "reward_guard" in state:
             self.data_guards.reward.load_state_dict(state["reward_guard"])
         for name, degrader in (("critic", self.updates.critic), ("actor", self.updates.actor)):
@@ -361,7 +356,6 @@ class RLTrainer:
         cfg, clock = self.config, self.clock
         step = self.global_step + 1
         self.data_guards.clock.step = step
-        self.reward_path.faulty.step = step
         stage: dict[str, float] = {}
         t_step = clock.monotonic()
 
@@ -377,7 +371,7 @@ class RLTrainer:
         self.faults.maybe_kill(step)
 
         t = clock.monotonic()
-        scored = self._reward_stage(step, rollouts)
+        scored = self.reward_stage.run(step, rollouts, self.loader.per_rank)
         scores, verdict, pause = scored.scores, scored.verdict, scored.pause
         stage["reward"] = clock.monotonic() - t
 
@@ -470,61 +464,11 @@ class RLTrainer:
         """This step's prompts, plus one extra batch while the rollout backlog is below its target."""
         prompts = self.loader.next_batch()
         target = self.loader.per_rank * self.config.rollout.prefetch_batches
-        if step > self._refill_after and len(self.buffer) < target:
+        if step > self.reward_stage.refill_after and len(self.buffer) < target:
             prompts += self.loader.next_batch()
         if not prompts:
             raise RuntimeError("every prompt was filtered out by loader filters; check the dataset and filters")
         return prompts
-
-    def _reward_stage(self, step: int, rollouts: list[Rollout]) -> ScoredBatch:
-        """validate -> score -> buffer (shed on reward OOM) -> take the batch -> reward guard on all ranks."""
-        self._validate(rollouts)
-        reward_ooms = self.reward_path.counting.ooms
-        self._score(rollouts)
-        evicted_before = self.buffer.evictions
-        self.buffer.put(rollouts)
-        if self.reward_path.counting.ooms > reward_ooms and self.config.rollout.prefetch_batches > 0:
-            # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
-            # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
-            shed = self.buffer.shed(keep_newest=len(rollouts))
-            self._refill_after = step + self.config.rollout.oom_backoff_steps
-            log.warning("reward model out of memory: released %d buffered rollouts; the backlog is rebuilt "
-                        "from step %d", shed, self._refill_after + 1)
-        taken_at = self.clock.now()
-        batch = self.buffer.take(self.loader.per_rank)
-        valid = [r for r in batch if not r.extra.get("dropped")]
-        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan)) for r in valid],
-                               self.ctx)
-        scores = [score for ranked in pairs for _, score in ranked]
-        verdict = self.data_guards.reward.check(scores, [p for ranked in pairs for p, _ in ranked], step)
-        # every rank must take the same decision, or DDP waits forever for the rank that skipped
-        pause = any_across_ranks(verdict.skip, self.ctx)
-        return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
-
-    def _validate(self, rollouts: list[Rollout]) -> None:
-        """Rollout validation: an invalid response stays in its batch as a masked row (never scored, zero
-        loss weight), so every rank still runs the same number of micro-batches."""
-        keep = set(self.data_guards.validator.filter([r.response for r in rollouts],
-                                                     [len(r.response_ids) for r in rollouts]))
-        for i, rollout in enumerate(rollouts):
-            if i not in keep:
-                rollout.extra["dropped"] = True
-
-    def _score(self, rollouts: list[Rollout]) -> None:
-        size = self.config.reward_batch_size
-        valid = [r for r in rollouts if not r.extra.get("dropped")]
-        texts = [r.prompt + r.response for r in valid]
-        keys = [r.prompt for r in valid]
-        scores: list[float] = []
-        breaker = self.reward is self.reward_path.breaker
-        for i in range(0, len(texts), size):
-            if breaker:  # the breaker counts every outcome (ok/timeout/error/oom/cached): one place counts
-                scores.extend(float(s) for s in self.reward.score(texts[i:i + size], prompts=keys[i:i + size]))
-            else:  # a reward model plugged in directly through the ``reward`` seam
-                scores.extend(float(s) for s in self.reward.score(texts[i:i + size]))
-                self.registry["verl_reward_model_calls_total"].labels(outcome="ok").inc()
-        for rollout, score in zip(valid, scores, strict=True):
-            rollout.reward = score
 
     def _observe(self, stats: StepStats, rollouts: list[Rollout], now: float, evicted: int) -> None:
         if not self.config.metrics.enabled:

@@ -89,3 +89,20 @@ def test_second_oom_while_degraded_checkpoints_then_stops_with_exit_3(tmp_path: 
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "degraded mode" in lines[0] and "global_step_3" in lines[0], err
     assert (tmp_path / "global_step_3" / "COMPLETE").exists()
+
+
+def test_each_reward_call_outcome_is_counted_once() -> None:
+    trainer = RLTrainer("ppo_tiny", overrides=[*FAST, "trainer.total_steps=2"])
+    try:
+        trainer.step()  # through the breaker: it counts
+        assert counter(trainer, "verl_reward_model_calls_total", outcome="ok") == 1
+
+        class Plain:
+            def score(self, texts: list[str]) -> list[float]:
+                return [0.5] * len(texts)
+
+        trainer.reward = Plain()  # the seam: a bare model, counted by the reward stage instead
+        trainer.step()
+        assert counter(trainer, "verl_reward_model_calls_total", outcome="ok") == 2
+    finally:
+        trainer.close()

@@ -1,6 +1,7 @@
 """Rollout worker processes under ``faults.kill_rollout_worker_at_steps``: eleven SIGKILLs mid-step, every
 prompt still yields exactly one rollout, the supervisor restarts each worker, and the trained weights are
-bit-identical to a run without kills (results do not depend on which worker ran a prompt)."""
+bit-identical to a run without kills and to in-process generation (results do not depend on which worker ran
+a prompt)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from verl.trainer import RLTrainer
 HERE = Path(__file__).resolve().parent
 
 KILL_STEPS = list(range(1, 12))
-ARGS = ["trainer.total_steps=12", "rollout_worker_num=2", "rollout.worker_chunk_size=2", "metrics.layer_kl=false"]
+ARGS = ["trainer.total_steps=12", "rollout.worker_chunk_size=2", "metrics.layer_kl=false"]
 
 
-def run(kill_steps: list[int]) -> tuple[str, list[tuple[list[int], list[int]]], float, int]:
+def run(kill_steps: list[int], workers: int = 2) -> tuple[str, list[tuple[list[int], list[int]]], float, int]:
     """One in-process run; returns (param digest, [(prompt ids asked, rollout ids answered)], restarts, alive)."""
-    trainer = RLTrainer("ppo_tiny", overrides=[*ARGS, f"faults.kill_rollout_worker_at_steps={kill_steps}"])
+    trainer = RLTrainer("ppo_tiny", overrides=[*ARGS, f"faults.kill_rollout_worker_at_steps={kill_steps}",
+                                               f"rollout_worker_num={workers}"])
     seen: list[tuple[list[int], list[int]]] = []
     generate = trainer.rollout.generate
 
@@ -42,7 +44,7 @@ def run(kill_steps: list[int]) -> tuple[str, list[tuple[list[int], list[int]]], 
 
 
 def both_runs() -> str:
-    return json.dumps({"killed": run(KILL_STEPS), "clean": run([])})
+    return json.dumps({"killed": run(KILL_STEPS), "clean": run([]), "in_process": run([], workers=0)})
 
 
 @pytest.mark.slow
@@ -63,3 +65,4 @@ def test_eleven_worker_kills_lose_and_duplicate_nothing() -> None:
     assert clean_restarts == 0
     assert seen == clean_seen
     assert digest == clean_digest
+    assert runs["in_process"][0] == digest  # worker processes and in-process generation train identically

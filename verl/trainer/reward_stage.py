@@ -1,0 +1,99 @@
+"""The reward stage of a PPO step, between generation and the updates:
+
+    validate -> score (circuit breaker) -> buffer put [reward OOM: shed the backlog] -> take the batch
+             -> reward guard over the rewards of ALL ranks -> pause decision all-reduced
+
+Invalid rollouts stay in the batch as masked rows (never scored, zero loss weight): every rank must run
+the same number of micro-batches, or DDP waits forever. For the same reason the guard judges the gathered
+rewards (identical on every rank) and the skip flag is all-reduced.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from verl.config import Config
+from verl.data.buffer import Rollout, RolloutBuffer
+from verl.data.guards import GuardVerdict
+from verl.metrics.registry import MetricsRegistry
+from verl.trainer.distributed import DistContext, any_across_ranks, gather_objects
+from verl.trainer.fault_tolerance import DataGuards, RewardPath
+from verl.utils.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ScoredBatch:
+    """The reward stage's output, passed forward to the updates."""
+
+    batch: list[Rollout]      # the training batch of this rank (invalid rows included; masked in collate)
+    valid: list[Rollout]      # its rows that passed rollout validation
+    scores: list[float]       # rewards of the valid rows of ALL ranks (identical on every rank)
+    verdict: GuardVerdict
+    pause: bool               # skip this update (the guard's verdict, all-reduced)
+    evicted: int
+    taken_at: float
+
+
+class RewardStage:
+    """``reward`` is the trainer's seam: the circuit breaker by default, or any ``.score(texts)`` object
+    plugged in (then this stage counts ``outcome="ok"`` itself; the breaker counts its own outcomes)."""
+
+    def __init__(self, config: Config, path: RewardPath, guards: DataGuards, buffer: RolloutBuffer,
+                 registry: MetricsRegistry, clock: Clock, ctx: DistContext) -> None:
+        self.config, self.path, self.guards, self.buffer = config, path, guards, buffer
+        self.registry, self.clock, self.ctx = registry, clock, ctx
+        self.reward: Any = path.breaker
+        self.refill_after = 0
+        """No backlog refill up to this step (memory-pressure back-off after a reward-model OOM)."""
+
+    def run(self, step: int, rollouts: list[Rollout], batch_size: int) -> ScoredBatch:
+        self.path.faulty.step = step
+        self.validate(rollouts)
+        reward_ooms = self.path.counting.ooms
+        self.score(rollouts)
+        evicted_before = self.buffer.evictions
+        self.buffer.put(rollouts)
+        if self.path.counting.ooms > reward_ooms and self.config.rollout.prefetch_batches > 0:
+            # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
+            # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
+            shed = self.buffer.shed(keep_newest=len(rollouts))
+            self.refill_after = step + self.config.rollout.oom_backoff_steps
+            log.warning("reward model out of memory: released %d buffered rollouts; the backlog is rebuilt "
+                        "from step %d", shed, self.refill_after + 1)
+        taken_at = self.clock.now()
+        batch = self.buffer.take(batch_size)
+        valid = [r for r in batch if not r.extra.get("dropped")]
+        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan)) for r in valid],
+                               self.ctx)
+        scores = [score for ranked in pairs for _, score in ranked]
+        verdict = self.guards.reward.check(scores, [p for ranked in pairs for p, _ in ranked], step)
+        pause = any_across_ranks(verdict.skip, self.ctx)
+        return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
+
+    def validate(self, rollouts: list[Rollout]) -> None:
+        keep = set(self.guards.validator.filter([r.response for r in rollouts],
+                                                [len(r.response_ids) for r in rollouts]))
+        for i, rollout in enumerate(rollouts):
+            if i not in keep:
+                rollout.extra["dropped"] = True
+
+    def score(self, rollouts: list[Rollout]) -> None:
+        size = self.config.reward_batch_size
+        valid = [r for r in rollouts if not r.extra.get("dropped")]
+        texts = [r.prompt + r.response for r in valid]
+        keys = [r.prompt for r in valid]  # the breaker's cache answers by the most similar prompt
+        scores: list[float] = []
+        breaker = self.reward is self.path.breaker
+        for i in range(0, len(texts), size):
+            if breaker:
+                scores.extend(float(s) for s in self.reward.score(texts[i:i + size], prompts=keys[i:i + size]))
+            else:
+                scores.extend(float(s) for s in self.reward.score(texts[i:i + size]))
+                self.registry["verl_reward_model_calls_total"].labels(outcome="ok").inc()
+        for rollout, score in zip(valid, scores, strict=True):
+            rollout.reward = score

@@ -30,13 +30,17 @@ class TrendDriftDetector(Detector):
     - slope p-value (one-sided in ``direction``), ``p < alpha``, from the larger of two
       autocorrelation-robust standard errors: Newey-West HAC with its lag count chosen from the data
       (Andrews' 1991 AR(1) plug-in bandwidth for the Bartlett kernel) and the AR(1) effective-sample-
-      size correction ``sqrt((1 + phi) / (1 - phi))`` -- training metrics are autocorrelated and plain
-      OLS p-values fire on every wander; HAC alone undercorrects in windows of a few hundred points;
+      size correction ``sqrt((1 + phi) / (1 - phi))`` (``phi`` of the residuals, Kendall's bias
+      correction ``+ (1 + 3 phi) / n``) -- training metrics are autocorrelated and plain OLS p-values
+      fire on every wander; HAC alone undercorrects in windows of a few hundred points. The p-value
+      is multiplied by the number of knots tried (Bonferroni), since the knot was picked from the data;
     - effect-size floors against the series' own noise: the fitted change (``b * (end - k)``) is at
-      least ``min_effect_sd`` residual standard deviations, at least ``min_change`` in the series'
-      units and at least ``min_relative_change`` of the baseline level ``a``. Evaluated every minute,
-      a p-value alone is crossed by stationary wander somewhere every day; the noise-relative floor
-      is what keeps a stationary series quiet for days;
+      least ``min_effect_sd`` noise standard deviations, at least ``min_change`` in the series' units
+      and at least ``min_relative_change`` of the baseline level ``a``. The noise sd is the larger of
+      the window's residual sd and the series' exponentially weighted sd over ``noise_horizon``
+      seconds (used once ~0.9 horizon of history is seen). Evaluated every minute, a p-value alone is
+      crossed by stationary wander somewhere every day (and windowed AR(1) p-values are optimistic in
+      the far tail); the noise-relative floor is what keeps a stationary series quiet for days;
     - persistence: the above holds for ``persistence`` consecutive evaluations.
 
     Tested by tests/monitor/test_monitor_scenarios.py::test_kl_drift_fires_before_static_threshold,
@@ -120,10 +124,12 @@ class TrendDriftDetector(Detector):
         ok = (p < self.alpha and abs(change) >= self.min_effect_sd * noise
               and abs(change) >= self.min_change and relative >= self.min_relative_change)
         self._streak = self._streak + 1 if ok else 0
-        # The plot draws intercept + slope * (t - t_ref): the trend segment from the knot on.
+        # The plot draws intercept + slope * (t - t_ref) from window_start on: the trend segment,
+        # from the knot, with the flat stretch before it shown as context.
+        trend_start = float(ts[0]) + 60.0 * knot
         details = {"p_value": p, "slope_per_s": slope_per_min / 60.0, "slope_per_min": slope_per_min,
-                   "intercept": intercept, "t_ref": float(ts[0]) + 60.0 * knot,
-                   "window_start": float(ts[0]), "trend_start": float(ts[0]) + 60.0 * knot,
+                   "intercept": intercept, "t_ref": trend_start, "window_start": trend_start,
+                   "trend_start": trend_start, "fit_start": float(ts[0]),
                    "change": change, "relative_change": relative, "resid_sd": resid_sd, "noise_sd": noise, "ar1": phi,
                    "value": float(vs[-1])}
         return Finding(t, self._streak >= self.persistence, 1.0 - p, details)

@@ -19,12 +19,12 @@ class LeakDetector(Detector):
 
     1. Period: the lag of the highest autocorrelation peak after the first zero crossing (linearly
        detrended samples, FFT), if that peak exceeds ``min_acf`` -- else the series is aperiodic.
-    2. Floor: the window is cut, from its end backwards, into buckets of ``max(floor, 1.2 x period)``
-       seconds, so each bucket holds at least one cycle's bottom; each bucket gives its minimum (at
+    2. Floor: the window is cut, from its end backwards, into buckets of ``max(floor, period + 2
+       sample intervals)`` seconds, so each bucket holds at least one cycle's bottom; each bucket gives its minimum (at
        the time it was seen). Non-overlapping buckets keep the minima close to independent, which
        Sen's rank-based interval assumes.
     3. Slope: Theil-Sen over the bucket minima; the *lower* bound of Sen's two-sided ``confidence``
-       interval (0.90: a one-sided 95 % bound) must exceed ``min_slope_per_min`` (units/min; bytes
+       interval (0.95: a one-sided 97.5 % bound) must exceed ``min_slope_per_min`` (units/min; bytes
        after store normalisation).
     4. Effect floor: the fitted rise across the window must exceed the floor's sampling resolution
        plus ``min_effect_sd`` robust sd of the measurement noise (1.4826 MAD of the samples' second
@@ -45,7 +45,7 @@ class LeakDetector(Detector):
     """
 
     def __init__(self, min_slope_per_min: float = 10e6, window: float = 1800.0, every: float = 60.0,
-                 floor: float = 30.0, confidence: float = 0.90, persistence: int = 2, min_buckets: int = 6,
+                 floor: float = 30.0, confidence: float = 0.95, persistence: int = 2, min_buckets: int = 6,
                  min_effect_sd: float = 1.0, min_acf: float = 0.3, max_samples: int = 4096) -> None:
         self.min_slope, self.window_s, self.every_s, self.floor_s = min_slope_per_min, window, every, floor
         self.confidence, self.persistence, self.min_buckets = confidence, persistence, min_buckets
@@ -80,7 +80,7 @@ class LeakDetector(Detector):
             return Finding(t, False)
         dt = float(np.median(np.diff(ts)))
         period = sawtooth_period(vs, dt, self.window_s / 3.0, self.min_acf)
-        bucket = max(self.floor_s, 1.2 * period, 2.0 * dt)
+        bucket = max(self.floor_s, period + 2.0 * dt)
         bt, by = bucket_minima(ts, vs, t, bucket)
         if len(bt) < self.min_buckets:
             self._streak = 0

@@ -204,3 +204,16 @@ def test_andrews_lags_grow_with_autocorrelation() -> None:
 
     assert andrews_lags(0.0, 180) == 1
     assert andrews_lags(0.3, 180) < andrews_lags(0.7, 180) < andrews_lags(0.9, 180) <= 180 // 4
+
+
+def test_drift_noise_scale_uses_the_long_history() -> None:
+    from monitor.detectors.drift import TrendDriftDetector
+
+    rng = np.random.default_rng(6)
+    det = TrendDriftDetector(window=3600, noise_horizon=3600)
+    t = np.arange(0.0, 4 * 3600, 30.0)
+    f = None
+    for a, b in zip(t.tolist(), (0.02 + rng.normal(0, 0.01, len(t))).tolist(), strict=True):
+        f = det.update(a, b)
+    assert f is not None and f.details["noise_sd"] >= f.details["resid_sd"]
+    assert f.details["noise_sd"] == pytest.approx(0.01, rel=0.2)

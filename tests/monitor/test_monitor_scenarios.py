@@ -18,12 +18,13 @@ from monitor_scenarios import (
 DAY = 24 * 3600.0
 
 
-@pytest.mark.parametrize("family", ["verl", "dcgm"])
-def test_leak_20mb_per_min_fires_within_30_min(family: str) -> None:
+@pytest.mark.parametrize("family,period,swing", [("verl", 90.0, 8e9), ("dcgm", 90.0, 8e9),
+                                                 ("verl", 212.0, 2e9)])  # last: 200 s PPO steps
+def test_leak_20mb_per_min_fires_within_30_min(family: str, period: float, swing: float) -> None:
     rng = np.random.default_rng(1)
     onset = T0 + 2 * 3600
     t = times(4 * 3600, 5.0)
-    recs = run([memory_column(family, t, gpu_memory(t, rng, 20.0, onset))])
+    recs = run([memory_column(family, t, gpu_memory(t, rng, 20.0, onset, swing=swing, period=period))])
     fired = first_fire_time(recs, "MemoryLeakSuspected")
     assert fired is not None, "20 MB/min leak not detected"
     detected_at = max(fired, onset)
@@ -35,24 +36,27 @@ def test_leak_20mb_per_min_fires_within_30_min(family: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,rate", [("verl", 5.0), ("dcgm", 0.0)])
-def test_slow_growth_and_flat_memory_stay_quiet(family: str, rate: float) -> None:
+@pytest.mark.parametrize("family,rate,period", [("verl", 5.0, 90.0), ("dcgm", 0.0, 90.0),
+                                                ("verl", 5.0, 94.6)])  # 94.6 s: aliased by 5 s scrapes
+def test_slow_growth_and_flat_memory_stay_quiet(family: str, rate: float, period: float) -> None:
     rng = np.random.default_rng(2)
     t = times(DAY, 5.0)
-    recs = run([memory_column(family, t, gpu_memory(t, rng, rate, T0))])
+    recs = run([memory_column(family, t, gpu_memory(t, rng, rate, T0, period=period))])
     assert firing(recs, "MemoryLeakSuspected") == []
 
 
-def kl_series(t: np.ndarray, rng: np.random.Generator, ramp_start: float, ramp_s: float = 3600.0) -> np.ndarray:
+def kl_series(t: np.ndarray, rng: np.random.Generator, ramp_start: float, ramp_s: float = 3600.0,
+              phi: float = 0.0) -> np.ndarray:
     frac = np.clip((t - ramp_start) / ramp_s, 0.0, 1.0)
-    return 0.02 + 0.06 * frac + rng.normal(0.0, 0.01, len(t))
+    return 0.02 + 0.06 * frac + ar1(len(t), phi, 0.01, rng)
 
 
-def test_kl_drift_fires_before_static_threshold() -> None:
+@pytest.mark.parametrize("step,phi", [(10.0, 0.0), (30.0, 0.7)])  # one PPO step every 10 s / 30 s
+def test_kl_drift_fires_before_static_threshold(step: float, phi: float) -> None:
     rng = np.random.default_rng(3)
     ramp = T0 + 3600
-    t = times(3 * 3600, 10.0)  # one PPO step every 10 s
-    recs = run([("verl_kl_divergence", {"node": "gpu-01"}, t, kl_series(t, rng, ramp))])
+    t = times(3 * 3600, step)
+    recs = run([("verl_kl_divergence", {"node": "gpu-01"}, t, kl_series(t, rng, ramp, phi=phi))])
     hits = firing(recs, "KLDriftDetected")
     assert hits, "KL drift not detected"
     fired = first_fire_time(recs, "KLDriftDetected")
@@ -64,10 +68,11 @@ def test_kl_drift_fires_before_static_threshold() -> None:
 
 
 @pytest.mark.slow
-def test_stationary_autocorrelated_kl_is_quiet() -> None:
+@pytest.mark.parametrize("step,phi,sd", [(10.0, 0.9, 0.005), (30.0, 0.7, 0.01)])
+def test_stationary_autocorrelated_kl_is_quiet(step: float, phi: float, sd: float) -> None:
     rng = np.random.default_rng(4)
-    t = times(DAY, 10.0)
-    kl = 0.02 + ar1(len(t), 0.9, 0.005, rng)
+    t = times(DAY, step)
+    kl = 0.02 + ar1(len(t), phi, sd, rng)
     recs = run([("verl_kl_divergence", {"node": "gpu-01"}, t, kl)])
     assert firing(recs, "KLDriftDetected") == []
 

@@ -47,7 +47,7 @@ METRICS_RE = re.compile(r"^metrics: (http://\S+)")
 
 # Short windows for the faults the demo injects; everything else keeps the production defaults.
 DEMO_DETECTORS: dict[str, dict[str, Any]] = {
-    "MemoryLeakSuspected": {"window": 120, "floor": 4, "min_buckets": 6, "persistence": 2},
+    "MemoryLeakSuspected": {"window": 45, "every": 5, "floor": 4, "min_buckets": 6, "persistence": 2},
     "KLDriftDetected": {"window": 60, "every": 3, "min_samples": 20, "persistence": 2},
     "RolloutBufferDrop": {"window": 60},
     # production: 5 min warm-up, 10 min baseline, 2 min confirmation

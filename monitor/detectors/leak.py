@@ -18,10 +18,11 @@ class LeakDetector(Detector):
     window is (nearly) full:
 
     1. Period: the lag of the highest autocorrelation peak after the first zero crossing (linearly
-       detrended samples, FFT), if that peak exceeds ``min_acf`` -- else the series is aperiodic.
+       detrended samples, FFT; periods up to a third of the window), if that peak exceeds
+       ``min_acf`` -- else the series is aperiodic.
     2. Floor: the window is cut, from its end backwards, into buckets of ``max(floor, period + 2
-       sample intervals)`` seconds, so each bucket holds at least one cycle's bottom; each bucket gives its minimum (at
-       the time it was seen). Non-overlapping buckets keep the minima close to independent, which
+       sample intervals)`` seconds, so each bucket holds at least one cycle's bottom; each bucket
+       gives its minimum (at the time it was seen). Non-overlapping buckets keep the minima close to independent, which
        Sen's rank-based interval assumes.
     3. Slope: Theil-Sen over the bucket minima; the *lower* bound of Sen's two-sided ``confidence``
        interval (0.95: a one-sided 97.5 % bound) must exceed ``min_slope_per_min`` (units/min; bytes
@@ -106,7 +107,10 @@ class LeakDetector(Detector):
 
 def sawtooth_period(v: np.ndarray, dt: float, max_period: float, min_acf: float) -> float:
     """Dominant cycle length in seconds (0.0 when the series is aperiodic): the highest
-    autocorrelation peak after the first zero crossing, of the linearly detrended samples."""
+    autocorrelation peak after the first zero crossing, of the linearly detrended samples. The ACF is
+    a few numpy lines rather than ``statsmodels.tsa.stattools.acf``, which validates and converts its
+    input on every call -- this runs once a minute for every GPU. Samples are taken as evenly spaced
+    (``dt`` = their median interval), which scrape jitter of a few percent does not disturb."""
     n = len(v)
     idx = np.arange(n, dtype=float)
     resid = v - np.polyval(np.polyfit(idx, v, 1), idx)

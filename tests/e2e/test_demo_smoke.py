@@ -1,6 +1,6 @@
-"""Smoke test of ``python -m monitor.demo`` (the ``make demo`` orchestrator), short version: one fault
-(the simulated memory leak, detected on CPU through the trainer's resident set), a real trainer
-subprocess, the monitor, the WeCom stand-in. Plus: Ctrl-C stops everything, no orphan trainer."""
+"""Smoke test of ``python -m monitor.demo`` (the ``make demo`` orchestrator), short version: the
+reward-model OOM + rollout-worker crash faults in a real trainer subprocess, the monitor, the alerting
+engine and the WeCom stand-in. Plus: Ctrl-C stops everything, no orphan trainer."""
 
 from __future__ import annotations
 
@@ -32,19 +32,23 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_leak_is_detected_and_delivered_to_the_robot(tmp_path: Path) -> None:
+def test_dataflow_collapse_is_detected_correlated_and_delivered_once(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
-    proc = _demo(tmp_path, "--faults", "leak", "--duration", "75", "--correlation-window", "2s",
-                 "--summary-json", str(summary_path))
+    proc = _demo(tmp_path, "--faults", "dataflow", "--duration", "80", "--summary-json", str(summary_path))
     out, _ = proc.communicate(timeout=140)
     assert proc.returncode == 0, out[-3000:]
     summary = json.loads(summary_path.read_text())
     (fault,) = summary["faults"]
-    leak = fault["alerts"]["MemoryLeakSuspected"]
-    assert leak["detected"] is not None and leak["delivered"] is not None, out[-3000:]
-    assert leak["delivered"] >= leak["detected"] >= fault["injected_at"]
-    assert leak["deliveries"] == 1  # delivered once, not repeated
-    assert "【verl-alert】P1: Memory Leak Suspected" in out  # the rendered chat message, as received
+    assert set(fault["alerts"]) == {"RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"}
+    for name, a in fault["alerts"].items():
+        assert a["detected"] is not None and a["delivered"] is not None, (name, out[-3000:])
+        assert a["delivered"] >= a["detected"] >= fault["injected_at"] - 1.0  # step logs are ~0.2 s apart
+        assert a["deliveries"] == 1, name  # delivered once, inside the incident
+    assert [i["alertname"] for i in summary["incidents"]] == ["DataflowCollapse"]
+    # the rendered chat message, as the WeCom stand-in received it (the article's wording)
+    assert "【verl-alert】P0: Dataflow Collapse" in out
+    assert "Root Cause: Reward Model OOM on node demo-node" in out
+    assert "Suggestion: Reduce reward_batch_size from 64 to 32, or add --offload_reward_to_cpu" in out
     assert "==== demo summary" in out
     pid = int(re.search(r"trainer pid (\d+)", out).group(1))
     assert _gone(pid)

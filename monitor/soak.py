@@ -162,6 +162,8 @@ class Soak:
 
     def _launch(self, resume: bool) -> Incarnation:
         j = self.stack.journal
+        if self.incarnations:
+            self._wait_port()  # before scheduling: the wait shifts every later fault's step
         resume_step = self._last_step()
         faults = self._schedule(j.now(), resume_step)
         args = self._trainer_args(faults, resume)
@@ -171,7 +173,7 @@ class Soak:
             trainer = self.stack.trainer
             assert trainer is not None
         else:
-            trainer = self._restart(args)
+            trainer = self.stack.start_trainer(args)
         inc = Incarnation(trainer, self.stack.trainer_started, resumed_from=self._newest_checkpoint() if resume else 0,
                           faults=faults)
         self.incarnations.append(inc)
@@ -179,11 +181,11 @@ class Soak:
             j.add("fault", f"planned {f.kind} at step {f.step} (~{f.at_s:.0f}s)", fault=f.kind, step=f.step)
         return inc
 
-    def _restart(self, args: tuple[str, ...]) -> Trainer:
-        """Start the next incarnation on the same port. verl's port probe binds without SO_REUSEADDR, so
-        while the killed trainer's connections sit in TIME_WAIT (up to 60 s) a new trainer would exit 2:
-        wait for the port with the same probe first, as a cluster supervisor would. The wait is restart
-        time (not productive) and reported as ``restart_port_wait_seconds``."""
+    def _wait_port(self) -> None:
+        """verl's port probe binds without SO_REUSEADDR, so while the killed trainer's connections sit in
+        TIME_WAIT (up to 60 s) a new trainer on the same port would exit 2: wait for the port with the
+        same probe first, as a cluster supervisor would. The wait is restart time (not productive) and
+        reported as ``restart_port_wait_seconds``."""
         started = time.monotonic()
         while time.monotonic() - started < 120:
             try:
@@ -193,7 +195,6 @@ class Soak:
             except OSError:
                 time.sleep(0.5)
         self.port_wait.append(round(time.monotonic() - started, 1))
-        return self.stack.start_trainer(args)
 
     def _newest_checkpoint(self) -> int:
         """Step of the newest complete checkpoint (its COMPLETE marker is written last)."""
@@ -227,9 +228,10 @@ class Soak:
         return self._report(counters)
 
     def _measure_rate(self, inc: Incarnation) -> None:
-        times = sorted(inc.trainer.step_times.items())
+        # over the last 200 steps: short spans follow transients (a reward hang, cache-fast steps)
+        times = sorted(inc.trainer.step_times.items())[-200:]
         if len(times) >= 20:
-            (s0, t0), (s1, t1) = times[-20], times[-1]
+            (s0, t0), (s1, t1) = times[0], times[-1]
             if t1 > t0:
                 self.rate = (s1 - s0) / (t1 - t0)
 

@@ -34,7 +34,7 @@ demo: $(STAMP)
 	$(PY) -m monitor.demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check verl monitor alerting tests benchmarks
+	$(VENV)/bin/ruff check verl monitor alerting dashboards tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

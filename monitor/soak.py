@@ -16,8 +16,9 @@ previous step of the same incarnation (an incarnation's first step: that incarna
 
 A fault counts as recovered when training completed ``RECOVERY_STEPS`` steps past it. Prompt accounting
 comes from the trainer's log (``N prompt(s) re-queued``) and its metrics when it exposes
-``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total``; otherwise ``null`` with
-a note -- the soak does not invent figures the trainer does not report.
+``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total`` (read from the last
+incarnation before it is stopped); otherwise ``null`` with a note -- the soak does not invent figures
+the trainer does not report.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ import httpx
 from monitor.demo import Stack, StackOptions, Trainer, free_port
 
 KINDS = ("reward_hang", "worker_kill", "critic_oom")
-# alerts an operator must receive for each kind (a SIGKILL + automatic resume is handled, not paged:
-# the restart is shorter than TrainerDown's `for: 1m`)
+# alerts an operator must receive for each kind; a SIGKILL + automatic resume is handled, not paged,
+# unless the trainer stayed down longer than TrainerDown's `for: 1m` (see TRAINER_DOWN_AFTER_S)
 EXPECTED: dict[str, tuple[str, ...]] = {
     "reward_hang": ("RewardModelTimeout", "RewardModelCircuitOpen"),
     "worker_kill": ("RolloutWorkerCrash",),
@@ -265,6 +266,16 @@ class Soak:
                 fired.setdefault(ev["alertname"], []).append((ev["t"], ev["fingerprint"]))
         return fired
 
+    def _firing_at(self, alertname: str, t: float) -> str | None:
+        """Fingerprint of an ``alertname`` alert that was firing at time ``t``, if any."""
+        state: dict[str, str] = {}
+        for ev in self.stack.journal.of("alert"):
+            if ev["t"] > t:
+                break
+            if ev["alertname"] == alertname:
+                state[ev["fingerprint"]] = ev["status"]
+        return next((fp for fp, st in state.items() if st == "firing"), None)
+
     def _delivered(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for ev in self.stack.journal.of("notification"):
@@ -314,11 +325,14 @@ class Soak:
                 names = ("TrainerDown",)  # down longer than TrainerDown's `for: 1m`: the operator must hear
             for name in names:
                 expected += 1
-                after = [(t, fp) for t, fp in fired.get(name, []) if t >= (f.injected_at or 0)]
+                at = f.injected_at or 0.0
+                after = [(t, fp) for t, fp in fired.get(name, []) if t >= at]
                 if after:
-                    delays.append(after[0][0] - (f.injected_at or 0))
+                    delays.append(after[0][0] - at)
                     if after[0][1] in delivered:
                         delivered_n += 1
+                elif (fp := self._firing_at(name, at)) is not None and fp in delivered:
+                    delivered_n += 1  # still firing (and notified) from an earlier fault: no new page
         wall = self.wall
         requeued = sum(inc.trainer.requeued for inc in self.incarnations)
         lost = counters.get("verl_rollout_prompts_lost_total")

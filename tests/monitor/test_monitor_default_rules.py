@@ -22,7 +22,11 @@ def counter(at: float, by: float = 1.0) -> np.ndarray:
 CASES = {
     "TrainingStalled": ("verl_heartbeat_timestamp_seconds", {}, np.minimum(T, T0 + 600), T),
     "TrainerDown": ("up", {"job": "verl", "target": "trainer"}, step(600, 1, 0), np.ones(len(T))),
-    "RewardModelCircuitOpen": ("verl_reward_model_circuit_state", {}, step(600, 0, 2), step(600, 0, 1)),
+    # a hanging reward model: the breaker alternates open (2) and half-open (1) on each failed probe;
+    # quiet: one failed probe's open state that closes again within 30 s
+    "RewardModelCircuitOpen": ("verl_reward_model_circuit_state", {},
+                               np.where(600 <= K, np.where((K // 15) % 2 == 0, 2.0, 1.0), 0.0),
+                               np.where((600 <= K) & (K < 615), 2.0, 0.0)),
     "RewardModelTimeout": ("verl_reward_model_calls_total", {"outcome": "timeout"}, counter(600, 5),
                            counter(600, 1)),
     "NonFiniteGradients": ("verl_nonfinite_steps_total", {}, counter(600), np.full(len(T), 3.0)),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from dataclasses import dataclass
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.model import Sample, SourceBatch, with_node
+from monitor.model import Sample, SourceBatch, resolve_node, with_node
 
 ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
 
@@ -26,42 +27,180 @@ class Target:
     timeout: float = 3.0
 
 
+# Why our own parser: at 1000 GPUs (250 targets, ~52 500 samples per 5 s round) prometheus_client's
+# text parser walks every label character in Python and cost 1.50 s CPU per round; one regex per line
+# did the same round in 0.19 s (8x cheaper). It handles the common case (text format 0.0.4:
+# ``name{labels} value [timestamp]``, comments, the ``\\ \" \n`` escapes); any line it does not
+# recognise is handed to prometheus_client, and OpenMetrics bodies go to prometheus_client whole.
+_SAMPLE_RE = re.compile(
+    r'([a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*(?:\\.[^"\\]*)*",?)*)\})?'
+    r'[ \t]+(\S+)(?:[ \t]+(\S+))?')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*(?:\\.[^"\\]*)*)"')
+_ESCAPE_RE = re.compile(r'\\[\\n"]')
+_ESCAPES = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
+_SUFFIXES = {"counter": ("",), "gauge": ("",), "summary": ("_count", "_sum", ""),
+             "histogram": ("_count", "_sum", "_bucket")}
+_COUNTABLE = ("counter", "histogram", "summary")
+RawSample = tuple[str, dict[str, str], float, "float | None"]
+
+
+@dataclass
+class _Family:
+    name: str
+    typ: str
+    samples: list[RawSample]
+
+
 def parse_exposition(text: str, t: float, source: str, node: str | None, extra: dict[str, str]) -> SourceBatch:
-    """Parse exposition text into samples. The parser (prometheus_client's) stops at the first
-    malformed line, so input is parsed line-block by line-block: a bad line costs only itself."""
+    """Parse exposition text into samples; a malformed line costs only itself (counted, never fatal)."""
     batch = SourceBatch(source)
-    try:
-        families = list(text_string_to_metric_families(text))
-    except Exception:
-        families = _parse_tolerant(text, batch)
+    if _is_openmetrics(text):
+        families = _families_prometheus_client(text, batch)
+    else:
+        families = _families_fast(text, batch)
     # prometheus_client writes each counter's creation time as a separate `<name>_created` gauge
     # family in the text format: plumbing, not a measurement, and it would double the series count.
-    countable = {f.name for f in families if f.type in ("counter", "histogram", "summary")}
+    countable = {f.name for f in families if f.typ in _COUNTABLE}
+    samples = batch.samples
     for fam in families:
         if fam.name.endswith("_created") and fam.name[: -len("_created")] in countable:
             continue
-        for s in fam.samples:
-            if s.name.endswith("_created") and fam.type in ("counter", "histogram", "summary"):
+        typed = fam.typ in _COUNTABLE
+        for name, labels, value, ts in fam.samples:
+            if typed and name.endswith("_created"):
                 continue
-            if not math.isfinite(s.value):
+            if not math.isfinite(value):
                 batch.error("nonfinite_value")
                 continue
-            labels = with_node({**s.labels, **extra}, node)
-            ts = float(s.timestamp) if s.timestamp is not None else t
-            batch.samples.append(Sample(s.name, labels, float(s.value), ts))
+            labels.update(extra)
+            labels["node"] = resolve_node(labels, node)
+            samples.append(Sample(name, labels, value, ts if ts is not None else t))
     return batch
 
 
-def _parse_tolerant(text: str, batch: SourceBatch) -> list:
-    families = []
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("#"):
+def _is_openmetrics(text: str) -> bool:
+    return text.rstrip().endswith("# EOF")
+
+
+def _families_fast(text: str, batch: SourceBatch) -> list[_Family]:
+    """Group samples into families the way prometheus_client's 0.0.4 parser does (HELP/TYPE open a
+    family, a sample outside the open family's names is an untyped singleton), so that counters get
+    the same ``_total`` names and ``_created`` filtering as before."""
+    families: list[_Family] = []
+    cur: _Family | None = None
+    allowed: tuple[str, ...] = ()
+    for line in text.split("\n"):
+        line = line.strip()
+        if not line:
             continue
-        try:
-            families.extend(text_string_to_metric_families(line + "\n"))
-        except Exception:
+        if line[0] == "#":
+            parts = line.split(None, 3)
+            if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
+                continue
+            name = parts[2]
+            if parts[1] == "HELP":
+                if cur is None or cur.name != name:
+                    cur = _Family(name, "untyped", [])
+                    families.append(cur)
+                    allowed = (name,)
+                continue
+            typ = parts[3].strip() if len(parts) == 4 else ""
+            if typ not in ("counter", "gauge", "summary", "histogram", "untyped"):
+                batch.error("malformed_line")
+                continue
+            if cur is None or cur.name != name:
+                cur = _Family(name, typ, [])
+                families.append(cur)
+            cur.typ = typ
+            allowed = tuple(name + s for s in _SUFFIXES.get(typ, ("",)))
+            continue
+        sample = _parse_line(line) or _parse_line_prometheus_client(line)
+        if sample is None:
             batch.error("malformed_line")
+            continue
+        if cur is not None and sample[0] in allowed:
+            cur.samples.append(sample)
+        else:
+            cur, allowed = None, ()
+            families.append(_Family(sample[0], "untyped", [sample]))
+    for fam in families:  # prometheus_client's counter munging: family `x`, samples `x_total`
+        if fam.typ == "counter":
+            if fam.name.endswith("_total"):
+                fam.name = fam.name[: -len("_total")]
+            else:
+                fam.samples = [(n + "_total", lb, v, ts) for n, lb, v, ts in fam.samples]
     return families
+
+
+def _parse_line(line: str) -> RawSample | None:
+    m = _SAMPLE_RE.fullmatch(line)
+    if m is None:
+        return None
+    name, label_text, value_text, ts_text = m.groups()
+    labels: dict[str, str] = {}
+    if label_text:
+        pairs = _LABEL_RE.findall(label_text)
+        for key, val in pairs:
+            labels[key] = _ESCAPE_RE.sub(_unescape, val) if "\\" in val else val
+        if len(labels) != len(pairs) or "__name__" in labels:
+            return None  # duplicate or __name__ label: prometheus_client decides
+    value = _number(value_text)
+    if value is None:
+        return None
+    ts = None
+    if ts_text is not None:
+        ms = _number(ts_text)
+        if ms is None:
+            return None
+        ts = ms / 1000
+    return name, labels, value, ts
+
+
+def _unescape(m: re.Match[str]) -> str:
+    return _ESCAPES[m.group(0)]
+
+
+def _number(s: str) -> float | None:
+    if "_" in s:  # float() accepts digit separators; the exposition format does not
+        return None
+    try:
+        return float(int(s))
+    except ValueError:
+        try:
+            return float(s)
+        except ValueError:
+            return None
+
+
+def _parse_line_prometheus_client(line: str) -> RawSample | None:
+    try:
+        fams = list(text_string_to_metric_families(line + "\n"))
+    except Exception:
+        return None
+    if len(fams) != 1 or len(fams[0].samples) != 1:
+        return None
+    s = fams[0].samples[0]
+    return s.name, dict(s.labels), float(s.value), float(s.timestamp) if s.timestamp is not None else None
+
+
+def _families_prometheus_client(text: str, batch: SourceBatch) -> list[_Family]:
+    """The previous path, kept for OpenMetrics: prometheus_client stops at the first malformed line,
+    so on error the text is parsed line by line and a bad line costs only itself."""
+    try:
+        fams = list(text_string_to_metric_families(text))
+    except Exception:
+        fams = []
+        for line in text.splitlines():
+            if not line.strip() or line.startswith("#"):
+                continue
+            try:
+                fams.extend(text_string_to_metric_families(line + "\n"))
+            except Exception:
+                batch.error("malformed_line")
+    return [_Family(f.name, f.type, [(s.name, dict(s.labels), float(s.value),
+                                      float(s.timestamp) if s.timestamp is not None else None)
+                                     for s in f.samples]) for f in fams]
 
 
 async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple[SourceBatch, float, bool]:

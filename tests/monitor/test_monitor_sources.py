@@ -187,3 +187,106 @@ def test_nvml_sampler_maps_device_readings(monkeypatch: pytest.MonkeyPatch) -> N
     assert got == {"verl_gpu_memory_used_bytes": 30 * 2**30, "verl_gpu_memory_total_bytes": 80 * 2**30,
                    "verl_gpu_utilization_ratio": 0.87, "verl_gpu_temperature_celsius": 71.0}
     assert {s.labels["gpu"] for s in batch.samples} == {"0"} and batch.errors == {"nvml_error": 1}
+
+
+# -- fast exposition parser vs prometheus_client's ------------------------------------------------------
+
+EDGE_EXPOSITION = "\n".join([
+    "# HELP x_total A counter with a creation time.",
+    "# TYPE x_total counter",
+    'x_total{a="1"} 3',
+    'x_created{a="1"} 1.7e9',
+    "# TYPE plain counter",
+    "plain 4",
+    "plain_created 5",
+    "# TYPE h histogram",
+    'h_bucket{le="0.5"} 1',
+    'h_bucket{le="+Inf"} 2',
+    "h_count 2",
+    "h_sum 0.7",
+    "# TYPE s summary",
+    's{quantile="0.5"} 1.5',
+    "s_count 3",
+    "s_sum 4",
+    "# a free comment",
+    r'esc{path="C:\\dir\\x",q="say \"hi\"",nl="a\nb",other="x\ty"} 1',
+    'spaced {a="b"}   2  ',
+    "   leading_ws 2",
+    "nolabels 7 1700000000000",
+    "tabbed\t8",
+    "big 18446744073709551615",
+    "sci 1.5e+06",
+    "neg -0.25",
+    "nan_val NaN",
+    "inf_val +Inf",
+    "ninf -Inf",
+    'braces{a="x}y",b="c,d"} 1',
+    'trailing_comma{a="1",} 2',
+    "empty{} 3",
+    "\r",
+    "# TYPE g gauge",
+    "g 1",
+    "untyped_after 4",
+    "",
+])
+
+
+def _flat(batch: object) -> list[tuple[str, tuple[tuple[str, str], ...], float, float]]:
+    return [(s.name, tuple(sorted(s.labels.items())), s.value, s.t) for s in batch.samples]  # type: ignore[attr-defined]
+
+
+def _reference(text: str) -> object:
+    """The previous path: prometheus_client's parser over the whole body (what OpenMetrics still takes)."""
+    return parse_exposition(text + "# EOF\n", 100.0, "t", "n1", {"job": "j"})
+
+
+@pytest.mark.parametrize("text", [EDGE_EXPOSITION, (FIX / "dcgm-exporter-sample.prom").read_text()],
+                         ids=["edge-cases", "dcgm-fixture"])
+def test_fast_parser_yields_the_same_samples_as_prometheus_client(text: str) -> None:
+    fast, ref = parse_exposition(text, 100.0, "t", "n1", {"job": "j"}), _reference(text)
+    assert _flat(fast) == _flat(ref)
+    assert fast.errors == ref.errors  # type: ignore[attr-defined]
+    assert len(fast.samples) > 20
+
+
+def test_fast_parser_details() -> None:
+    got = {s.name: s for s in parse_exposition(EDGE_EXPOSITION, 100.0, "t", None, {}).samples}
+    assert got["esc"].labels["path"] == "C:\\dir\\x" and got["esc"].labels["q"] == 'say "hi"'
+    assert got["esc"].labels["nl"] == "a\nb" and got["esc"].labels["other"] == "x\\ty"
+    assert got["plain_total"].value == 4 and "plain" not in got and "plain_created" not in got
+    assert "x_created" not in got and got["x_total"].value == 3
+    assert got["nolabels"].t == 1700000000.0 and got["g"].t == 100.0
+    assert "nan_val" not in got and "inf_val" not in got
+    assert got["braces"].labels["a"] == "x}y"
+
+
+def test_fast_parser_handles_the_dcgm_fixture_without_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import monitor.sources.prom_text as pt
+
+    def no_fallback(line: str) -> None:
+        raise AssertionError(f"fell back to prometheus_client on {line!r}")
+
+    monkeypatch.setattr(pt, "_parse_line_prometheus_client", no_fallback)
+    batch = parse_exposition((FIX / "dcgm-exporter-sample.prom").read_text(), 1.0, "dcgm", None, {})
+    assert not batch.errors and len(batch.samples) > 20
+
+
+def test_fast_parser_counts_malformed_lines_and_keeps_the_rest() -> None:
+    text = "\n".join(['good{a="1"} 1', 'bad{a="1" 3', "novalue", "under 1_000", 'dup{a="1",a="2"} 1',
+                      "# TYPE c counter", "c 2", "# TYPE c bogus", "after 5", ""])
+    batch = parse_exposition(text, 10.0, "t", "n", {})
+    assert batch.errors == {"malformed_line": 5}
+    assert [(s.name, s.value) for s in batch.samples] == [("good", 1.0), ("c_total", 2.0), ("after", 5.0)]
+    assert batch.errors.get("nonfinite_value") is None
+    assert parse_exposition("nan_val NaN\n", 1.0, "t", "n", {}).errors == {"nonfinite_value": 1}
+
+
+def test_scrape_offsets_are_deterministic_and_spread_over_the_interval() -> None:
+    from monitor.daemon import scrape_offset
+
+    urls = [f"http://127.0.0.1:9400/gpu-{n:03d}/{k}/metrics" for n in range(125) for k in ("dcgm", "trainer")]
+    offsets = [scrape_offset(u, 5.0) for u in urls]
+    assert offsets == [scrape_offset(u, 5.0) for u in urls]
+    assert all(0.0 <= o < 5.0 for o in offsets)
+    per_second = [sum(1 for o in offsets if s <= o < s + 1) for s in range(5)]
+    assert min(per_second) >= 30, per_second  # about 50 each: no burst of all 250 at one instant

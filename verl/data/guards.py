@@ -205,6 +205,7 @@ class RewardGuard:
         momentum: float = 0.9,
         min_std: float = 0.05,
         max_consecutive_pauses: int = 3,
+        min_extreme_count: int = 2,
         top_k: int = 10,
         paused_counter: Any = None,
     ) -> None:
@@ -216,6 +217,7 @@ class RewardGuard:
         self.bounds, self.warmup_batches, self.momentum = bounds, warmup_batches, momentum
         self.min_var = min_std**2
         self.max_consecutive_pauses, self.top_k = max_consecutive_pauses, top_k
+        self.min_extreme_count = min_extreme_count
         self._counter = paused_counter
         self.mean: float | None = None
         self.var: float | None = None
@@ -249,9 +251,13 @@ class RewardGuard:
 
         warmed = self.var is not None and self.accepted >= self.warmup_batches
         reason = None
-        if warmed and finite and var > self.variance_jump * max(self.var or 0.0, self.min_var):
+        if len(finite) < len(rewards):
+            reason = "extreme_values"  # any NaN/Inf reward: never train on it, whatever the batch size
+        elif warmed and finite and var > self.variance_jump * max(self.var or 0.0, self.min_var):
             reason = "variance_jump"
-        elif ratio > self.extreme_ratio_limit:
+        elif ratio > self.extreme_ratio_limit and sum(extreme) >= self.min_extreme_count:
+            # In a small batch one sample alone exceeds 5 % (1/16 = 6.25 %): a policy that explores now
+            # and then would pause every few steps. A share needs at least two extreme samples to count.
             reason = "extreme_values"
         baseline = self.var
         if reason is not None and self.consecutive_pauses >= self.max_consecutive_pauses and len(finite) == len(rewards):

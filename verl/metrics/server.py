@@ -28,6 +28,9 @@ def check_port_free(host: str, port: int) -> None:
         return
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            # as the real server does: without it, connections of a SIGKILLed predecessor in TIME_WAIT
+            # keep a restart on the same port failing for ~60 s; a live listener still fails the bind.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
     except OSError as exc:
         raise _bind_error(exc, host, port) from None

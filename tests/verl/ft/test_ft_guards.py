@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
@@ -125,3 +126,23 @@ def test_bad_schema_is_one_line_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(GuardConfigError, match="is not a valid JSON Schema") as info:
         RolloutValidator(response_schema=bad)
     assert "\n" not in str(info.value)
+
+
+def test_one_extreme_sample_in_a_small_batch_is_not_a_share() -> None:
+    guard = RewardGuard()
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        assert not guard.check(list(rng.normal(0.9, 0.02, 16))).skip
+    one = list(rng.normal(0.9, 0.02, 16))
+    one[4] = 0.2  # z ≫ 4, but 1/16 is one exploring sample, not "6.25 % extreme values"
+    assert not guard.check(one).skip
+    two = list(rng.normal(0.9, 0.02, 16))
+    two[4] = two[9] = 0.2
+    verdict = guard.check(two)
+    assert verdict.skip and verdict.reason == "extreme_values"
+
+
+def test_a_single_nan_in_a_large_batch_still_pauses() -> None:
+    guard = RewardGuard()
+    rewards = [0.5] * 99 + [float("nan")]  # 1 % < 5 %: a NaN is never trained on regardless
+    assert guard.check(rewards).skip

@@ -8,13 +8,13 @@ guard and circuit breaker as always."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from verl.cli.ckpt import main as ckpt_main
@@ -45,18 +45,27 @@ def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = Fals
 
 
 def start(cmd: list[str]) -> subprocess.Popen[str]:
-    # own session: killing the group takes torchrun and every rank with it
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def kill_all(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the launcher and every rank: torchrun starts each rank in a session of its own, so killing
+    the launcher's process group alone would leave the ranks behind."""
+    try:
+        ranks = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        ranks = []
+    for p in [psutil.Process(proc.pid), *ranks] if proc.poll() is None else ranks:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_all(proc)  # nothing of a run may outlive it (a rank left in a collective would hang forever)
+        proc.wait()
     return out
 
 
@@ -67,7 +76,7 @@ def kill_when(proc: subprocess.Popen[str], marker: str) -> str:
     for line in proc.stdout:
         seen.append(line)
         if marker in line:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_all(proc)
             break
     return "".join(seen) + finish(proc)
 

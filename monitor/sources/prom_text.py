@@ -28,8 +28,8 @@ class Target:
 
 
 # Why our own parser: at 1000 GPUs (250 targets, ~52 500 samples per 5 s round) prometheus_client's
-# text parser walks every label character in Python and cost 1.50 s CPU per round; one regex per line
-# did the same round in 0.19 s (8x cheaper). It handles the common case (text format 0.0.4:
+# text parser walks every label character in Python: the whole parse_exposition cost 1.34 s CPU per
+# round, 0.32 s with one regex per line (4.2x; the line parsing alone ~8x). It handles the common case (text format 0.0.4:
 # ``name{labels} value [timestamp]``, comments, the ``\\ \" \n`` escapes); any line it does not
 # recognise is handed to prometheus_client, and OpenMetrics bodies go to prometheus_client whole.
 _SAMPLE_RE = re.compile(
@@ -164,13 +164,10 @@ def _unescape(m: re.Match[str]) -> str:
 def _number(s: str) -> float | None:
     if "_" in s:  # float() accepts digit separators; the exposition format does not
         return None
-    try:
-        return float(int(s))
+    try:  # correctly rounded, so equal to prometheus_client's float(int(s)) for integers too
+        return float(s)
     except ValueError:
-        try:
-            return float(s)
-        except ValueError:
-            return None
+        return None
 
 
 def _parse_line_prometheus_client(line: str) -> RawSample | None:

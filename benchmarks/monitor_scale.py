@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--duration", type=float, default=120.0, help="measured seconds (after --warmup)")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds excluded at the start (imports, series creation)")
-    p.add_argument("--eval-interval", default="1s", help="monitor eval_interval (production default 1s)")
+    p.add_argument("--eval-interval", default="500ms", help="monitor eval_interval (production default 500ms)")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
     p.add_argument("--profile", action="store_true", help="run the monitor under cProfile and print its hot spots")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

@@ -6,7 +6,7 @@ listen: 127.0.0.1:9105            # own /metrics, /healthz, JSON API; 127.0.0.1 
 bearer_token_env: MONITOR_TOKEN   # or bearer_token: ...; required on /api/* when set
 state_db: ./verl-monitor/state.db # alert states (SQLite WAL); plots go to <state_db dir>/plots
 external_url: http://mon:9105     # how links to plots are written (default http://<listen>)
-eval_interval: 1s
+eval_interval: 500ms
 rules: [my-rules.yaml]            # default: monitor/rules/default.yaml
 notify_config: alerting.yaml      # alerting.engine config; omit to only record alerts
 reward_outliers: true             # attach the trainer's top-3 anomalous prompts to RewardDistributionDrift
@@ -70,7 +70,7 @@ class MonitorConfig:
     bearer_token: str | None = None
     state_db: Path = Path("verl-monitor/state.db")
     external_url: str | None = None
-    eval_interval: float = 1.0
+    eval_interval: float = 0.5  # p99 alert lag = ingest lag + up to one tick; 0.5 s keeps it < 1 s at 1000 GPUs
     rules: list[Path] = field(default_factory=list)
     notify_config: Path | None = None
     reward_outliers: bool = True
@@ -140,7 +140,7 @@ def load_config(path: str | Path) -> MonitorConfig:
     else:
         cfg.state_db = base / "verl-monitor" / "state.db"
     cfg.external_url = doc.get("external_url")
-    cfg.eval_interval = _dur(doc.get("eval_interval", 1.0), "eval_interval")
+    cfg.eval_interval = _dur(doc.get("eval_interval", 0.5), "eval_interval")
     rules = doc.get("rules") or []
     if not isinstance(rules, list):
         raise ConfigError("rules: expected a list of rules YAML files")

@@ -9,28 +9,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from alerting.matchers import Matcher  # the same four PromQL matchers silences and routes use
+
 _SELECTOR_RE = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)?\s*(?:\{(.*)\})?\s*$", re.S)
 _MATCHER_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 
 
 class SelectorError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Matcher:
-    label: str
-    op: str
-    value: str
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        actual = labels.get(self.label, "")
-        if self.op == "=":
-            return actual == self.value
-        if self.op == "!=":
-            return actual != self.value
-        hit = re.fullmatch(self.value, actual) is not None
-        return hit if self.op == "=~" else not hit
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_default_selectors_name_real_series() -> None:
                 assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports
-                    assert spec is None or m.label in spec.labels or s.name == "up", (s.name, m.label)
+                    assert spec is None or m.name in spec.labels or s.name == "up", (s.name, m.name)
     # both name families are covered for memory, temperature, XID and NVLink
     assert {"verl_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_XID_ERRORS"} <= used

@@ -183,14 +183,15 @@ class Soak:
         return inc
 
     def _wait_port(self) -> None:
-        """verl's port probe binds without SO_REUSEADDR, so while the killed trainer's connections sit in
-        TIME_WAIT (up to 60 s) a new trainer on the same port would exit 2: wait for the port with the
-        same probe first, as a cluster supervisor would. The wait is restart time (not productive) and
-        reported as ``restart_port_wait_seconds``."""
+        """Wait until no process listens on the trainer's port any more (the killed trainer's socket
+        may linger a moment), probing as verl's own port check does: with SO_REUSEADDR, so connections in
+        TIME_WAIT don't count. The wait is restart time (not productive), reported as
+        ``restart_port_wait_seconds``."""
         started = time.monotonic()
         while time.monotonic() - started < 120:
             try:
                 with socket.socket() as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     probe.bind(("127.0.0.1", self.port))
                 break
             except OSError:

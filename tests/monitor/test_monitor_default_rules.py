@@ -25,8 +25,8 @@ CASES = {
     # a hanging reward model: the breaker alternates open (2) and half-open (1) on each failed probe;
     # quiet: one failed probe's open state that closes again within 30 s
     "RewardModelCircuitOpen": ("verl_reward_model_circuit_state", {},
-                               np.where(600 <= K, np.where((K // 15) % 2 == 0, 2.0, 1.0), 0.0),
-                               np.where((600 <= K) & (K < 615), 2.0, 0.0)),
+                               np.where(K >= 600, np.where((K // 15) % 2 == 0, 2.0, 1.0), 0.0),
+                               np.where((K >= 600) & (K < 615), 2.0, 0.0)),
     "RewardModelTimeout": ("verl_reward_model_calls_total", {"outcome": "timeout"}, counter(600, 5),
                            counter(600, 1)),
     "NonFiniteGradients": ("verl_nonfinite_steps_total", {}, counter(600), np.full(len(T), 3.0)),

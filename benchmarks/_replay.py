@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alerting.clock import SimulatedClock
 from monitor.pipeline import Pipeline
+from monitor.replay import feed
 from monitor.rules import Rule
 from monitor.sources.recorded import Recording
 
@@ -11,8 +12,8 @@ from monitor.sources.recorded import Recording
 def replay_firing(rec: Recording, rules: list[Rule], tick_s: float = 5.0) -> list[tuple[dict[str, str], float]]:
     """(alert labels, simulated time the firing record was emitted) — what an operator experiences.
 
-    The loop of `monitor.replay.run_recording` (same Pipeline, same tick cadence), kept here because
-    a record's `startsAt` is when the condition began (Prometheus' activeAt), not when it was sent.
+    The same feed as `monitor.replay.run_recording`; the emission time is taken here because a record's
+    `startsAt` is when the condition began (Prometheus' activeAt), not when it was sent.
     """
     if len(rec) == 0:
         return []
@@ -24,18 +25,6 @@ def replay_firing(rec: Recording, rules: list[Rule], tick_s: float = 5.0) -> lis
             fired.append((dict(r["labels"]), clock.now()))
 
     pipe = Pipeline(rules, clock, on_record=on_record)
-    handles = [pipe.series(name, labels) for name, labels in rec.series]
-    next_tick = current = float(rec.t[0])
-    for t, sid, v in zip(rec.t.tolist(), rec.sid.tolist(), rec.value.tolist(), strict=True):
-        if t > current:
-            if current >= next_tick:
-                clock.set(current)
-                pipe.tick()
-                next_tick = current + tick_s
-            current = t
-        if handles[sid] is not None:
-            pipe.observe(handles[sid], t, v)
-    clock.set(max(current, clock.now()))
-    pipe.tick()
+    feed(pipe, rec, clock, tick_s)
     pipe.close()
     return fired

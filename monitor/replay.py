@@ -40,6 +40,24 @@ def open_engine(notify_config: str | Path, db_path: Path, clock: SimulatedClock,
     return AlertEngine.from_file(notify_config, db_path, clock, on_record=on_record)
 
 
+def feed(pipe: Pipeline, rec: Recording, clock: SimulatedClock, tick_s: float = 5.0) -> None:
+    """Push every sample through ``pipe`` in time order, ticking the simulated clock every ``tick_s`` of
+    data time (as the daemon ticks on wall time), and run one last tick at the end of the data."""
+    handles = [pipe.series(name, labels) for name, labels in rec.series]
+    next_tick = current = float(rec.t[0]) if len(rec) else clock.now()
+    for t, sid, v in zip(rec.t.tolist(), rec.sid.tolist(), rec.value.tolist(), strict=True):
+        if t > current:
+            if current >= next_tick:
+                clock.set(current)
+                pipe.tick()
+                next_tick = current + tick_s
+            current = t
+        if handles[sid] is not None:
+            pipe.observe(handles[sid], t, v)
+    clock.set(max(current, clock.now()))
+    pipe.tick()
+
+
 def replay(input_path: str | Path, rules: list[Rule], out: IO[str], **kwargs: Any) -> ReplayResult:
     return run_recording(load_recording(input_path), rules, out, **kwargs)
 
@@ -59,21 +77,7 @@ def run_recording(rec: Recording, rules: list[Rule], out: IO[str], *, plots_dir:
     with tempfile.TemporaryDirectory(prefix="verl-replay-") as tmp:
         engine = open_engine(notify_config, Path(tmp) / "alerting.db", clock, write) if notify_config else None
         pipe = Pipeline(rules, clock, cluster=cluster, plots_dir=plots_dir, engine=engine, on_record=write)
-        handles = [pipe.series(name, labels) for name, labels in rec.series]
-        ts, sids, vals = rec.t.tolist(), rec.sid.tolist(), rec.value.tolist()
-        next_tick, current = start, start
-        for t, sid, v in zip(ts, sids, vals, strict=True):
-            if t > current:
-                if current >= next_tick:
-                    clock.set(current)
-                    pipe.tick()
-                    next_tick = current + tick_s
-                current = t
-            series = handles[sid]
-            if series is not None:
-                pipe.observe(series, t, v)
-        clock.set(max(current, clock.now()))
-        pipe.tick()
+        feed(pipe, rec, clock, tick_s)
         drained = True
         if engine is not None:
             drained = bool(engine.drain(drain_s))

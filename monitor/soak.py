@@ -15,10 +15,10 @@ restart time (process start, model build, resume) are not productive. A step's t
 previous step of the same incarnation (an incarnation's first step: that incarnation's median gap).
 
 A fault counts as recovered when training completed ``RECOVERY_STEPS`` steps past it. Prompt accounting
-comes from the trainer's log (``N prompt(s) re-queued``) and its metrics when it exposes
-``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total`` (read from the last
-incarnation before it is stopped); otherwise ``null`` with a note -- the soak does not invent figures
-the trainer does not report.
+comes from the trainer's ``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total``
+(its per-step check of rollouts against prompts), polled from every incarnation and summed; ``null``
+with a note when an incarnation never exposed them -- the soak does not invent figures the trainer does
+not report. Re-queued prompts come from the trainer's log (``N prompt(s) re-queued``).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ EVIDENCE: dict[str, re.Pattern[str]] = {
     "critic_oom": re.compile(r"critic.*(oom|out of memory|degrad)", re.I),
     "trainer_kill": re.compile(r"SIGKILL trainer", re.I),
 }
+PROMPT_COUNTERS = ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total")
+COUNTER_POLL_S = 2.0
 HANG_STEPS = 3  # a hang lasts this many steps' worth of reward calls (the breaker opens after 3 timeouts)
 
 
@@ -74,14 +76,20 @@ class Fault:
 
 def plan_faults(duration: float, interval: float, seed: int) -> list[Fault]:
     """About one fault per ``interval``, jittered +-25 %; every fourth is a trainer SIGKILL, the others
-    a seeded shuffle of the in-process kinds (each kind at most once per trainer incarnation)."""
+    a seeded shuffle of the in-process kinds (each kind at most once per trainer incarnation, and a
+    reward hang never directly before a SIGKILL)."""
     rng = random.Random(seed)
     faults: list[Fault] = []
     t = interval * 0.5
     group: list[str] = []
     while t < duration - 20:
         if not group:
-            group = rng.sample(KINDS, len(KINDS)) + ["trainer_kill"]
+            group = rng.sample(KINDS, len(KINDS))
+            if group[-1] == "reward_hang":
+                # the breaker's alert needs the hang to last `for: 30s` past its start: a SIGKILL one
+                # interval later would end the hang first (and restart the trainer with a closed circuit)
+                group[-1], group[-2] = group[-2], group[-1]
+            group.append("trainer_kill")
         faults.append(Fault(group.pop(0), round(t + rng.uniform(-0.25, 0.25) * interval, 1)))
         t += interval
     return faults
@@ -93,6 +101,7 @@ class Incarnation:
     started: float
     resumed_from: int = 0
     faults: list[Fault] = field(default_factory=list)
+    counters: dict[str, float] = field(default_factory=dict)  # the last scrape of PROMPT_COUNTERS
 
 
 def productive_seconds(runs: list[dict[int, float]], resumed_from: list[int]) -> float:
@@ -211,15 +220,19 @@ class Soak:
         end = self.args.duration
         try:
             inc = self._launch(resume=False)
+            polled = 0.0
             while j.now() < end:
                 time.sleep(0.5)
                 self._measure_rate(inc)
+                if j.now() - polled >= COUNTER_POLL_S:
+                    polled = j.now()
+                    inc.counters.update(self._prompt_counters())
                 if not inc.trainer.alive() and j.now() < end - 5:
                     code = inc.trainer.proc.returncode
                     j.add("trainer", f"trainer exited with code {code}; restarting with --resume")
                     inc.trainer.stop()
                     inc = self._launch(resume=True)
-            counters = self._prompt_counters()
+            inc.counters.update(self._prompt_counters())
             self.wall = j.now()
             inc.trainer.stop()  # steps after the measured wall time must not count as productive
             drain_until = j.now() + self.args.drain
@@ -227,7 +240,7 @@ class Soak:
                 time.sleep(1.0)
         finally:
             self.stack.close()
-        return self._report(counters)
+        return self._report()
 
     def _measure_rate(self, inc: Incarnation) -> None:
         # over the last 200 steps: short spans follow transients (a reward hang, cache-fast steps)
@@ -243,7 +256,7 @@ class Soak:
         except httpx.HTTPError:
             return {}
         out = {}
-        for name in ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total"):
+        for name in PROMPT_COUNTERS:
             m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
             if m:
                 out[name] = float(m.group(1))
@@ -306,7 +319,14 @@ class Soak:
         span = wall - first
         return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / span if span > 0 else 0.0
 
-    def _report(self, counters: dict[str, float]) -> dict[str, Any]:
+    def _prompt_totals(self) -> dict[str, float | None]:
+        """Counters restart with each process: sum every incarnation's last scrape. ``None`` when an
+        incarnation never exposed a counter (then the soak cannot vouch for its prompts)."""
+        return {name: (sum(i.counters[name] for i in self.incarnations)
+                       if all(name in i.counters for i in self.incarnations) else None)
+                for name in PROMPT_COUNTERS}
+
+    def _report(self) -> dict[str, Any]:
         for inc in self.incarnations:  # the trainer's own "resumed from step N" wins when it logged one
             if inc.trainer.resumed_from is not None:
                 inc.resumed_from = inc.trainer.resumed_from
@@ -336,8 +356,8 @@ class Soak:
                     delivered_n += 1  # still firing (and notified) from an earlier fault: no new page
         wall = self.wall
         requeued = sum(inc.trainer.requeued for inc in self.incarnations)
-        lost = counters.get("verl_rollout_prompts_lost_total")
-        dup = counters.get("verl_rollout_prompts_duplicated_total")
+        totals = self._prompt_totals()
+        lost, dup = totals["verl_rollout_prompts_lost_total"], totals["verl_rollout_prompts_duplicated_total"]
         return {
             "ettr": round(self._ettr(wall), 4),
             # the initial start-up is the same with or without faults: this isolates what the faults cost
@@ -364,8 +384,13 @@ class Soak:
             "final_step": self._last_step(),
             "duration_s": self.args.duration,
             "workdir": str(self.workdir),
-            "notes": [] if lost is not None else [
-                "prompts_lost/prompts_duplicated: the trainer does not expose verl_rollout_prompts_lost_total / "
+            "notes": [
+                "prompts_lost/prompts_duplicated: the trainer's per-step check of rollouts against prompts, summed "
+                f"over incarnations from the last scrape of each (polled every {COUNTER_POLL_S:.0f} s); across a "
+                "SIGKILL the resumed run re-draws the prompts after its checkpoint exactly (see the exact-resume "
+                "tests), so the recomputed steps neither lose nor repeat prompts in the surviving run"]
+            if lost is not None else [
+                "prompts_lost/prompts_duplicated: an incarnation never exposed verl_rollout_prompts_lost_total / "
                 "verl_rollout_prompts_duplicated_total, so they are reported as null"],
         }
 
@@ -377,7 +402,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, help="JSON report file")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     p.add_argument("--fault-interval", type=float, default=60.0, help="mean seconds between faults (default 60)")
-    p.add_argument("--checkpoint-interval", type=int, default=25, help="trainer checkpoint.interval in steps")
+    p.add_argument("--checkpoint-interval", type=int, default=10,
+                   help="trainer checkpoint.interval in steps (default 10, ~1.5 s of ppo_tiny: a SIGKILL "
+                        "recomputes half of that on average)")
     p.add_argument("--reward-timeout", type=float, default=1.0, help="trainer reward.timeout_s during the soak")
     p.add_argument("--correlation-window", default="20s", help="alert correlation holds (production: 2m)")
     p.add_argument("--drain", type=float, default=30.0, help="seconds to wait for pending deliveries at the end")

@@ -19,6 +19,13 @@ def test_plan_is_seeded_about_one_per_interval_and_kills_every_fourth() -> None:
     assert sorted(f.kind for f in plan[:3]) == ["critic_oom", "reward_hang", "worker_kill"]
 
 
+def test_a_reward_hang_never_comes_right_before_a_trainer_kill() -> None:
+    # the breaker's alert (for: 30s) needs the hang to outlive the next interval
+    for seed in range(40):
+        kinds = [f.kind for f in plan_faults(900, 60, seed=seed)]
+        assert all(not (a == "reward_hang" and b == "trainer_kill") for a, b in zip(kinds, kinds[1:], strict=False))
+
+
 def test_recomputed_steps_and_restart_time_are_not_productive() -> None:
     first = {s: float(s) for s in range(1, 11)}        # steps 1..10, one per second, then SIGKILL
     second = {s: 14.0 + s for s in range(6, 16)}       # resumed from checkpoint 5 at t=20, steps 6..15

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from verl.config import ConfigError
 from verl.config.schema import TinyModelConfig
@@ -10,6 +11,7 @@ from verl.data.loader import PromptItem
 from verl.models.loading import load_causal_lm
 from verl.models.reward import Scores, load_reward_model
 from verl.models.tokenizer import ByteTokenizer
+from verl.rollout import reconcile
 from verl.rollout.hf import HFRolloutEngine
 from verl.utils.clock import SimulatedClock
 
@@ -40,6 +42,26 @@ def test_response_stops_at_eos(engine: HFRolloutEngine) -> None:
     for r in engine.generate([PromptItem(i, "Q: x A:") for i in range(8)], step=1):
         assert 1 <= len(r.response_ids) <= 8
         assert ByteTokenizer.eos_token_id not in r.response_ids[:-1]
+
+
+def test_tiny_model_never_emits_what_validation_drops(engine: HFRolloutEngine) -> None:
+    from verl.data.guards import RolloutValidator
+
+    prompts = [PromptItem(i, f"Q: prompt {i} A:") for i in range(64)]
+    out = engine.generate(prompts, step=1)
+    assert not {t for r in out for t in r.response_ids} & set(ByteTokenizer.unprintable_ids)
+    assert RolloutValidator().filter([r.response for r in out]) == list(range(64))
+    logits = engine.model(torch.tensor([[65, 66]])).logits[0, -1]
+    assert torch.isfinite(torch.log_softmax(logits, -1)).all()  # masked, not -inf: entropies stay finite
+
+
+def test_reconcile_counts_lost_and_duplicated_rollouts(engine: HFRolloutEngine) -> None:
+    prompts = [PromptItem(1, "a"), PromptItem(2, "b"), PromptItem(2, "b"), PromptItem(3, "c")]
+    out = engine.generate(prompts, step=1)
+    exact = reconcile(prompts, out)
+    assert (exact.lost, exact.duplicated, exact.rollouts) == (0, 0, out)  # a prompt drawn twice comes back twice
+    got = reconcile(prompts, [out[0], out[0], out[1], out[2], out[2]])
+    assert [r.prompt_id for r in got.rollouts] == [1, 2, 2] and (got.lost, got.duplicated) == (1, 2)
 
 
 def test_rule_reward_scores_the_response_and_formats_like_the_article() -> None:

@@ -121,3 +121,31 @@ def test_health_and_outliers(live_run: dict) -> None:
     assert len(outliers) == 3
     assert {"prompt", "reward", "z", "step"} <= set(outliers[0])
     assert outliers[0]["z"] >= outliers[-1]["z"]
+
+
+def test_lost_and_duplicated_prompts_are_counted_and_never_trained() -> None:
+    from verl.trainer import RLTrainer
+
+    trainer = RLTrainer("ppo_tiny", overrides=["trainer.total_steps=2", "metrics.layer_kl=false"])
+    generate = trainer.rollout.generate
+    seen: list[list[int]] = []
+
+    def faulty(prompts: list, step: int) -> list:
+        out = generate(prompts, step)
+        return out[1:] + out[-1:] if step == 2 else out  # step 2: the first lost, the last twice
+
+    put = trainer.buffer.put
+
+    def recording(rollouts: list) -> int:
+        seen.append([r.prompt_id for r in rollouts])
+        return put(rollouts)
+
+    trainer.rollout.generate, trainer.buffer.put = faulty, recording
+    try:
+        trainer.train()
+        lost = trainer.registry["verl_rollout_prompts_lost_total"]._value.get()
+        dup = trainer.registry["verl_rollout_prompts_duplicated_total"]._value.get()
+    finally:
+        trainer.close()
+    assert (lost, dup) == (1, 1)
+    assert len(seen[1]) == len(set(seen[1])) == len(seen[0]) - 1  # the duplicate never reached the buffer

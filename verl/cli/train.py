@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, overrides)
         if config.metrics.port is not None:
             check_port_free(config.metrics.host, config.metrics.port)
+        if config.rollout_worker_num > 0 and config.rollout.engine == "hf":
+            from verl.workers import start_worker_server
+
+            # the workers' server imports torch + transformers while this process does the same; the
+            # list is verl.rollout.workers.WORKER_PRELOAD (importing that here would import torch first)
+            start_worker_server(["verl.rollout.workers"])
         import transformers
 
         from verl.trainer import RLTrainer  # heavy imports only after the config is known good

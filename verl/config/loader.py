@@ -6,6 +6,7 @@ Written by hand rather than with OmegaConf/Hydra: the schema is plain dataclasse
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import types
 import typing
@@ -121,6 +122,11 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str):
+            # YAML 1.1 reads "1e9" (no dot) as a string; a user who wrote it meant the number
+            with contextlib.suppress(ValueError):
+                if (number := float(value)) == number:  # but not "nan"
+                    return number
     elif hint is str:
         if isinstance(value, str):
             return value

@@ -174,9 +174,11 @@ class AlgorithmConfig:
 @dataclass
 class GuardConfig:
     variance_jump: float = 3.0
-    """Pause a batch whose reward variance jumps by this factor over the running level."""
+    """Pause a batch whose reward variance jumps by this factor over the recent batches (and significantly)."""
     extreme_ratio: float = 0.05
     """Pause a batch when more than this share of rewards are extreme."""
+    window: int = 16
+    """Accepted batches the guard's reference spans: slower trends than this are learning, not anomalies."""
 
 
 @dataclass

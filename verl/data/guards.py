@@ -2,8 +2,8 @@
 
 - ``PromptClusters``: MinHash-LSH prompt clusters (datasketch) with a per-cluster cooldown on the
   injected clock, and near-duplicate removal for datasets.
-- ``RewardGuard``: skip an update whose reward variance jumps ×``variance_jump`` over a running
-  baseline or whose share of extreme rewards exceeds ``extreme_ratio``; keep the outlier prompts.
+- ``RewardGuard``: skip an update whose reward variance jumps ×``variance_jump`` over the recent
+  batches or whose share of extreme rewards exceeds ``extreme_ratio``; keep the outlier prompts.
 - ``RolloutValidator``: drop responses that are too long, carry illegal characters, or break the
   configured JSON Schema, counting each reason.
 """
@@ -24,6 +24,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 from datasketch import MinHash, MinHashLSH
+from scipy.stats import levene
 
 from verl.fault.similarity import NUM_PERM, minhashes
 
@@ -163,17 +164,14 @@ class PromptClusters:
 
 
 # ---------------------------------------------------------------------------------------- rewards
-def _robust_mean_var(values: Sequence[float]) -> tuple[float, float]:
-    """Median and squared IQR-sigma (IQR / 1.349, the normal-consistent scale): a handful of outliers
-    then shows up as extreme values, not as a variance jump, while a widened distribution still
-    moves the spread. Below 8 samples quartiles are too noisy and the plain moments are used."""
-    if not values:
-        return math.nan, math.nan
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size < 8:
-        return float(arr.mean()), float(arr.var())
-    q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return float(med), float(((q3 - q1) / 1.349) ** 2)
+def _robust_var(values: np.ndarray) -> float:
+    """Squared IQR-sigma (IQR / 1.349, the normal-consistent scale): it moves only when a quarter of the
+    batch moves, so one or two wild rewards show up as extreme values, not as a variance jump. Below 8
+    samples quartiles are too noisy and the plain variance is used."""
+    if values.size < 8:
+        return float(values.var()) if values.size else math.nan
+    q1, q3 = np.percentile(values, [25, 75])
+    return float(((q3 - q1) / 1.349) ** 2)
 
 
 @dataclass(frozen=True)
@@ -186,13 +184,28 @@ class GuardVerdict:
 
 
 class RewardGuard:
-    """Reward guard. The baseline (EMA of the batch's robust centre and spread, see
-    ``_robust_mean_var``) learns only from accepted batches,
-    so a spike cannot poison it. ``extreme`` means non-finite, outside ``bounds`` when given, or more
-    than ``extreme_z`` baseline standard deviations from the baseline mean (after ``warmup_batches``).
-    After ``max_consecutive_pauses`` skips in a row the shift is treated as a new regime: the next
-    all-finite batch is accepted and becomes the baseline, so a guard can never stall training for
-    good (batches with NaN/Inf rewards are always skipped)."""
+    """Reward guard (article §2.3: variance ×3 or > 5 % extreme values pauses the batch).
+
+    The reference is the last ``window`` accepted batches, so it follows a policy that is learning:
+    rewards that widen or shift over tens of steps move the reference with them, while a reward model
+    that breaks within a step does not. Spikes never enter it (only accepted batches do).
+
+    - **Variance jump**: the batch's robust variance (``_robust_var``) exceeds ``variance_jump`` times the
+      reference's typical batch (the median over the window, floored at ``min_std``²), *and* a
+      Brown-Forsythe test (scipy's ``levene(center="median")``) against the pooled reference rejects
+      equal spread at ``significance``. The test is what keeps 16-sample batches quiet: their spread
+      alone swings ×3 by chance every few dozen steps.
+    - **Extreme values**: non-finite, outside ``bounds`` when given, or farther than ``extreme_z``
+      reference sigmas beyond the reference's central range (all but its ``tail``: the article's
+      "top-1 %"; a quantile, so one stray reward accepted earlier does not widen it). The share must
+      exceed ``extreme_ratio`` with at least ``min_extreme_count`` samples (one in 16 is already 6 %).
+
+    ``benchmarks/reward_guard.py`` measures both sides: pauses on healthy ppo_tiny runs (false pauses)
+    and injected reward-model faults caught (see ``benchmarks/RESULTS.md``).
+
+    After ``max_consecutive_pauses`` skips in a row the shift is a new regime: the reference restarts
+    from the next all-finite batch, so a guard can never stall training for good
+    (batches with NaN/Inf rewards are always skipped)."""
 
     def __init__(
         self,
@@ -202,7 +215,9 @@ class RewardGuard:
         extreme_z: float = 4.0,
         bounds: tuple[float, float] | None = None,
         warmup_batches: int = 3,
-        momentum: float = 0.9,
+        window: int = 16,
+        significance: float = 1e-3,
+        tail: float = 0.01,
         min_std: float = 0.05,
         max_consecutive_pauses: int = 3,
         min_extreme_count: int = 2,
@@ -213,56 +228,75 @@ class RewardGuard:
             raise GuardConfigError(f"guard.variance_jump must be > 1, got {variance_jump}")
         if not 0.0 <= extreme_ratio < 1.0:
             raise GuardConfigError(f"guard.extreme_ratio must be in [0, 1), got {extreme_ratio}")
+        if window < max(1, warmup_batches):
+            raise GuardConfigError(f"guard.window must be >= the warm-up ({warmup_batches} batches), got {window}")
         self.variance_jump, self.extreme_ratio_limit, self.extreme_z = variance_jump, extreme_ratio, extreme_z
-        self.bounds, self.warmup_batches, self.momentum = bounds, warmup_batches, momentum
+        self.bounds, self.warmup_batches, self.significance = bounds, warmup_batches, significance
+        self.tail = tail
         self.min_var = min_std**2
         self.max_consecutive_pauses, self.top_k = max_consecutive_pauses, top_k
         self.min_extreme_count = min_extreme_count
         self._counter = paused_counter
-        self.mean: float | None = None
-        self.var: float | None = None
-        self.accepted = 0
+        self._reference: deque[np.ndarray] = deque(maxlen=window)
         self.consecutive_pauses = 0
         self.paused: dict[str, int] = {}
         self._outliers: deque[dict[str, Any]] = deque(maxlen=200)
 
-    def _z(self, r: float) -> float:
-        if not math.isfinite(r):
-            return math.inf
-        if self.bounds is not None and not self.bounds[0] <= r <= self.bounds[1]:
-            return math.inf
-        if self.mean is None or self.var is None or self.accepted < self.warmup_batches:
-            return 0.0
-        return abs(r - self.mean) / math.sqrt(max(self.var, self.min_var))
+    @property
+    def warmed(self) -> bool:
+        return len(self._reference) >= self.warmup_batches
+
+    def _extreme(self, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(is extreme, anomaly score) per reward. The score, |r - reference median| in reference sigmas
+        (inf for non-finite or out-of-bounds), ranks ``outliers()``; extreme means farther than
+        ``extreme_z`` sigmas beyond the reference's central range."""
+        score = np.zeros(rewards.size)
+        beyond = np.zeros(rewards.size)
+        if self.warmed:
+            pooled = np.concatenate(self._reference)
+            q1, med, q3 = np.percentile(pooled, [25, 50, 75])
+            sigma = max((q3 - q1) / 1.349, math.sqrt(self.min_var))
+            lo, hi = np.percentile(pooled, [100 * self.tail / 2, 100 - 100 * self.tail / 2])
+            with np.errstate(invalid="ignore"):
+                score = np.abs(rewards - med) / sigma
+                beyond = np.maximum(lo - rewards, rewards - hi).clip(min=0.0) / sigma
+        bad = ~np.isfinite(rewards)
+        if self.bounds is not None:
+            with np.errstate(invalid="ignore"):
+                bad |= (rewards < self.bounds[0]) | (rewards > self.bounds[1])
+        return bad | (beyond > self.extreme_z), np.where(bad, np.inf, score)
+
+    def _variance_jump(self, finite: np.ndarray, var: float) -> tuple[bool, float | None]:
+        if not self.warmed or finite.size < 2:
+            return False, None
+        typical = max(float(np.median([_robust_var(b) for b in self._reference])), self.min_var)
+        if var <= self.variance_jump * typical:
+            return False, typical
+        pooled = np.concatenate(self._reference)
+        return bool(levene(finite, pooled, center="median").pvalue < self.significance), typical
 
     def check(self, rewards: Sequence[float], prompts: Sequence[str] | None = None, step: int | None = None) -> GuardVerdict:
         """Judge one batch; ``skip`` means do not apply this update."""
-        rewards = [float(r) for r in rewards]
-        prompts = list(prompts) if prompts is not None else [""] * len(rewards)
-        finite = [r for r in rewards if math.isfinite(r)]
-        n = max(1, len(rewards))
-        mean, var = _robust_mean_var(finite)
-        zs = [self._z(r) for r in rewards]
-        extreme = [z > self.extreme_z for z in zs]
-        ratio = sum(extreme) / n
-        for p, r, z in zip(prompts, rewards, zs, strict=True):
-            if z > self.extreme_z:
-                self._outliers.append({"prompt": p, "reward": r if math.isfinite(r) else str(r), "z": z, "step": step})
+        values = np.asarray([float(r) for r in rewards], dtype=np.float64)
+        prompts = list(prompts) if prompts is not None else [""] * values.size
+        finite = values[np.isfinite(values)]
+        var = _robust_var(finite)
+        extreme, z = self._extreme(values)
+        ratio = float(extreme.sum()) / max(1, values.size)
+        if self.warmed or not np.isfinite(z).all():
+            for p, r, zi in zip(prompts, values.tolist(), z.tolist(), strict=True):
+                self._outliers.append({"prompt": p, "reward": r if math.isfinite(r) else str(r), "z": zi, "step": step})
 
-        warmed = self.var is not None and self.accepted >= self.warmup_batches
+        jump, baseline = self._variance_jump(finite, var)
         reason = None
-        if len(finite) < len(rewards):
+        if finite.size < values.size:
             reason = "extreme_values"  # any NaN/Inf reward: never train on it, whatever the batch size
-        elif warmed and finite and var > self.variance_jump * max(self.var or 0.0, self.min_var):
+        elif jump:
             reason = "variance_jump"
-        elif ratio > self.extreme_ratio_limit and sum(extreme) >= self.min_extreme_count:
-            # In a small batch one sample alone exceeds 5 % (1/16 = 6.25 %): a policy that explores now
-            # and then would pause every few steps. A share needs at least two extreme samples to count.
+        elif ratio > self.extreme_ratio_limit and extreme.sum() >= self.min_extreme_count:
             reason = "extreme_values"
-        baseline = self.var
-        if reason is not None and self.consecutive_pauses >= self.max_consecutive_pauses and len(finite) == len(rewards):
-            # a sustained shift is a new regime: re-baseline on it (never on NaN/Inf rewards)
-            self.mean, self.var = mean, var
+        if reason is not None and self.consecutive_pauses >= self.max_consecutive_pauses and finite.size == values.size:
+            self._reference.clear()  # a sustained shift is a new regime: re-baseline on it (never on NaN/Inf)
             reason = None
         if reason is not None:
             self.consecutive_pauses += 1
@@ -271,18 +305,13 @@ class RewardGuard:
                 self._counter.labels(reason=reason).inc()
             return GuardVerdict(True, reason, var, baseline, ratio)
         self.consecutive_pauses = 0
-        if finite:
-            if self.mean is None or self.var is None:
-                self.mean, self.var = mean, var
-            else:
-                m = self.momentum
-                self.mean = m * self.mean + (1 - m) * mean
-                self.var = m * self.var + (1 - m) * var
-            self.accepted += 1
+        if finite.size:
+            self._reference.append(finite)
         return GuardVerdict(False, None, var, baseline, ratio)
 
     def outliers(self, k: int | None = None) -> list[dict[str, Any]]:
-        """The most anomalous recent prompts (largest |z| first), for ``/api/v1/reward_outliers``."""
+        """The most anomalous of the last 200 judged rewards (largest score first), for
+        ``/api/v1/reward_outliers``."""
         ranked = sorted(self._outliers, key=lambda o: (-o["z"], -(o["step"] or 0)))
         return [
             {**o, "z": o["z"] if math.isfinite(o["z"]) else "inf"} for o in ranked[: k or self.top_k]
@@ -290,14 +319,16 @@ class RewardGuard:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "mean": self.mean, "var": self.var, "accepted": self.accepted,
+            "reference": [b.tolist() for b in self._reference],
             "consecutive_pauses": self.consecutive_pauses, "paused": dict(self.paused),
             "outliers": [{**o, "z": o["z"] if math.isfinite(o["z"]) else "inf"} for o in self._outliers],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.mean, self.var = state["mean"], state["var"]
-        self.accepted, self.consecutive_pauses = state["accepted"], state["consecutive_pauses"]
+        # a checkpoint of the older EMA guard has no "reference": the guard warms up again
+        self._reference.clear()
+        self._reference.extend(np.asarray(b, dtype=np.float64) for b in state.get("reference", []))
+        self.consecutive_pauses = state["consecutive_pauses"]
         self.paused = dict(state["paused"])
         self._outliers.clear()
         for o in state.get("outliers", []):

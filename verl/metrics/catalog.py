@@ -102,6 +102,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         "verl_rollout_worker_restarts_total", "counter", "Rollout workers restarted by the supervisor.", (), _F
     ),
     MetricSpec(
+        "verl_rollout_prompts_lost_total", "counter",
+        "Prompts sent to rollout that came back without a response (checked every step).", (), _F,
+    ),
+    MetricSpec(
+        "verl_rollout_prompts_duplicated_total", "counter",
+        "Rollouts beyond one per prompt, dropped before the buffer (checked every step).", (), _F,
+    ),
+    MetricSpec(
         "verl_rollout_worker_cpu_ratio", "gauge", "CPU use of each rollout worker (cores).", ("worker",), _F,
         "ratio",
     ),

@@ -50,9 +50,26 @@ def load_causal_lm(model: str, shape: TinyModelConfig, n_positions: int, seed: i
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "actor-init"))
             lm = GPT2LMHeadModel(tiny_gpt2_config(shape, n_positions))
-        return lm
+        return _printable_only(lm)
     lm = AutoModelForCausalLM.from_pretrained(_local_dir(model, "actor.model"), local_files_only=True)
     lm.config.pad_token_id = lm.config.pad_token_id or lm.config.eos_token_id
+    return lm
+
+
+def _printable_only(lm: GPT2LMHeadModel) -> GPT2LMHeadModel:
+    """Give the byte tokenizer's unprintable ids a logit of -1e4 (probability 0, log-probability finite,
+    so entropies stay finite). Responses carrying them are dropped by rollout validation and never
+    scored, so nothing in PPO's objective pushes the policy away from them: unmasked, a random-init model
+    emitted an invalid response 3 times in 4, and one seed in three drifted into all-invalid batches by
+    step 80 and stopped learning. The mask lives on the model, so generation, the update and the
+    reference see the same distribution; it holds no parameters, so checkpoints are unchanged."""
+    bias = torch.zeros(lm.config.vocab_size)
+    bias[list(ByteTokenizer.unprintable_ids)] = -1e4
+
+    def mask(_module: nn.Module, _inputs: Any, logits: torch.Tensor) -> torch.Tensor:
+        return logits + bias.to(device=logits.device, dtype=logits.dtype)
+
+    lm.lm_head.register_forward_hook(mask)
     return lm
 
 

@@ -14,6 +14,10 @@ class ByteTokenizer:
     vocab_size = 259
     padding_side = "left"
 
+    # C0 controls other than tab/newline/CR, and DEL: text carrying them fails rollout validation
+    # (verl.data.guards.ILLEGAL_CHARS), so the tiny model never emits them (see loading.py)
+    unprintable_ids = (*range(0, 9), 11, 12, *range(14, 32), 127)
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         ids = list(text.encode("utf-8"))
         return [self.bos_token_id, *ids] if add_special_tokens else ids

@@ -1,6 +1,6 @@
 """Rollout engines: prompts in, scored-later ``Rollout`` records out."""
 
-from verl.rollout.base import RolloutEngine, make_rollout_engine
+from verl.rollout.base import Reconciled, RolloutEngine, make_rollout_engine, reconcile
 from verl.rollout.hf import HFRolloutEngine
 
-__all__ = ["HFRolloutEngine", "RolloutEngine", "make_rollout_engine"]
+__all__ = ["HFRolloutEngine", "Reconciled", "RolloutEngine", "make_rollout_engine", "reconcile"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from torch import nn
@@ -18,6 +20,30 @@ class RolloutEngine(Protocol):
 
     def sync_weights(self, actor: nn.Module) -> None:
         """Make the next ``generate`` use the actor's current weights."""
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    rollouts: list[Rollout]
+    lost: int
+    """Requested prompts that came back without a rollout."""
+    duplicated: int
+    """Rollouts beyond one per requested prompt (dropped here, never trained on)."""
+
+
+def reconcile(prompts: list[PromptItem], rollouts: list[Rollout]) -> Reconciled:
+    """Exactly-once check between the loader and the buffer, for every engine on every step: at most
+    one rollout per requested prompt goes on (request multiplicity counts: a prompt drawn twice may come
+    back twice), extra ones are dropped and counted, missing ones are counted. Engines promise one per
+    prompt (the worker supervisor re-queues a dead worker's prompts); this is where the promise is
+    measured, as ``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total``."""
+    owed = Counter(p.prompt_id for p in prompts)
+    kept: list[Rollout] = []
+    for rollout in rollouts:
+        if owed[rollout.prompt_id] > 0:
+            owed[rollout.prompt_id] -= 1
+            kept.append(rollout)
+    return Reconciled(kept, sum(owed.values()), len(rollouts) - len(kept))
 
 
 def make_rollout_engine(config: Config, actor: nn.Module, tokenizer: Any, clock: Clock) -> RolloutEngine:

@@ -14,7 +14,6 @@ depend on which worker ran the chunk or how often it was re-queued. The supervis
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -30,6 +29,9 @@ from verl.utils.clock import Clock, SystemClock
 from verl.utils.seeding import derive_seed
 
 log = logging.getLogger(__name__)
+
+# what the workers' forkserver imports once: torch, transformers and the model code
+WORKER_PRELOAD = ["verl.rollout.workers"]
 
 
 @dataclass
@@ -82,7 +84,7 @@ class WorkerRolloutEngine:
 
     def __init__(self, actor: nn.Module, spec: ModelSpec, gen_kwargs: dict[str, Any], num_workers: int,
                  chunk_size: int, seed: int, clock: Clock, torch_threads: int = 1, metrics: Any = None) -> None:
-        from verl.workers import RolloutWorkerPool
+        from verl.workers import RolloutWorkerPool, start_worker_server
 
         self.clock = clock
         self.seed = seed
@@ -91,10 +93,8 @@ class WorkerRolloutEngine:
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.on_step: Callable[[Any, int], None] | None = None
         fn = SharedWeightsGenerator(spec, self.shared, self.version, gen_kwargs, torch_threads)
-        # Workers fork from a server that has already imported this module (torch, transformers, the
-        # model code): a restart after a crash then costs a fork, not seconds of imports.
-        forkserver = mp.get_context("forkserver")
-        forkserver.set_forkserver_preload(["verl.rollout.workers"])
+        # a no-op when verl-train already started it (before its own imports, so both run in parallel)
+        start_worker_server(WORKER_PRELOAD)
         m = metrics
         self.pool = RolloutWorkerPool(
             fn, num_workers, start_method="forkserver",
@@ -102,7 +102,7 @@ class WorkerRolloutEngine:
             restarts_counter=m["verl_rollout_worker_restarts_total"] if m is not None else None,
             cpu_gauge=m["verl_rollout_worker_cpu_ratio"] if m is not None else None,
         ).start()
-        self.results = 0  # rollouts delivered, for the "none lost, none duplicated" accounting
+        self.results = 0  # rollouts delivered (the trainer's reconcile() checks them against the prompts)
 
     def sync_weights(self, actor: nn.Module) -> None:
         with torch.no_grad():
@@ -124,8 +124,6 @@ class WorkerRolloutEngine:
         for chunk, result in zip(chunks, results, strict=True):
             if result.error is not None:
                 raise RuntimeError(f"rollout worker failed on prompts {[p.prompt_id for p in chunk]}: {result.error}")
-            if [r.prompt_id for r in result.output] != [p.prompt_id for p in chunk]:
-                raise RuntimeError(f"rollout worker answered the wrong prompts for task {result.id}")
             out.extend(replace(r, created_at=now) for r in result.output)
         self.results += len(out)
         return out

@@ -107,7 +107,7 @@ def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
         validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
                                      dropped_counter=registry["verl_rollout_samples_dropped_total"])
         # counted by the trainer after the all-ranks decision, under the rule's label names
-        reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio)
+        reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio, window=g.window)
     except GuardConfigError as exc:
         raise ConfigError(str(exc)) from None
     return DataGuards(clock, clusters, validator, reward)

@@ -35,7 +35,7 @@ from verl.metrics.server import MetricsServer
 from verl.metrics.sink import Sampler, StepStats, TrainerMetrics
 from verl.models.loading import load_causal_lm, load_critic, load_tokenizer, model_label
 from verl.models.reward import load_reward_model
-from verl.rollout import make_rollout_engine
+from verl.rollout import make_rollout_engine, reconcile
 from verl.trainer import core_algos
 from verl.trainer.batch import PPOBatch, collate_rollouts
 from verl.trainer.distributed import (
@@ -366,7 +366,7 @@ class RLTrainer:
         stage["dataloader"] = clock.monotonic() - t
 
         t = clock.monotonic()
-        rollouts = self.rollout.generate(prompts, step)
+        rollouts = self._reconciled(prompts, self.rollout.generate(prompts, step), step)
         stage["rollout"] = clock.monotonic() - t
         self.faults.maybe_kill(step)
 
@@ -459,6 +459,16 @@ class RLTrainer:
         )
         self._observe(stats, scored.valid, scored.taken_at, scored.evicted)
         return stats
+
+    def _reconciled(self, prompts: list[PromptItem], rollouts: list[Rollout], step: int) -> list[Rollout]:
+        got = reconcile(prompts, rollouts)
+        if got.lost or got.duplicated:
+            log.error("rollout of step %d: %d prompt(s) lost, %d duplicate rollout(s) dropped", step, got.lost,
+                      got.duplicated)
+        if self.config.metrics.enabled:
+            self.registry["verl_rollout_prompts_lost_total"].inc(got.lost)
+            self.registry["verl_rollout_prompts_duplicated_total"].inc(got.duplicated)
+        return got.rollouts
 
     def _prompts(self, step: int) -> list[PromptItem]:
         """This step's prompts, plus one extra batch while the rollout backlog is below its target."""

@@ -17,6 +17,7 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -51,6 +52,15 @@ class _Worker:
     last_progress: float = 0.0
     broken: bool = False
     ps: psutil.Process | None = None
+
+
+def start_worker_server(preload: list[str]) -> None:
+    """Start the forkserver that ``start_method="forkserver"`` workers fork from, with ``preload``
+    imported once: a worker restart after a crash then costs a fork, not seconds of imports. Returns
+    at once (the server imports in the background), so a caller that starts it before its own heavy
+    imports gets both done in parallel. Later calls are no-ops."""
+    mp.set_forkserver_preload(preload)
+    forkserver.ensure_running()
 
 
 class _Monotonic:

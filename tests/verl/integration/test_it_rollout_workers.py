@@ -37,6 +37,8 @@ def run(kill_steps: list[int], workers: int = 2) -> tuple[str, list[tuple[list[i
         trainer.train()
         restarts = trainer.registry["verl_rollout_worker_restarts_total"]._value.get()
         alive = int(trainer.registry["verl_rollout_workers_alive"]._value.get())
+        for name in ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total"):
+            assert trainer.registry[name]._value.get() == 0, name  # what the soak reads
         digest = trainer.param_digest()
     finally:
         trainer.close()

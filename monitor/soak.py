@@ -381,6 +381,9 @@ class Soak:
                                 for a_end, b in self._restart_gaps()],
             "prompts_requeued": requeued,
             "alerts_fired": sorted(fired),
+            # fired although no injected fault calls for them: the monitor's false alarms, or the trainer's
+            # own trouble (e.g. the reward guard pausing a batch while the toy policy wobbles)
+            "alerts_unexpected": sorted(set(fired) - {n for names in EXPECTED.values() for n in names} - {"TrainerDown"}),
             "final_step": self._last_step(),
             "duration_s": self.args.duration,
             "workdir": str(self.workdir),

@@ -172,7 +172,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         ("method",), _D,
     ),
     MetricSpec(
-        "verl_reward_shift_ks_pvalue", "gauge", "KS-test p-value of recent rewards vs. a reference window.", (), _D
+        "verl_reward_shift_ks_pvalue", "gauge", "KS-test p-value of recent rewards vs. a reference window (1 until the first test).", (), _D
     ),
     MetricSpec(
         "verl_buffer_sample_age_seconds", "gauge", "Mean age of samples drawn from the rollout buffer.", (), _D,

@@ -40,7 +40,7 @@ SCHEDULE: list[tuple[str, tuple[str, ...], int | None]] = [
     ("ThroughputDrop", ("faults.throughput_drop_at_step=140",), 140),
     ("RewardModelTimeout", ("faults.reward_hang_at_step=260", "reward.timeout_s=1"), 260),
     ("RewardModelCircuitOpen", (), 260),
-    ("TrainerDown", ("faults.kill_trainer_at_step=400",), 400),
+    ("TrainerDown", ("faults.kill_trainer_at_step=700",), 700),  # KL drift needs ~80 s at ppo_tiny lr
 ]
 
 

@@ -186,9 +186,13 @@ def buffer() -> Row:
               [Target(zero_if_empty(rate("verl_rollout_buffer_evictions_total")), "evicted"),
                Target(zero_if_empty(rate("verl_rollout_samples_dropped_total", by="reason"), "reason"),
                       "dropped {{reason}}")], width=6),
-        Panel("timeseries", "Worker restarts", "Rollout workers restarted by the supervisor (their "
-              "unacknowledged prompts are re-queued).", "none",
-              [Target(zero_if_empty(_increase("verl_rollout_worker_restarts_total")), "restarts")], width=6),
+        Panel("timeseries", "Worker restarts, lost prompts", "Rollout workers restarted by the supervisor "
+              "(their unacknowledged prompts are re-queued), and prompts whose rollout went missing or came "
+              "back twice (the trainer's per-step check; anything above 0 is a bug).", "none",
+              [Target(zero_if_empty(_increase("verl_rollout_worker_restarts_total")), "restarts"),
+               Target(zero_if_empty(_increase("verl_rollout_prompts_lost_total")), "prompts lost"),
+               Target(zero_if_empty(_increase("verl_rollout_prompts_duplicated_total")), "prompts duplicated")],
+              width=6),
     ])
 
 

@@ -26,9 +26,6 @@ def distinct_n(texts: list[str], n: int = 2) -> float:
 class DataQualityAnalyzer:
     def __init__(self, metrics: MetricsRegistry, window: int = 2048) -> None:
         self.metrics = metrics
-        # p = 1 (no evidence of a shift) until the first test: 0 would read as "certainly shifted", and
-        # NaN is dropped by scrapers as a bad sample
-        metrics["verl_reward_shift_ks_pvalue"].set(1.0)
         self.prompts: deque[str] = deque(maxlen=window)
         self.rewards: deque[float] = deque(maxlen=window)
         self.reference: list[float] | None = None

@@ -28,6 +28,14 @@ KNOWN_LABELS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+# Gauges whose 0 would be a false reading before the first measurement.
+INITIAL_VALUES: dict[str, float] = {
+    # p = 1, no evidence of a shift, until the first KS test: 0 would read as "certainly shifted", and NaN
+    # is dropped by scrapers as a bad sample
+    "verl_reward_shift_ks_pvalue": 1.0,
+}
+
+
 class MetricsRegistry:
     """Name -> prometheus_client metric, built from the catalogue and nothing else."""
 
@@ -38,6 +46,8 @@ class MetricsRegistry:
             (label,) = labels
             for value in labels[label]:
                 self.metrics[name].labels(**{label: value})
+        for name, value in INITIAL_VALUES.items():
+            self.metrics[name].set(value)
 
     def __getitem__(self, name: str) -> MetricWrapperBase:
         return self.metrics[name]

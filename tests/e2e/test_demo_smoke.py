@@ -18,9 +18,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _sigint_default() -> None:
+    # A shell runs background jobs (`make test &`, some CI runners) with SIGINT ignored, and an ignored
+    # signal stays ignored across exec: Python then installs no KeyboardInterrupt handler. Ctrl-C in a
+    # terminal never arrives that way, so the demo gets the disposition a user's terminal gives it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _demo(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "monitor.demo", "--workdir", str(tmp_path / "work"), *extra],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_sigint_default)  # noqa: PLW1509 - only resets a signal disposition
 
 
 def _gone(pid: int) -> bool:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 from scipy.stats import ks_2samp
 
-from monitor.detectors.base import Detector, Finding
+from monitor.detectors.base import Detector, Every, Finding, SampleWindow
 
 
 class KSShiftDetector(Detector):
@@ -27,23 +25,16 @@ class KSShiftDetector(Detector):
         self.reset()
 
     def reset(self) -> None:
-        self._ts: deque[float] = deque()
-        self._vs: deque[float] = deque()
-        self._next_eval = -np.inf
+        self._window = SampleWindow(self.recent_s + self.reference_s)
+        self._every = Every(self.every_s)
         self._streak = 0
         self._last = Finding(0.0, False)
 
     def update(self, t: float, value: float) -> Finding:
-        self._ts.append(t)
-        self._vs.append(value)
-        while self._ts[0] < t - self.recent_s - self.reference_s:
-            self._ts.popleft()
-            self._vs.popleft()
-        if t < self._next_eval:
-            return self._last  # the evaluator takes the sample time from the sample, not the finding
-        self._next_eval = t + self.every_s
-        n = len(self._ts)
-        ts, vs = np.fromiter(self._ts, float, n), np.fromiter(self._vs, float, n)
+        self._window.add(t, value)
+        if not self._every.due(t):
+            return self._last
+        ts, vs = self._window.arrays()
         split = int(np.searchsorted(ts, t - self.recent_s, side="left"))
         ref, rec = vs[:split], vs[split:]
         if len(ref) < self.min_samples or len(rec) < self.min_samples:

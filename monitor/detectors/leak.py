@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 from scipy.stats import norm
 
-from monitor.detectors.base import Detector, Finding
+from monitor.detectors.base import Detector, Every, Finding, SampleWindow
 
 
 class LeakDetector(Detector):
@@ -55,27 +53,20 @@ class LeakDetector(Detector):
         self.reset()
 
     def reset(self) -> None:
-        self._ts: deque[float] = deque(maxlen=self.max_samples)
-        self._vs: deque[float] = deque(maxlen=self.max_samples)
-        self._next_eval = -np.inf
+        self._window = SampleWindow(self.window_s, maxlen=self.max_samples)
+        self._every = Every(self.every_s)
         self._streak = 0
         self._last = Finding(0.0, False)
 
     def update(self, t: float, value: float) -> Finding:
-        self._ts.append(t)
-        self._vs.append(value)
-        while self._ts[0] < t - self.window_s:
-            self._ts.popleft()
-            self._vs.popleft()
-        if t < self._next_eval:
-            return self._last
-        self._next_eval = t + self.every_s
-        self._last = self._evaluate(t)
+        self._window.add(t, value)
+        if self._every.due(t):
+            self._last = self._evaluate(t)
         return self._last
 
     def _evaluate(self, t: float) -> Finding:
-        n = len(self._ts)
-        ts, vs = np.fromiter(self._ts, float, n), np.fromiter(self._vs, float, n)
+        n = len(self._window)
+        ts, vs = self._window.arrays()
         if n < 3 * self.min_buckets or t - ts[0] < 0.9 * self.window_s:
             self._streak = 0
             return Finding(t, False)

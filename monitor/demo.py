@@ -353,6 +353,10 @@ class StackOptions:
     correlation_window: str | None = DEMO_CORRELATION_WINDOW  # None: production holds (2m)
     echo: bool = True
     trainer_args: tuple[str, ...] = ()
+    trainer_url: str | None = None
+    """Where the trainer will serve /metrics, when known up front: ``start()`` then brings up only the
+    robot stand-in and the monitor, as a sidecar is up before the job it watches, and the caller
+    starts the trainer (``start_trainer``)."""
 
 
 class Stack:
@@ -387,7 +391,10 @@ class Stack:
         threading.Thread(target=lambda: __import__("monitor.daemon"), daemon=True).start()
         self.robot = STANDINS[o.kind](on_receive=self.journal.message)
         self.journal.add("start", f"{o.kind} robot stand-in on {self.robot.base}")
-        self.start_trainer(o.trainer_args)
+        if o.trainer_url is not None:
+            self.trainer_url = o.trainer_url
+        else:
+            self.start_trainer(o.trainer_args)
         process_url = None
         if o.demo_profile and not _has_gpu():
             process_url = self._serve_trainer_process()

@@ -9,7 +9,9 @@ a rollout worker), ``critic_oom`` (critic update OOM: degraded mode), ``trainer_
 whole trainer; the supervisor restarts it with ``--resume``). Faults are ``faults.*`` overrides at a
 step; the step for a planned time comes from the measured step rate.
 
-ETTR (Meta's definition): productive training time / wall time. A step is productive when its update
+ETTR (Meta's definition): productive training time / wall time of the training job, from the first
+trainer launch to the end (the monitor and robot stand-in start first, as a sidecar is up before the job
+it watches; the trainer's own start-up counts as unproductive). A step is productive when its update
 survives: steps completed after the checkpoint a restart resumes from are recomputed, so they and the
 restart time (process start, model build, resume) are not productive. A step's time is the gap since the
 previous step of the same incarnation (an incarnation's first step: that incarnation's median gap).
@@ -143,11 +145,14 @@ class Soak:
         self.plan = plan_faults(args.duration, args.fault_interval, args.seed)
         self.incarnations: list[Incarnation] = []
         self.rate = 4.0  # steps/s until measured
-        self.wall = 0.0
+        self.wall = 0.0  # seconds from the first trainer launch to the end (ETTR's denominator)
+        self.end_t = 0.0  # journal time of the end
         self.port_wait: list[float] = []
+        self.t0 = 0.0  # journal time of the first trainer launch: the training job's wall clock starts here
         self.stack = Stack(StackOptions(
             workdir=workdir, kind="wecom", cluster="soak", node="soak-node", demo_profile=False,
-            correlation_window=args.correlation_window, echo=not args.quiet))
+            correlation_window=args.correlation_window, echo=not args.quiet,
+            trainer_url=f"http://127.0.0.1:{self.port}/metrics"))
 
     def _trainer_args(self, faults: list[Fault], resume: bool) -> tuple[str, ...]:
         return ("--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
@@ -175,15 +180,11 @@ class Soak:
         if self.incarnations:
             self._wait_port()  # before scheduling: the wait shifts every later fault's step
         resume_step = self._last_step()
-        faults = self._schedule(j.now(), resume_step)
-        args = self._trainer_args(faults, resume)
         if not self.incarnations:
-            self.stack.opts.trainer_args = args
-            self.stack.start()
-            trainer = self.stack.trainer
-            assert trainer is not None
-        else:
-            trainer = self.stack.start_trainer(args)
+            self.t0 = j.now()
+        faults = self._schedule(j.now() - self.t0, resume_step)
+        args = self._trainer_args(faults, resume)
+        trainer = self.stack.start_trainer(args)
         inc = Incarnation(trainer, self.stack.trainer_started, resumed_from=self._newest_checkpoint() if resume else 0,
                           faults=faults)
         self.incarnations.append(inc)
@@ -217,9 +218,10 @@ class Soak:
 
     def run(self) -> dict[str, Any]:
         j = self.stack.journal
-        end = self.args.duration
         try:
+            self.stack.start()  # robot stand-in and monitor first: the sidecar is up before the job starts
             inc = self._launch(resume=False)
+            end = self.t0 + self.args.duration
             polled = 0.0
             while j.now() < end:
                 time.sleep(0.5)
@@ -233,7 +235,8 @@ class Soak:
                     inc.trainer.stop()
                     inc = self._launch(resume=True)
             inc.counters.update(self._prompt_counters())
-            self.wall = j.now()
+            self.end_t = j.now()
+            self.wall = self.end_t - self.t0
             inc.trainer.stop()  # steps after the measured wall time must not count as productive
             drain_until = j.now() + self.args.drain
             while j.now() < drain_until and self._undelivered():
@@ -313,10 +316,10 @@ class Soak:
         runs = [inc.trainer.step_times for inc in self.incarnations]
         return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / wall if wall > 0 else 0.0
 
-    def _ettr_from_first_step(self, wall: float) -> float:
+    def _ettr_from_first_step(self) -> float:
         first = min(self.incarnations[0].trainer.step_times.values(), default=0.0) if self.incarnations else 0.0
         runs = [inc.trainer.step_times for inc in self.incarnations]
-        span = wall - first
+        span = self.end_t - first
         return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / span if span > 0 else 0.0
 
     def _prompt_totals(self) -> dict[str, float | None]:
@@ -337,7 +340,7 @@ class Soak:
         expected = delivered_n = 0
         delays: list[float] = []
         downtime = dict(zip([id(f) for inc in self.incarnations[:-1] for f in inc.faults if f.kind == "trainer_kill"],
-                            [round(min(b.trainer.step_times.values(), default=self.wall) - a, 1)
+                            [round(min(b.trainer.step_times.values(), default=self.end_t) - a, 1)
                              for a, b in self._restart_gaps()],
                             strict=False))
         for f in injected:
@@ -361,7 +364,7 @@ class Soak:
         return {
             "ettr": round(self._ettr(wall), 4),
             # the initial start-up is the same with or without faults: this isolates what the faults cost
-            "ettr_from_first_step": round(self._ettr_from_first_step(wall), 4),
+            "ettr_from_first_step": round(self._ettr_from_first_step(), 4),
             "faults_injected": len(injected),
             "faults_recovered": sum(f.recovered for f in injected),
             "prompts_lost": lost,
@@ -369,7 +372,8 @@ class Soak:
             "alerts_expected": expected,
             "alerts_delivered": delivered_n,
             "mean_detect_seconds": round(statistics.mean(delays), 2) if delays else None,
-            "faults": [{"kind": f.kind, "step": f.step, "planned_s": f.at_s, "injected_s": f.injected_at,
+            "faults": [{"kind": f.kind, "step": f.step, "planned_s": f.at_s,
+                        "injected_s": None if f.injected_at is None else round(f.injected_at - self.t0, 1),
                         "evidence": f.evidence, "recovered": f.recovered}
                        for inc in self.incarnations for f in inc.faults],
             "faults_reached_without_trainer_evidence": [f.kind for f in reached if f.evidence is None],
@@ -377,7 +381,7 @@ class Soak:
             "restarts": len(self.incarnations) - 1,
             "restart_port_wait_seconds": self.port_wait,
             # last step before the kill -> first step after the resume
-            "restart_seconds": [round(min(b.trainer.step_times.values(), default=self.wall) - a_end, 1)
+            "restart_seconds": [round(min(b.trainer.step_times.values(), default=self.end_t) - a_end, 1)
                                 for a_end, b in self._restart_gaps()],
             "prompts_requeued": requeued,
             "alerts_fired": sorted(fired),

@@ -1,0 +1,41 @@
+"""A short real soak: trainer under a supervisor with faults, the monitor, the robot stand-in, JSON out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACT = ("ettr", "faults_injected", "faults_recovered", "prompts_lost", "prompts_duplicated",
+            "alerts_expected", "alerts_delivered", "mean_detect_seconds")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, "-m", "monitor.soak", "--duration", "60", "--fault-interval", "20",
+                           "--drain", "15", "--seed", "1", "--output", str(out), "--workdir", str(tmp_path / "work"), "--quiet"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    headline = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert tuple(headline) == CONTRACT
+    report = json.loads(out.read_text())
+    assert [f["kind"] for f in report["faults"]] == ["reward_hang", "critic_oom"]  # seed 1's plan
+    assert report["faults_injected"] == report["faults_recovered"] == 2
+    assert report["prompts_lost"] == 0 and report["prompts_duplicated"] == 0  # counted, not null
+    # RewardModelTimeout and RewardModelCircuitOpen (the hang outlives the circuit rule's `for: 30s`)
+    assert report["alerts_delivered"] == report["alerts_expected"] == 2
+    # the clock starts at the trainer launch: its start-up (seconds) is the only large unproductive part
+    assert 0.75 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
+    assert report["restarts"] == 0 and report["final_step"] > 100
+
+
+def test_bad_duration_is_a_usage_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "monitor.soak", "--duration", "0", "--output",
+                           str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--duration" in proc.stderr

@@ -114,12 +114,18 @@ def productive_seconds(runs: list[dict[int, float]], resumed_from: list[int]) ->
     median gap, so start-up and restart time are never productive."""
     total = 0.0
     for i, steps in enumerate(runs):
-        times = sorted(steps.items())
-        gaps = {s: t - tp for (sp, tp), (s, t) in zip(times, times[1:], strict=False) if s == sp + 1}
-        median = statistics.median(gaps.values()) if gaps else 0.0
+        gaps, median = step_seconds(steps)
         survives = resumed_from[i + 1] if i + 1 < len(runs) else float("inf")
-        total += sum(gaps.get(s, median) for s, _ in times if s <= survives)
+        total += sum(gaps.get(s, median) for s in steps if s <= survives)
     return total
+
+
+def step_seconds(steps: dict[int, float]) -> tuple[dict[int, float], float]:
+    """Per-step durations of one run (gap since the previous step, where there is one) and their median,
+    which stands in for a step with no predecessor (the run's first: its gap would include start-up)."""
+    times = sorted(steps.items())
+    gaps = {s: t - tp for (sp, tp), (s, t) in zip(times, times[1:], strict=False) if s == sp + 1}
+    return gaps, statistics.median(gaps.values()) if gaps else 0.0
 
 
 def _overrides(faults: list[Fault]) -> list[str]:
@@ -237,7 +243,7 @@ class Soak:
             inc.counters.update(self._prompt_counters())
             self.end_t = j.now()
             self.wall = self.end_t - self.t0
-            inc.trainer.stop()  # steps after the measured wall time must not count as productive
+            inc.trainer.stop()  # steps after the measured wall time do not count (see _runs)
             drain_until = j.now() + self.args.drain
             while j.now() < drain_until and self._undelivered():
                 time.sleep(1.0)
@@ -312,14 +318,21 @@ class Soak:
             out.append((max(prev.trainer.step_times.values(), default=prev.started), nxt))
         return out
 
+    def _runs(self) -> list[dict[int, float]]:
+        """Each incarnation's step completion times, up to the end of the measured wall time."""
+        return [{s: t for s, t in inc.trainer.step_times.items() if t <= self.end_t} for inc in self.incarnations]
+
     def _ettr(self, wall: float) -> float:
-        runs = [inc.trainer.step_times for inc in self.incarnations]
+        runs = self._runs()
         return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / wall if wall > 0 else 0.0
 
     def _ettr_from_first_step(self) -> float:
-        first = min(self.incarnations[0].trainer.step_times.values(), default=0.0) if self.incarnations else 0.0
-        runs = [inc.trainer.step_times for inc in self.incarnations]
-        span = self.end_t - first
+        if not self.incarnations or not self.incarnations[0].trainer.step_times:
+            return 0.0
+        steps = self.incarnations[0].trainer.step_times
+        first_start = min(steps.values()) - step_seconds(steps)[1]  # the first step counts in full
+        runs = self._runs()
+        span = self.end_t - first_start
         return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / span if span > 0 else 0.0
 
     def _prompt_totals(self) -> dict[str, float | None]:

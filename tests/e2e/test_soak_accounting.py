@@ -45,3 +45,20 @@ def test_evidence_patterns_match_the_trainer_log_lines() -> None:
     assert EVIDENCE["worker_kill"].search(worker)
     assert not EVIDENCE["worker_kill"].search(kill)
     assert not EVIDENCE["critic_oom"].search(worker)
+
+
+def test_ettr_from_first_step_counts_the_first_step_and_never_exceeds_one(tmp_path) -> None:  # noqa: ANN001
+    import argparse
+    from types import SimpleNamespace
+
+    from monitor.soak import Soak
+
+    soak = Soak(argparse.Namespace(duration=60, fault_interval=20, seed=0, correlation_window="20s", quiet=True),
+                tmp_path)
+    steps = {s: 5.0 + 0.1 * (s - 1) for s in range(1, 101)}  # 0.1 s steps, the first done at 5.0
+    steps[101] = 15.5  # completed after the measured end: not productive
+    soak.incarnations = [SimpleNamespace(trainer=SimpleNamespace(step_times=steps), resumed_from=0)]
+    soak.end_t = 14.95  # the last counted step (100) completed at 14.9
+    # 100 steps x 0.1 s over the span from the first step's start (4.9) to the end
+    assert soak._ettr_from_first_step() == pytest.approx(10.0 / (14.95 - 4.9))
+    assert soak._ettr(14.95) == pytest.approx(10.0 / 14.95)

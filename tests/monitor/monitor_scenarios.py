@@ -1,6 +1,7 @@
 """Synthetic but realistic series for the monitor's tests: sample rates of the trainer's levels
-(hardware 5 s, framework 30 s, algorithm per step ~10 s), Gaussian noise, AR(1) wander, sawtooth
-allocation cycles. Each series can be produced under our verl_* name or the DCGM_FI_* name."""
+(hardware 5 s, framework 30 s, algorithm per step ~10 s), Gaussian noise, sawtooth allocation cycles
+(AR(1) wander comes from ``benchmarks.scenarios.ar1``). Each series can be produced under our verl_*
+name or the DCGM_FI_* name."""
 
 from __future__ import annotations
 
@@ -22,16 +23,6 @@ Column = tuple[str, dict[str, str], np.ndarray, np.ndarray]
 
 def times(duration_s: float, step_s: float, start: float = T0) -> np.ndarray:
     return start + np.arange(0.0, duration_s, step_s)
-
-
-def ar1(n: int, phi: float, sd: float, rng: np.random.Generator) -> np.ndarray:
-    """Stationary AR(1) with marginal standard deviation ``sd``."""
-    e = rng.normal(0.0, sd * np.sqrt(1 - phi * phi), n)
-    x = np.empty(n)
-    x[0] = rng.normal(0.0, sd)
-    for i in range(1, n):
-        x[i] = phi * x[i - 1] + e[i]
-    return x
 
 
 def gpu_memory(t: np.ndarray, rng: np.random.Generator, leak_mb_per_min: float = 0.0, onset: float = T0,

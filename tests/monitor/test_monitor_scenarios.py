@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from monitor_scenarios import (
     T0,
-    ar1,
     firing,
     first_fire_time,
     gpu_memory,
@@ -14,6 +13,8 @@ from monitor_scenarios import (
     run,
     times,
 )
+
+from benchmarks.scenarios import ar1
 
 DAY = 24 * 3600.0
 
@@ -51,7 +52,7 @@ def test_slow_growth_and_flat_memory_stay_quiet(family: str, rate: float, period
 def kl_series(t: np.ndarray, rng: np.random.Generator, ramp_start: float, ramp_s: float = 3600.0,
               phi: float = 0.0) -> np.ndarray:
     frac = np.clip((t - ramp_start) / ramp_s, 0.0, 1.0)
-    return 0.02 + 0.06 * frac + ar1(len(t), phi, 0.01, rng)
+    return 0.02 + 0.06 * frac + ar1(rng, len(t), phi, 0.01)
 
 
 @pytest.mark.parametrize("step,phi", [(10.0, 0.0), (30.0, 0.7)])  # one PPO step every 10 s / 30 s
@@ -75,7 +76,7 @@ def test_kl_drift_fires_before_static_threshold(step: float, phi: float) -> None
 def test_stationary_autocorrelated_kl_is_quiet(step: float, phi: float, sd: float) -> None:
     rng = np.random.default_rng(4)
     t = times(DAY, step)
-    kl = 0.02 + ar1(len(t), phi, sd, rng)
+    kl = 0.02 + ar1(rng, len(t), phi, sd)
     recs = run([("verl_kl_divergence", {"node": "gpu-01"}, t, kl)])
     assert firing(recs, "KLDriftDetected") == []
 

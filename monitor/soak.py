@@ -41,6 +41,7 @@ from typing import Any
 import httpx
 
 from monitor.demo import Stack, StackOptions, Trainer, free_port
+from monitor.sources.prom_text import parse_exposition
 
 KINDS = ("reward_hang", "worker_kill", "critic_oom")
 # alerts an operator must receive for each kind; a SIGKILL + automatic resume is handled, not paged,
@@ -264,12 +265,8 @@ class Soak:
             text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
         except httpx.HTTPError:
             return {}
-        out = {}
-        for name in PROMPT_COUNTERS:
-            m = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-            if m:
-                out[name] = float(m.group(1))
-        return out
+        batch = parse_exposition(text, 0.0, "soak", None, {})
+        return {x.name: x.value for x in batch.samples if x.name in PROMPT_COUNTERS}
 
     # -- accounting -------------------------------------------------------------------------------------
     def _fault_times(self) -> None:

@@ -246,17 +246,16 @@ class RewardGuard:
     def warmed(self) -> bool:
         return len(self._reference) >= self.warmup_batches
 
-    def _extreme(self, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(is extreme, anomaly score) per reward. The score, |r - reference median| in reference sigmas
-        (inf for non-finite or out-of-bounds), ranks ``outliers()``; extreme means farther than
-        ``extreme_z`` sigmas beyond the reference's central range."""
+    def _extreme(self, rewards: np.ndarray, pooled: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(is extreme, anomaly score) per reward against the ``pooled`` reference (None while warming
+        up). The score, |r - reference median| in reference sigmas (inf for non-finite or out-of-bounds),
+        ranks ``outliers()``; extreme means farther than ``extreme_z`` sigmas beyond the reference's
+        central range."""
         score = np.zeros(rewards.size)
         beyond = np.zeros(rewards.size)
-        if self.warmed:
-            pooled = np.concatenate(self._reference)
-            q1, med, q3 = np.percentile(pooled, [25, 50, 75])
+        if pooled is not None:
+            lo, q1, med, q3, hi = np.percentile(pooled, [100 * self.tail / 2, 25, 50, 75, 100 - 100 * self.tail / 2])
             sigma = max((q3 - q1) / 1.349, math.sqrt(self.min_var))
-            lo, hi = np.percentile(pooled, [100 * self.tail / 2, 100 - 100 * self.tail / 2])
             with np.errstate(invalid="ignore"):
                 score = np.abs(rewards - med) / sigma
                 beyond = np.maximum(lo - rewards, rewards - hi).clip(min=0.0) / sigma
@@ -266,13 +265,12 @@ class RewardGuard:
                 bad |= (rewards < self.bounds[0]) | (rewards > self.bounds[1])
         return bad | (beyond > self.extreme_z), np.where(bad, np.inf, score)
 
-    def _variance_jump(self, finite: np.ndarray, var: float) -> tuple[bool, float | None]:
-        if not self.warmed or finite.size < 2:
+    def _variance_jump(self, finite: np.ndarray, var: float, pooled: np.ndarray | None) -> tuple[bool, float | None]:
+        if pooled is None or finite.size < 2:
             return False, None
         typical = max(float(np.median([_robust_var(b) for b in self._reference])), self.min_var)
         if var <= self.variance_jump * typical:
             return False, typical
-        pooled = np.concatenate(self._reference)
         return bool(levene(finite, pooled, center="median").pvalue < self.significance), typical
 
     def check(self, rewards: Sequence[float], prompts: Sequence[str] | None = None, step: int | None = None) -> GuardVerdict:
@@ -281,13 +279,14 @@ class RewardGuard:
         prompts = list(prompts) if prompts is not None else [""] * values.size
         finite = values[np.isfinite(values)]
         var = _robust_var(finite)
-        extreme, z = self._extreme(values)
+        pooled = np.concatenate(self._reference) if self.warmed else None
+        extreme, z = self._extreme(values, pooled)
         ratio = float(extreme.sum()) / max(1, values.size)
-        if self.warmed or not np.isfinite(z).all():
+        if pooled is not None or not np.isfinite(z).all():
             for p, r, zi in zip(prompts, values.tolist(), z.tolist(), strict=True):
                 self._outliers.append({"prompt": p, "reward": r if math.isfinite(r) else str(r), "z": zi, "step": step})
 
-        jump, baseline = self._variance_jump(finite, var)
+        jump, baseline = self._variance_jump(finite, var, pooled)
         reason = None
         if finite.size < values.size:
             reason = "extreme_values"  # any NaN/Inf reward: never train on it, whatever the batch size

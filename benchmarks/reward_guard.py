@@ -16,6 +16,7 @@ batch at a few points of each run with what a broken reward model returns:
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -82,11 +83,11 @@ def judge(runs: list[list[list[float]]]) -> dict:
         reasons.update(v.reason for v in verdicts if v.skip)
         for at in (int(f * len(rewards)) for f in INJECT_AT):
             trials += 1
-            for kind in FAULTS:
-                guard = RewardGuard()
-                for b in rewards[:at]:
-                    guard.check(b)
-                caught[kind] += guard.check(inject(kind, rewards[at], rng)).skip
+            warmed = RewardGuard()
+            for b in rewards[:at]:
+                warmed.check(b)
+            for kind in FAULTS:  # each fault meets the same guard state
+                caught[kind] += copy.deepcopy(warmed).check(inject(kind, rewards[at], rng)).skip
     steps = sum(len(r) for r in runs)
     return {"healthy_steps": steps, "false_pauses": sum(pauses), "false_pauses_per_run": pauses,
             "false_pause_rate": round(sum(pauses) / steps, 4), "false_pause_reasons": dict(reasons),

@@ -528,7 +528,11 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     plan = [inj for inj in DEMO_PLAN if inj.key in args.faults.split(",")]
     overrides = [o for inj in plan for o in inj.overrides]
     trainer_args = ("--config", "ppo_tiny", "--metrics-port", "0", "--metrics-interval", "1",
-                    f"trainer.total_steps={args.max_steps}", "kl_coef=0.2", "rollout_worker_num=2", *overrides)
+                    f"trainer.total_steps={args.max_steps}", "kl_coef=0.2", "rollout_worker_num=2",
+                    # ppo_tiny's own lr (1e-3) moves the policy so slowly that KL, once kl_coef is zeroed,
+                    # may not drift visibly within the demo's 160 s (a fresh-clone run missed it); 2e-3
+                    # is the rate the demo was built and measured at
+                    "actor.lr=0.002", "critic.lr=0.002", *overrides)
     opts = StackOptions(workdir=workdir, kind=args.robot, echo=not args.quiet, trainer_args=trainer_args,
                         correlation_window=args.correlation_window)
     started = time.monotonic()

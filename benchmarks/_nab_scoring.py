@@ -140,3 +140,42 @@ def nab_files(data: Path) -> list[str]:
     """The scored files present under ``data``, as NAB window keys (``folder/file.csv``)."""
     windows = load_windows(data)
     return sorted(k for k in windows if (data / k).exists())
+
+
+@dataclass(frozen=True)
+class PreparedFile:
+    """One file's row values and windows, computed once so a grid of detectors scores fast."""
+
+    values: list[float]
+    window_of: list[int]
+    start: int
+    windows: int  # windows with at least one scored row
+
+
+def prepare(timestamps: Sequence[str], windows: Sequence[tuple[str, str]]) -> PreparedFile:
+    values, window_of = row_weights(timestamps, windows)
+    start = probation_rows(len(timestamps))
+    scored = {w for w in window_of[start:] if w >= 0}
+    return PreparedFile(values, window_of, start, len(scored))
+
+
+def score_rows(prep: PreparedFile, rows: Sequence[int], cost: CostMatrix) -> float:
+    """The file's raw NAB score for detections at ``rows`` (same rules as ``score_file``)."""
+    best: dict[int, float] = {}
+    fp_score = 0.0
+    for i in rows:
+        if i < prep.start:
+            continue
+        w = prep.window_of[i]
+        if w < 0:
+            fp_score += prep.values[i] * cost.fp
+        else:
+            v = prep.values[i] * cost.tp
+            if v > best.get(w, -math.inf):
+                best[w] = v
+    return sum(best.values()) + fp_score - cost.fn * (prep.windows - len(best))
+
+
+def normalised_raw(total: float, windows: int, cost: CostMatrix) -> float:
+    null, perfect = -cost.fn * windows, cost.tp * windows
+    return 100.0 * (total - null) / (perfect - null)

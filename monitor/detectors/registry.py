@@ -9,6 +9,7 @@ from typing import Any
 from monitor.detectors.anomaly import RareValueDetector
 from monitor.detectors.base import Detector
 from monitor.detectors.changepoint import LevelShiftDetector
+from monitor.detectors.context import ContextAnomalyDetector
 from monitor.detectors.drift import TrendDriftDetector
 from monitor.detectors.events import CounterIncreaseDetector, WindowDropDetector
 from monitor.detectors.ks import KSShiftDetector
@@ -34,6 +35,7 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "ks_shift": KSShiftDetector,
     "level_shift": LevelShiftDetector,
     "rare_value": RareValueDetector,
+    "context_anomaly": ContextAnomalyDetector,
 }
 
 

@@ -93,6 +93,12 @@ def likelihood_tail(p: np.ndarray, features: tuple[int, ...], short: int, cap: f
     with np.errstate(divide="ignore"):
         raw = np.minimum(cap, -np.log10(np.maximum(pm, 10.0 ** -cap)))
     raw = np.where(pm <= 10.0 ** -cap, cap, raw)
+    full = np.zeros(len(raw))
+    full[MIN_HISTORY:] = _tail(raw[MIN_HISTORY:], short)
+    return full
+
+
+def _tail(raw: np.ndarray, short: int) -> np.ndarray:
     n = len(raw)
     c = np.concatenate([[0.0], np.cumsum(raw)])
     idx = np.arange(n)
@@ -114,7 +120,7 @@ def likelihood_tail(p: np.ndarray, features: tuple[int, ...], short: int, cap: f
 def detections(tail: np.ndarray, threshold: float, hold: int) -> list[int]:
     """Rising edges of the detector's episodes: a trigger more than ``hold`` samples after the last."""
     trig = np.flatnonzero(tail >= threshold)
-    trig = trig[trig >= MIN_HISTORY]
+    trig = trig[trig >= 2 * MIN_HISTORY]
     out, last = [], -10**9
     for j in trig.tolist():
         if j - last > max(hold, 1):
@@ -146,8 +152,8 @@ def choose(scores: dict, files: list[CachedFile], mask: np.ndarray, costs: dict)
 
     def best_threshold(table: np.ndarray, cost) -> tuple[float, float]:
         totals = table[:, mask].sum(axis=1)
-        # the middle of a plateau, not a lucky peak: each threshold judged with its two neighbours
-        smooth = np.convolve(np.pad(totals, 1, mode="edge"), np.ones(3) / 3, mode="valid")
+        # the middle of a plateau, not a lucky peak: each threshold judged with two neighbours on each side
+        smooth = np.convolve(np.pad(totals, 2, mode="edge"), np.ones(5) / 5, mode="valid")
         i = int(np.argmax(smooth))
         return normalised_raw(totals[i], windows, cost), float(THRESHOLDS[i])
 

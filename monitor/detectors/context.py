@@ -213,14 +213,14 @@ class ContextAnomalyDetector(Detector):
 
     Triggers when the likelihood's tail surprise reaches ``threshold`` (-log10 of the tail probability:
     3.75 means "the recent surprise is a 1-in-5600 event for this series"). Nothing triggers before
-    ``min_history`` samples. An episode lasts until ``hold_samples`` samples pass without a trigger,
+    2 · ``min_history`` samples (the rank windows, then the likelihood, need history). An episode lasts until ``hold_samples`` samples pass without a trigger,
     so one incident is one alert. ``score`` is the likelihood in [0, 1]. The defaults are the ones
     chosen by cross-validation on NAB (benchmarks/nab_cv.py, benchmarks/RESULTS.md).
     """
 
     def __init__(self, threshold: float = 3.75, history: int = 4000, min_history: int = 100,
                  short: int = 20, surprise_cap: float = 10.0, seasonal: bool = True,
-                 hold_samples: int = 100) -> None:
+                 hold_samples: int = 150) -> None:
         if history < 10 or not 2 <= min_history <= history:
             raise ValueError("history >= 10 and 2 <= min_history <= history required")
         if threshold <= 0 or short < 1 or surprise_cap <= 0 or hold_samples < 0:
@@ -243,9 +243,12 @@ class ContextAnomalyDetector(Detector):
     def update(self, t: float, value: float) -> Finding:
         ps = self._features.update(t, value)
         raw = raw_surprise(ps, self.surprise_cap)
-        tail = self._likelihood.update(raw)
+        # The likelihood learns only from samples the rank windows could judge (the warm-up's zeros
+        # would make every later surprise look extreme), and speaks once it has min_history of them.
+        ready = self._n >= self.min_history
+        tail = self._likelihood.update(raw) if ready else 0.0
         self._n += 1
-        if self._n > self.min_history and tail >= self.threshold:
+        if ready and len(self._likelihood) > self.min_history and tail >= self.threshold:
             self._since_trigger = 0
         elif self._since_trigger is not None:
             self._since_trigger += 1

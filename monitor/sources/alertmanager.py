@@ -16,7 +16,7 @@ CATALOGUE = {
     "CheckpointStale": "P1", "NonFiniteGradients": "P1", "GPUXidError": "P1", "GPUOverTemperature": "P1",
     "RewardModelTimeout": "P2", "KLDriftDetected": "P2", "RewardDistributionDrift": "P2",
     "RewardVarianceSpike": "P2", "ThroughputDrop": "P2", "RolloutBacklog": "P2", "NVLinkErrors": "P2",
-    "CPUBoundBottleneck": "P3",
+    "CPUBoundBottleneck": "P3", "UnusualTrainingMetric": "P3",
 }
 _GENERIC = {"critical": "P1", "page": "P1", "error": "P2", "warning": "P2"}
 

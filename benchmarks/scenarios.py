@@ -215,14 +215,20 @@ def flat_memory_node9(rng: np.random.Generator) -> Column:
     return name, {**labels, "instance": "gpu-09:8000"}, t, v
 
 
+def false_alarms(sc: Scenario, firing: list[tuple[str, float]]) -> list[str]:
+    """Every alert but the expected one, and anything before the fault's onset ("name@hours")."""
+    onset = T0 + sc.onset_h * HOUR
+    also_true = {sc.expect, ANOMALY_ALERT} if sc.expect else set()
+    return [f"{a}@{(s - T0) / HOUR:.2f}h" for a, s in firing if a not in also_true or s < onset]
+
+
 def run_one(sc: Scenario, seed: int, rules: list[Rule] | None = None) -> Outcome:
     rng = np.random.default_rng(seed)
     rules = rules if rules is not None else load_rule_files(None)
     firing = [(labels["alertname"], t) for labels, t in replay_firing(from_columns(sc.build(rng), 0), rules)]
     onset = T0 + sc.onset_h * HOUR
     hits = sorted(s for a, s in firing if a == sc.expect and s >= onset)
-    also_true = {sc.expect, ANOMALY_ALERT} if sc.expect else set()
-    false = [f"{a}@{(s - T0) / HOUR:.2f}h" for a, s in firing if a not in also_true or s < onset]
+    false = false_alarms(sc, firing)
     delay = hits[0] - onset if hits else None
     detected = None if sc.expect is None else bool(hits)
     return Outcome(sc.name, seed, detected, delay, sc.deadline_s, false, sc.hours / 24)

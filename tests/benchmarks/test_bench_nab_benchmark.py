@@ -22,7 +22,7 @@ FILES = ["realKnownCause/ec2_request_latency_system_failure.csv", "realAWSCloudw
 def test_profile_is_a_monitor_rules_file_with_one_rule_per_profile() -> None:
     rules = nab.profile_rules(load_profile(nab.DEFAULT_RULES))
     assert set(rules) == {"standard", "reward_low_FP", "reward_low_FN"}
-    assert all(r.conditions[0].detector_type == "rare_value" for r in rules.values())
+    assert all(r.conditions[0].detector_type == "context_anomaly" for r in rules.values())
 
 
 @needs_data

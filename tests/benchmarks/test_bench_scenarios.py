@@ -38,3 +38,20 @@ def test_unknown_scenario_is_one_line_exit_2() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scenarios.py"), "--only", "nope"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--only nope" in proc.stderr
+
+
+def test_an_anomaly_alert_after_the_fault_is_a_detection_but_before_it_or_in_a_clean_run_a_false_alarm() -> None:
+    fault, clean = by_name("throughput_halved_15s"), by_name("clean_3days")
+    onset = scenarios.T0 + fault.onset_h * scenarios.HOUR
+    firing = [("UnusualTrainingMetric", onset + 60), ("ThroughputDrop", onset + 75),
+              ("UnusualTrainingMetric", onset - 3600), ("KLDriftDetected", onset + 10)]
+    assert scenarios.false_alarms(fault, firing) == ["UnusualTrainingMetric@1.00h", "KLDriftDetected@2.00h"]
+    assert len(scenarios.false_alarms(clean, firing)) == 4
+
+
+def test_clean_run_carries_the_training_signals_the_anomaly_rules_watch() -> None:
+    import numpy as np
+
+    names = {c[0] for c in by_name("clean_3days").build(np.random.default_rng(0))}
+    assert {"verl_entropy", "verl_grad_norm", "verl_clip_fraction", "verl_critic_loss",
+            "verl_actor_tokens_per_second"} <= names

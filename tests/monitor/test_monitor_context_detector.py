@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from monitor_scenarios import T0, firing, run, times
+from monitor_scenarios import T0, firing, first_fire_time, run, times
 
 from monitor.detectors import registry
 from monitor.detectors.anomaly import RareValueDetector
@@ -77,7 +77,7 @@ def test_one_threshold_serves_very_different_noise() -> None:
     for name, gen in gens.items():
         d = ContextAnomalyDetector()
         x = gen(np.random.default_rng(3))
-        tails = np.array([d.update(T0 + 30.0 * i, v).details["likelihood_surprise"] for i, v in enumerate(x)])
+        tails = np.array([d.update(T0 + 300.0 * i, v).details["likelihood_surprise"] for i, v in enumerate(x)])
         rates[name] = float(np.mean(tails[400:] >= 3.0))
     assert all(0.0005 <= r <= 0.02 for r in rates.values()), rates
     assert max(rates.values()) <= 5 * min(rates.values()), rates
@@ -122,17 +122,36 @@ def test_rule_parameters_are_checked() -> None:
         ContextAnomalyDetector(history=100, min_history=200)
 
 
+def test_fast_series_are_judged_in_five_minute_means() -> None:
+    """30-s samples: one judgement per 10 samples (the same per-day false-alarm budget as 5-min data);
+    bucket 0 judges every sample."""
+    rng = np.random.default_rng(7)
+    t = T0 + 30.0 * np.arange(3000)
+    x = rng.normal(0, 1, len(t))
+    bucketed, every = ContextAnomalyDetector(), ContextAnomalyDetector(bucket=0)
+    fb = [bucketed.update(ti, xi).details.get("raw_surprise") for ti, xi in zip(t, x, strict=True)]
+    fe = [every.update(ti, xi).details.get("raw_surprise") for ti, xi in zip(t, x, strict=True)]
+    assert bucketed._group == 10 and every._group == 1
+    assert len(bucketed._likelihood) == (3000 // 10) - 100 and len(every._likelihood) == 3000 - 100
+    assert len({i for i in range(2000, 3000) if fb[i] != fb[i - 1]}) <= 100 < len(
+        {i for i in range(2000, 3000) if fe[i] != fe[i - 1]})
+
+
 def test_default_rule_flags_a_grad_norm_burst_inside_its_range() -> None:
-    """UnusualTrainingMetric on a 30-s step series: a stretch of larger, still in-range gradient
-    norms fires one alert labelled with the signal; the same run without it fires none."""
-    t = times(4 * 3600, 30.0)
+    """UnusualTrainingMetric on a 60-s step series: an hour of larger, still in-range gradient norms
+    fires one alert labelled with the signal; the same run without it fires none."""
+    t = times(24 * 3600, 60.0)
     rng = np.random.default_rng(6)
     healthy = 1.5 * np.exp(rng.normal(0, 0.3, len(t)))
     burst = healthy.copy()
-    k = (t - T0 >= 3 * 3600) & (t - T0 < 3.5 * 3600)
-    burst[k] = 1.5 * np.exp(rng.normal(0.7, 0.3, int(k.sum())))  # ~2x, inside the healthy spread's tail
+    k = (t - T0 >= 20 * 3600) & (t - T0 < 21 * 3600)
+    # ~1.8x more for an hour, never beyond the healthy run's own range
+    burst[k] = np.minimum(1.5 * np.exp(rng.normal(0.6, 0.3, int(k.sum()))), healthy.max())
     labels = {"model": "actor", "node": "gpu-07"}
-    hits = firing(run([("verl_grad_norm", labels, t, burst)]), "UnusualTrainingMetric")
+    records = run([("verl_grad_norm", labels, t, burst)])
+    hits = firing(records, "UnusualTrainingMetric")
     assert len(hits) == 1 and hits[0]["labels"]["signal"] == "grad_norm"
+    started = first_fire_time(records, "UnusualTrainingMetric")
+    assert started is not None and 20 * 3600 <= started - T0 < 21 * 3600
     assert hits[0]["labels"]["severity"] == "P3" and "template error" not in hits[0]["annotations"]["summary"]
     assert firing(run([("verl_grad_norm", labels, t, healthy)]), "UnusualTrainingMetric") == []

@@ -1,6 +1,6 @@
 """Contextual anomalies: a value, a change or a rhythm the series has not shown in its context.
 
-``ContextAnomalyDetector`` (rule type ``context_anomaly``) asks three questions of every sample, each
+``ContextAnomalyDetector`` (rule type ``context_anomaly``) asks three questions of every judgement (a sample, or a 5-min mean: ``bucket``), each
 a two-sided empirical tail probability among the series' own recent history (the rank test of
 ``RareValueDetector``, no distribution assumed):
 

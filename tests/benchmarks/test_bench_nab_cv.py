@@ -67,3 +67,14 @@ def test_thresholds_are_chosen_on_the_training_files_only() -> None:
 
     key, thr = nab_cv.choose({("k",): {"standard": table}}, files, mask, {"standard": Cost()})
     assert thr["standard"] == nab_cv.THRESHOLDS[4]  # the plateau's middle; B's peak is ignored
+
+
+def test_users_default_rule_runs_the_detector_nab_scores() -> None:
+    """UnusualTrainingMetric = NAB's reward_low_FP profile: same type, same parameters."""
+    from benchmarks._common import load_profile
+    from monitor.rules import load_rule_files
+
+    nab_rule = nab.profile_rules(load_profile(nab.DEFAULT_RULES))["reward_low_FP"].conditions[0]
+    for r in (r for r in load_rule_files(None) if r.alert == "UnusualTrainingMetric"):
+        c = r.conditions[0]
+        assert (c.detector_type, c.params, c.spike_filter) == (nab_rule.detector_type, nab_rule.params, 0)

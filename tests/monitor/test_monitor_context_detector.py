@@ -155,3 +155,17 @@ def test_default_rule_flags_a_grad_norm_burst_inside_its_range() -> None:
     assert started is not None and 20 * 3600 <= started - T0 < 21 * 3600
     assert hits[0]["labels"]["severity"] == "P3" and "template error" not in hits[0]["annotations"]["summary"]
     assert firing(run([("verl_grad_norm", labels, t, healthy)]), "UnusualTrainingMetric") == []
+
+
+def test_every_unusual_training_metric_rule_names_its_signal_and_renders() -> None:
+    from monitor.rules import load_rule_files
+
+    rules = [r for r in load_rule_files(None) if r.alert == "UnusualTrainingMetric"]
+    assert {r.labels["signal"] for r in rules} == {"entropy", "grad_norm", "clip_fraction", "critic_loss",
+                                                   "tokens_per_second"}
+    details = ContextAnomalyDetector().update(T0, 1.0).details
+    for r in rules:
+        assert r.severity == "P3" and r.conditions[0].detector_type == "context_anomaly"
+        ann = r.render({"labels": {"node": "gpu-01", "model": "actor"}, "value": 1.25, "details": details,
+                        "series": {}})
+        assert "template error" not in ann["summary"] and "gpu-01" in ann["summary"] and ann["runbook"]

@@ -6,7 +6,9 @@ Each file is replayed once, in time order, through the daemon's Pipeline (series
 alert state machine, on simulated time) with the profile's rules; a detection is a firing alert
 record. With --bare the detectors built from the same rules (`Condition.new_detector()`) are fed
 directly and a detection is the rising edge of `active`; the two agree except where the store
-rejects out-of-order samples (11 rows of ec2_request_latency_system_failure.csv). --sweep uses --bare.
+rejects out-of-order samples (11 rows of ec2_request_latency_system_failure.csv). --sweep uses --bare and
+sets the detector's threshold parameter (`threshold` of context_anomaly, `alpha` of rare_value) to each
+value for all three profiles.
 Prints per-file scores, then one JSON line {"standard": s, "reward_low_FP": s, "reward_low_FN": s}.
 """
 
@@ -37,6 +39,7 @@ from monitor.rules import Rule
 from monitor.sources.recorded import from_columns
 
 DEFAULT_RULES = ROOT / "monitor" / "rules" / "nab.yaml"
+SWEPT = {"rare_value": "alpha"}  # the parameter --sweep sets, by detector type (default: threshold)
 
 
 def epoch(ts: str) -> float:
@@ -100,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", help="datasets folder holding nab/ (default ../shared/datasets)")
     ap.add_argument("--rules", default=str(DEFAULT_RULES), help="rule profile (default monitor/rules/nab.yaml)")
     ap.add_argument("--json", action="store_true", help="per-file lines as JSON too")
-    ap.add_argument("--sweep", metavar="A,B,...", help="also print the scores with these alpha values (sensitivity)")
+    ap.add_argument("--sweep", metavar="A,B,...",
+                    help="also print the scores with these threshold (rare_value: alpha) values (sensitivity)")
     ap.add_argument("--bare", action="store_true", help="feed the rules' detectors directly, without the Pipeline")
     args = ap.parse_args(argv)
     data = data_dir(args.data, "nab")
@@ -108,9 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         alphas = [float(a) for a in args.sweep.split(",")] if args.sweep else []
     except ValueError:
-        return fail(f"--sweep {args.sweep}: expected comma-separated numbers, e.g. 0.001,0.0018")
-    for alpha in alphas:
-        emit({"alpha": alpha, **summary(data, run(data, rules, alpha=alpha))})
+        return fail(f"--sweep {args.sweep}: expected comma-separated numbers, e.g. 3.5,3.75,4")
+    knob = SWEPT.get(rules["standard"].conditions[0].detector_type, "threshold")
+    for value in alphas:
+        emit({knob: value, **summary(data, run(data, rules, **{knob: value}))})
     results = run(data, rules, pipeline=not args.bare)
     names = [n for n, _ in results["standard"]]
     for i, name in enumerate(names):

@@ -70,3 +70,13 @@ def test_pipeline_and_bare_detectors_agree_on_an_ordered_file() -> None:
     for profile, rule in rules.items():
         assert via_pipeline[profile] == nab.detect(rule, times, values), profile
     assert any(via_pipeline["standard"])
+
+
+@needs_data
+def test_sweep_sets_each_detectors_own_threshold_knob() -> None:
+    ours = nab.profile_rules(load_profile(nab.DEFAULT_RULES))
+    old = nab.profile_rules(load_profile(nab.ROOT / "monitor" / "rules" / "nab_rare_value.yaml"))
+    assert nab.SWEPT.get(ours["standard"].conditions[0].detector_type, "threshold") == "threshold"
+    strict = nab.run(DATA, ours, FILES[:1], threshold=50.0)  # a tail nothing reaches: no detections
+    assert all(s.tp + s.fp == 0 for rows in strict.values() for _, s in rows)
+    assert nab.run(DATA, old, FILES[:1], alpha=0.001)["standard"]

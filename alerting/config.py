@@ -66,6 +66,9 @@ class ReceiverConfig:
     lang: str = "en"
     timeout_s: float = 5.0
     send_resolved: bool = True
+    # type alertmanager only: re-post firing alerts this often (Prometheus' resend_delay), each with
+    # endsAt = now + 3 x this, so Alertmanager never times them out while they still fire
+    resend_interval_s: float | None = None
 
 
 @dataclass
@@ -149,15 +152,24 @@ def _receiver(d: Any, key: str) -> ReceiverConfig:
     if lang not in LANGS:
         raise ConfigError(f"{key}.lang: {lang!r} is not one of {', '.join(LANGS)}")
     unknown = set(d) - {"name", "type", "url", "secret", "secret_env", "mentions", "template", "lang",
-                        "timeout", "send_resolved"}
+                        "timeout", "send_resolved", "resend_interval"}
     if unknown:
         raise ConfigError(f"{key}: unknown key(s) {', '.join(sorted(unknown))}")
+    resend = None
+    if kind == "alertmanager":
+        resend = parse_duration(d.get("resend_interval", "1m"), f"{key}.resend_interval")
+        if resend <= 0:
+            raise ConfigError(f"{key}.resend_interval: must be > 0 (Alertmanager resolves alerts that are "
+                              "not re-posted); the default is 1m")
+    elif "resend_interval" in d:
+        raise ConfigError(f"{key}.resend_interval: only for type alertmanager; chat receivers repeat "
+                          "with route.repeat_interval")
     return ReceiverConfig(
         name=name, type=kind, url=url, secret=str(secret) if secret else None,
         mentions=_str_list(d.get("mentions"), f"{key}.mentions"),
         template=str(d["template"]) if d.get("template") else None, lang=lang,
         timeout_s=parse_duration(d.get("timeout", "5s"), f"{key}.timeout"),
-        send_resolved=bool(d.get("send_resolved", True)),
+        send_resolved=bool(d.get("send_resolved", True)), resend_interval_s=resend,
     )
 
 

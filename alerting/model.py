@@ -23,9 +23,24 @@ def rfc3339(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+# Labels that say *how* a sample was collected (scrape job, address, the Prometheus or pod that carried
+# it, exporter bookkeeping) rather than *what* is wrong. They never count towards an alert's identity:
+# one outage seen by the monitor's own scrape and by Prometheus -> Alertmanager -> webhook is one alert.
+NON_IDENTITY_LABELS = frozenset({
+    "__name__", "job", "instance", "prometheus", "prometheus_replica", "endpoint", "pod", "container",
+    "target", "exported_job", "exported_instance",
+    # dcgm-exporter's per-device bookkeeping: `gpu` (kept) already says which device
+    "Hostname", "hostname", "UUID", "pci_bus_id", "device", "DCGM_FI_DRIVER_VERSION", "modelName",
+})
+
+
+def identity_labels(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k not in NON_IDENTITY_LABELS}
+
+
 def fingerprint(labels: dict[str, str]) -> str:
-    """Stable id of a label set: sha256 over sorted name=value pairs, first 16 hex digits."""
-    text = "\x1f".join(f"{k}={labels[k]}" for k in sorted(labels))
+    """Stable id of an alert: sha256 over its sorted identity name=value pairs, first 16 hex digits."""
+    text = "\x1f".join(f"{k}={labels[k]}" for k in sorted(labels) if k not in NON_IDENTITY_LABELS)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -78,10 +78,17 @@ class Router:
         resolved = [a for a in live if a.status == "resolved" and a.fingerprint not in notified_resolved]
         if not self.receivers[group.receiver].send_resolved:
             resolved = []
-        repeat = self.routes[group.route_path].repeat_interval_s
+        repeat = self._repeat_s(group)
         needs = bool({a.fingerprint for a in firing} - notified_firing) or bool(resolved) or (
             bool(firing) and log is not None and now >= log.at + repeat)
         return firing + resolved, needs
+
+    def _repeat_s(self, group: Group) -> float:
+        """An Alertmanager receiver gets its firing alerts again every ``resend_interval`` (as from
+        Prometheus), or Alertmanager would resolve them while they still fire; others every repeat_interval."""
+        repeat = self.routes[group.route_path].repeat_interval_s
+        resend = self.receivers[group.receiver].resend_interval_s
+        return min(repeat, resend) if resend else repeat
 
     def flush_due(self, now: float, muted: Callable[[Alert], bool],
                   expand: Callable[[Alert], list[str]]) -> list[Notification]:
@@ -99,7 +106,9 @@ class Router:
                 fps = [fp for a in alerts for fp in expand(a)]
                 out.append(Notification(group.receiver, key, dict(group.labels),
                                         "firing" if firing else "resolved", list(alerts), fps, now))
-            group.next_flush = now + self.routes[group.route_path].group_interval_s
+            interval = self.routes[group.route_path].group_interval_s
+            resend = self.receivers[group.receiver].resend_interval_s
+            group.next_flush = now + (min(interval, resend) if resend else interval)
             for fp in [fp for fp, a in group.alerts.items() if a.status == "resolved"]:
                 del group.alerts[fp]
             if not group.alerts:

@@ -4,6 +4,11 @@ Several rules may yield the same fingerprint (e.g. the verl and DCGM families fo
 is active while any of them is. Only transitions are written and emitted, so a restart restores the
 firing alerts and never repeats a record: ``alert_events`` has one row per (fingerprint, status,
 startsAt), enforced by a UNIQUE key.
+
+An alert can also arrive already evaluated, from Prometheus through the Alertmanager webhook. Its
+fingerprint ignores scrape plumbing (``alerting.model.NON_IDENTITY_LABELS``), so when the monitor's own
+rules and Prometheus see one outage they share one state: it fires (and pages) once, and resolves only
+when neither side holds it any more.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ CREATE TABLE IF NOT EXISTS alert_events (
   starts_at REAL NOT NULL, at REAL NOT NULL, record TEXT NOT NULL,
   UNIQUE (fingerprint, status, starts_at));
 """
+# Added after the first release; databases from before get them by ALTER TABLE on open.
+_LATER_COLUMNS = {"generator_url": "TEXT NOT NULL DEFAULT ''", "external": "INTEGER NOT NULL DEFAULT 0"}
 
 
 @dataclass
@@ -40,21 +47,26 @@ class AlertState:
     cleared_at: float | None = None  # first evaluation where the condition no longer held
     keep_firing_for: float = 0.0
     restored: bool = False
+    generator_url: str = ""
+    external: bool = False  # held firing by an alert that came through Alertmanager, until it resolves
+    own_active: bool = False  # the monitor's own rules hold it (as of the last evaluation)
 
     def to_alert(self) -> Alert:
         return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
                      ends_at=self.ends_at, status="resolved" if self.status == "resolved" else "firing",
-                     value=self.value)
+                     value=self.value, generator_url=self.generator_url)
 
 
 class AlertBook:
     """Owns alert states. ``update`` takes the evaluator's active candidates at ``now`` and returns
     the transitions (firing and resolved ``Alert`` objects) to hand to the alerting engine."""
 
-    def __init__(self, db_path: str | Path | None = None, restore_grace_s: float = 600.0) -> None:
+    def __init__(self, db_path: str | Path | None = None, restore_grace_s: float = 600.0,
+                 url_prefix: str = "") -> None:
         self._lock = threading.RLock()
         self.states: dict[str, AlertState] = {}
         self.restore_grace_s = restore_grace_s
+        self.url_prefix = url_prefix  # generatorURL of own alerts: <url_prefix>/<fingerprint> (the monitor's API)
         self._db: sqlite3.Connection | None = None
         if db_path is not None:
             Path(db_path).parent.mkdir(parents=True, exist_ok=True)
@@ -62,15 +74,24 @@ class AlertBook:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            have = {row[1] for row in self._db.execute("PRAGMA table_info(alerts)")}
+            for col, decl in _LATER_COLUMNS.items():
+                if col not in have:
+                    self._db.execute(f"ALTER TABLE alerts ADD COLUMN {col} {decl}")
             self._restore()
 
     def _restore(self) -> None:
         assert self._db is not None
-        for fp, labels, ann, starts, value in self._db.execute(
-                "SELECT fingerprint, labels, annotations, starts_at, value FROM alerts WHERE status='firing'"):
+        for fp, labels, ann, starts, value, url, external in self._db.execute(
+                "SELECT fingerprint, labels, annotations, starts_at, value, generator_url, external FROM alerts "
+                "WHERE status='firing'"):
             # A restored alert waits for its detectors to warm up again before it may resolve.
             self.states[fp] = AlertState(json.loads(labels), json.loads(ann), "firing", starts, value=value,
-                                         restored=True, keep_firing_for=self.restore_grace_s)
+                                         restored=True, keep_firing_for=self.restore_grace_s,
+                                         generator_url=url or "", external=bool(external))
+
+    def _url(self, fp: str) -> str:
+        return f"{self.url_prefix.rstrip('/')}/{fp}" if self.url_prefix else ""
 
     def update(self, now: float, candidates: list[Candidate],
                annotate: Callable[[Candidate], dict[str, str]] | None = None) -> list[Alert]:
@@ -90,16 +111,17 @@ class AlertBook:
                         self.states[fp] = AlertState(dict(c.labels), {}, "pending", c.since, value=c.value)
                     elif st.status == "firing":
                         st.cleared_at = None  # still active, only its `for` restarted: keep firing
+                        st.own_active = True
                     continue
                 c = min(ready, key=lambda c: c.since)
                 if st is not None and st.status == "firing":
-                    st.cleared_at, st.value = None, c.value
-                    if st.restored:
+                    st.cleared_at, st.value, st.own_active = None, c.value, True
+                    if st.restored or st.external:
                         st.restored, st.keep_firing_for = False, keep
                     continue
                 annotations = annotate(c) if annotate else {}
                 st = AlertState(dict(c.labels), annotations, "firing", c.since, value=c.value,
-                                keep_firing_for=keep)
+                                keep_firing_for=keep, generator_url=self._url(fp), own_active=True)
                 self.states[fp] = st
                 self._transition(fp, st, now, out)
             for fp, st in list(self.states.items()):
@@ -108,6 +130,10 @@ class AlertBook:
                 if st.status == "pending":
                     del self.states[fp]
                 elif st.status == "firing":
+                    st.own_active = False
+                    if st.external:
+                        st.cleared_at = None  # Prometheus still reports it: it resolves through the webhook
+                        continue
                     if st.cleared_at is None:
                         st.cleared_at = now  # also starts a restored alert's grace period
                     if now - st.cleared_at >= st.keep_firing_for:
@@ -117,24 +143,39 @@ class AlertBook:
         return out
 
     def external(self, alert: Alert, now: float) -> Alert | None:
-        """Record an alert that arrived already evaluated (Alertmanager webhook); None if a repeat."""
+        """Record an alert that arrived already evaluated (Alertmanager webhook); None when it changes
+        nothing visible: a repeat, or an outage the monitor's own rules already hold."""
         with self._lock:
             fp = alert.fingerprint
             st = self.states.get(fp)
+            out: list[Alert] = []
             if alert.status == "firing":
                 if st is not None and st.status == "firing":
+                    if not st.external:
+                        st.external = True
+                        st.generator_url = st.generator_url or alert.generator_url
+                        self._save_flags(fp, st)
                     return None
                 st = AlertState(dict(alert.labels), dict(alert.annotations), "firing", alert.starts_at or now,
-                                value=alert.value, keep_firing_for=float("inf"))
+                                value=alert.value, generator_url=alert.generator_url, external=True)
                 self.states[fp] = st
             else:
-                if st is None:
+                if st is None or st.status != "firing":
+                    return None
+                if st.own_active:  # the monitor still sees it: it resolves when its own rules clear
+                    if st.external:
+                        st.external = False
+                        self._save_flags(fp, st)
                     return None
                 st.status, st.ends_at = "resolved", alert.ends_at or now
                 self.states.pop(fp, None)
-            out: list[Alert] = []
             self._transition(fp, st, now, out)
             return out[0] if out else None
+
+    def _save_flags(self, fp: str, st: AlertState) -> None:
+        if self._db is not None:
+            self._db.execute("UPDATE alerts SET external=?, generator_url=? WHERE fingerprint=?",
+                             (int(st.external), st.generator_url, fp))
 
     def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
         alert = st.to_alert()
@@ -145,9 +186,10 @@ class AlertBook:
                     "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
                     "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
                 self._db.execute(
-                    "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?)",
+                    "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
+                    "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
-                     st.ends_at, st.value, now))
+                     st.ends_at, st.value, now, st.generator_url, int(st.external)))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -159,6 +201,11 @@ class AlertBook:
     def firing(self) -> list[Alert]:
         with self._lock:
             return [s.to_alert() for s in self.states.values() if s.status == "firing"]
+
+    def get(self, fp: str) -> Alert | None:
+        with self._lock:
+            st = self.states.get(fp)
+            return st.to_alert() if st is not None else None
 
     def pending(self) -> list[Alert]:
         with self._lock:

@@ -21,6 +21,7 @@ from monitor.sources.alertmanager import PayloadError, parse_webhook
 log = logging.getLogger("monitor.api")
 MAX_BODY = 4 * 1024 * 1024
 _PLOT_RE = re.compile(r"^/api/v1/plots/([A-Za-z0-9_.-]+\.png)$")
+_ALERT_RE = re.compile(r"^/api/v1/alerts/([0-9a-f]{16})$")  # an alert's generatorURL
 
 
 class MonitorAPI:
@@ -111,6 +112,14 @@ class MonitorAPI:
         d = self.daemon
         if path == "/api/v1/alerts" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.alerts()})
+        m = _ALERT_RE.match(path)
+        if m and method == "GET":
+            found = [a for a in d.alerts() if a["fingerprint"] == m.group(1)]
+            if not found and d.engine is not None:  # resolved ones live on in the engine's history
+                found = [a for a in d.engine.alerts() if a["fingerprint"] == m.group(1)]
+            if not found:
+                return self._json(h, 404, {"error": f"no alert with fingerprint {m.group(1)}"})
+            return self._json(h, 200, {"status": "success", "data": found[0]})
         if path == "/api/v1/incidents" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
         if path == "/api/v1/alertmanager/webhook" and method == "POST":

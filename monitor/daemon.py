@@ -237,7 +237,7 @@ class Daemon:
             self.api = self.listen()
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
-        self.pipeline.plot_prefix = f"{base.rstrip('/')}/api/v1/plots"  # plots are served by our API
+        self.pipeline.set_base_url(base)  # plots and alert links are served by our API
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
         limits = httpx.Limits(max_connections=max(10, 2 * len(self.config.targets)))
         async with httpx.AsyncClient(limits=limits) as client:

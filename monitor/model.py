@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from alerting.model import NON_IDENTITY_LABELS
+
 # Labels that identify *where* a sample came from rather than *what* it measures. They name the node
 # (see ``resolve_node``) but would make every alert fingerprint depend on the scrape path, so they
-# never become alert labels.
-PLUMBING_LABELS = frozenset(
-    {"__name__", "instance", "job", "Hostname", "hostname", "UUID", "pci_bus_id", "device",
-     "DCGM_FI_DRIVER_VERSION", "modelName", "target", "exported_job", "exported_instance"}
-)
+# never become alert labels -- the same set alerting's fingerprints ignore, so the monitor's own alert
+# and Prometheus' for one outage are one alert.
+PLUMBING_LABELS = NON_IDENTITY_LABELS
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,11 @@ class Pipeline:
             self.engine.tick()
         return transitions
 
+    def set_base_url(self, base: str) -> None:
+        """Where the monitor's API is reachable: plot links and each alert's generatorURL point there."""
+        self.plot_prefix = f"{base.rstrip('/')}/api/v1/plots"
+        self.book.url_prefix = f"{base.rstrip('/')}/api/v1/alerts"
+
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
         """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
         now = self.clock.now()
@@ -147,6 +152,8 @@ class Pipeline:
         ann = c.rule.render(ctx)
         if c.value is not None:
             ann["value"] = f"{c.value:.6g}"
+        if not ann.get("description"):  # Alertmanager's UIs and receivers show `description`
+            ann["description"] = " ".join(x.rstrip(".") + "." for x in (ann.get("summary"), ann.get("runbook")) if x)
         if c.rule.plot and self.plots_dir is not None:
             plot = self._plot(c)
             if plot:

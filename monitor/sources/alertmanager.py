@@ -1,13 +1,15 @@
 """Alertmanager webhook receiver payload (version "4") -> our Alerts, so alerts Prometheus already
 evaluates are correlated and routed with ours. Severities outside P0-P3 are mapped: the shared
-catalogue's severity for a known alertname, else critical->P1, warning->P2, anything else P3."""
+catalogue's severity for a known alertname, else critical->P1, warning->P2, anything else P3.
+Scrape plumbing labels (``alerting.model.NON_IDENTITY_LABELS``) are dropped after ``node`` is taken
+from ``instance``, so Prometheus' alert for an outage has the labels and fingerprint of the monitor's."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from alerting.model import SEVERITIES, Alert
+from alerting.model import SEVERITIES, Alert, identity_labels
 from monitor.model import resolve_node
 
 CATALOGUE = {
@@ -49,7 +51,9 @@ def parse_webhook(payload: Any, cluster: str) -> list[Alert]:
             labels["severity"] = CATALOGUE.get(labels["alertname"], _GENERIC.get(sev.lower(), "P3"))
         labels.setdefault("cluster", cluster)
         labels["node"] = resolve_node(labels)
-        labels.pop("instance", None)
+        # job, instance, prometheus, pod, ...: how Prometheus scraped it, not what is wrong; the monitor's
+        # own alerts never carry them, and with them one outage would be two alerts (and two pages)
+        labels = identity_labels(labels)
         try:
             starts, ends = _time(a.get("startsAt")), _time(a.get("endsAt"))
         except ValueError as exc:

@@ -203,7 +203,10 @@ def _families_prometheus_client(text: str, batch: SourceBatch) -> list[_Family]:
 async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple[SourceBatch, float, bool]:
     """One scrape: (batch, duration seconds, up). Also yields the synthetic ``up`` series."""
     started = time.perf_counter()
-    extra = {"job": target.job, "target": target.name}
+    # `instance` as Prometheus attaches it: without a configured node, every series of the target gets
+    # the host part as its `node` (resolve_node), as Prometheus' relabelling in prometheus.yml does
+    instance = httpx.URL(target.url).netloc.decode()
+    extra = {"job": target.job, "target": target.name, "instance": instance}
     up = False
     try:
         resp = await client.get(target.url, timeout=target.timeout, headers={"Accept": ACCEPT})
@@ -219,9 +222,7 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     except httpx.HTTPError as exc:
         batch = SourceBatch(target.name)
         batch.error(type(exc).__name__.lower())
-    batch.samples.append(Sample("up", with_node({"job": target.job, "target": target.name,
-                                                 "instance": httpx.URL(target.url).netloc.decode()},
-                                                target.node), 1.0 if up else 0.0, now))
+    batch.samples.append(Sample("up", with_node(dict(extra), target.node), 1.0 if up else 0.0, now))
     return batch, time.perf_counter() - started, up
 
 

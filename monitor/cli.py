@@ -1,5 +1,6 @@
-"""``verl-monitor``: subcommands ``run`` (daemon) and ``replay`` (backtest). Bad input exits 2 with one
-line naming the file/key and the fix. New subcommands register in ``SUBCOMMANDS``."""
+"""``verl-monitor``: subcommands ``run`` (daemon), ``replay`` (backtest) and ``soak``. Bad input exits 2
+with one line naming the file/key and the fix. Subcommands register in ``SUBCOMMANDS`` (or
+``LAZY_SUBCOMMANDS`` when they live in their own module); ``--help`` text is written for users."""
 
 from __future__ import annotations
 
@@ -51,13 +52,38 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0 if res.drained else 1
 
 
+DESCRIPTION = """\
+Watch a verl training run and alert on what thresholds miss: a dead or stalled trainer, OOMs, crashed
+rollout workers, KL drift, memory leaks, reward distribution shifts, throughput drops, GPU errors.
+
+  verl-monitor run                              watch the trainer on 127.0.0.1:8000 (verl-train
+                                                --metrics-port 8000), print alerts here
+  verl-monitor run --target gpu-08:8000 --notify-config alerting.yaml
+  verl-monitor run --config monitor.yaml        everything else (see monitor/README.md)
+  verl-monitor replay --input export.json       backtest the rules over recorded metrics
+"""
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from monitor.config import ConfigError, load_config
+    from monitor.config import ConfigError, default_config, load_config, parse_listen, target_from_url
 
     try:
-        cfg = load_config(args.config)
+        if args.config:
+            cfg = load_config(args.config)
+            cfg.targets += [target_from_url(t) for t in args.target or []]
+            if args.notify_config:
+                cfg.notify_config = default_config([], args.notify_config).notify_config
+            if args.listen:
+                cfg.host, cfg.port = parse_listen(args.listen, "--listen")
+        else:
+            cfg = default_config(args.target, args.notify_config, args.listen)
     except ConfigError as exc:
         return _fail(str(exc))
+    if not args.config:
+        where = ", ".join(t.url for t in cfg.targets)
+        print(f"verl-monitor: watching {where} with the default rules; API on http://{cfg.host}:{cfg.port}; "
+              + ("alerts print here" if cfg.prints_alerts else f"alerts go to {cfg.notify_config}")
+              + " (Ctrl-C stops)", file=sys.stderr)
     from monitor.daemon import serve  # heavy imports only once the config is known to be good
 
     return serve(cfg)
@@ -76,11 +102,20 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="monitor YAML config (see monitor/README.md)")
+    p.add_argument("--target", action="append", metavar="URL",
+                   help="a /metrics endpoint to watch, e.g. http://gpu-08:8000/metrics or gpu-08:8000 "
+                        "(repeatable; default: the local trainer, 127.0.0.1:8000)")
+    p.add_argument("--notify-config", metavar="FILE",
+                   help="alerting YAML with your chat robots and routing (alerting/examples/alerting.yaml); "
+                        "without it alerts are printed here")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address of the monitor's API and /metrics "
+                   "(default 127.0.0.1:9105)")
+    p.add_argument("--config", metavar="FILE", help="monitor YAML for everything else: several targets, your "
+                   "own rules, a Prometheus server, bearer token (monitor/README.md); the flags above add to or override it")
 
 
-SUBCOMMANDS["run"] = ("run the monitoring daemon", _run_args, cmd_run)
-SUBCOMMANDS["replay"] = ("backtest rules over recorded series", _replay_args, cmd_replay)
+SUBCOMMANDS["run"] = ("watch a training run and send alerts (works without a config)", _run_args, cmd_run)
+SUBCOMMANDS["replay"] = ("backtest the alert rules over recorded metrics", _replay_args, cmd_replay)
 
 # Subcommands living in their own module (``add_args(parser)`` and ``main(args) -> int``), imported only
 # when chosen, so a heavy or broken one never slows down or breaks the others.
@@ -91,7 +126,8 @@ LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="verl-monitor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="verl-monitor", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_args, func) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)

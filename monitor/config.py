@@ -19,7 +19,11 @@ jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger 
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
+console: true                     # print alert transitions to stdout (default: on without notify_config)
 ```
+
+``default_config`` is what ``verl-monitor run`` uses without ``--config``: the trainer's documented
+port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from monitor.sources.prom_text import Target
 from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
-            "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits"}
+            "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
+            "console"}
+DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 
 
 class ConfigError(ValueError):
@@ -81,10 +87,48 @@ class MonitorConfig:
     nvml: bool = False
     nvml_interval: float = 5.0
     limits: StoreLimits = field(default_factory=StoreLimits)
+    console: bool | None = None  # None: print alerts to stdout when they are not sent anywhere
+
+    @property
+    def prints_alerts(self) -> bool:
+        return self.console if self.console is not None else self.notify_config is None
 
     @property
     def plots_dir(self) -> Path:
         return self.state_db.parent / "plots"
+
+
+def target_from_url(raw: str, key: str = "--target") -> Target:
+    """A scrape target from a URL; ``host:port`` alone means ``http://host:port/metrics``."""
+    url = raw if "://" in raw else f"http://{raw}"
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{key}: {raw!r} must start with http:// or https:// (or be host:port)")
+    scheme, _, rest = url.partition("://")
+    host, _, path = rest.partition("/")
+    if not host:
+        raise ConfigError(f"{key}: {raw!r} has no host; pass e.g. 127.0.0.1:8000")
+    if not path:
+        url = f"{scheme}://{host}/metrics"
+    return Target(url, url)
+
+
+def default_config(targets: list[str] | None = None, notify_config: str | None = None,
+                   listen: str | None = None) -> MonitorConfig:
+    """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
+    State goes to ./verl-monitor/state.db."""
+    cfg = MonitorConfig(path=Path("the --config file"), state_db=Path("verl-monitor") / "state.db")
+    names: set[str] = set()
+    for raw in targets or [DEFAULT_TARGET]:
+        tg = target_from_url(raw)
+        if tg.name in names:
+            raise ConfigError(f"--target {raw}: given twice")
+        names.add(tg.name)
+        cfg.targets.append(tg)
+    if notify_config is not None:
+        cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
+    if listen is not None:
+        cfg.host, cfg.port = parse_listen(listen, "--listen")
+    return cfg
 
 
 def _dur(raw: Any, key: str) -> float:
@@ -103,11 +147,11 @@ def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
     return p
 
 
-def _listen(raw: Any) -> tuple[str, int]:
+def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
     text = str(raw)
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"listen: expected host:port like 127.0.0.1:9105, got {text!r}")
+        raise ConfigError(f"{key}: expected host:port like 127.0.0.1:9105, got {text!r}")
     return host.strip("[]"), int(port)
 
 
@@ -128,7 +172,7 @@ def load_config(path: str | Path) -> MonitorConfig:
     cfg = MonitorConfig(path=path)
     cfg.cluster = str(doc.get("cluster", "default"))
     if "listen" in doc:
-        cfg.host, cfg.port = _listen(doc["listen"])
+        cfg.host, cfg.port = parse_listen(doc["listen"])
     if doc.get("bearer_token_env"):
         cfg.bearer_token = os.environ.get(str(doc["bearer_token_env"]))
         if not cfg.bearer_token:
@@ -148,6 +192,10 @@ def load_config(path: str | Path) -> MonitorConfig:
     if doc.get("notify_config"):
         cfg.notify_config = _path(base, doc["notify_config"], "notify_config", must_exist=True)
     cfg.reward_outliers = bool(doc.get("reward_outliers", True))
+    if "console" in doc:
+        if not isinstance(doc["console"], bool):
+            raise ConfigError(f"console: expected true or false, got {doc['console']!r}")
+        cfg.console = doc["console"]
     names: set[str] = set()
     for i, raw in enumerate(doc.get("targets") or []):
         key = f"targets[{i}]"

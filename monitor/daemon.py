@@ -25,6 +25,7 @@ from alerting.clock import Clock, SystemClock
 from alerting.model import Alert
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
+from monitor.console import ConsolePrinter
 from monitor.evaluator import Candidate
 from monitor.metrics import MonitorMetrics
 from monitor.model import SourceBatch
@@ -61,7 +62,7 @@ class Daemon:
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
                                  engine=self.engine, enrich=self._enrich if config.reward_outliers else None,
-                                 limits=config.limits)
+                                 limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None)
         self.api: MonitorAPI | None = None
         self._stop = asyncio.Event()
         self.started = time.time()

@@ -17,12 +17,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-# promtool/prometheus come from Debian's `prometheus` package; installed only when missing.
+# promtool/prometheus come from Debian's `prometheus` package, Alertmanager from `prometheus-alertmanager`
+# (binary prometheus-alertmanager, plus amtool); each is installed only when missing.
 promtool:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends prometheus; }
-	@# the Debian package starts a system service on :9090 where systemd runs; tests use their own ports.
+	@missing=""; \
+	  { command -v promtool >/dev/null && command -v prometheus >/dev/null; } || missing="prometheus"; \
+	  command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	  [ -z "$$missing" ] || { \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; }
+	@# the Debian packages start system services on :9090/:9093 where systemd runs; tests use their own ports.
 
 test: $(STAMP) promtool
 	$(PY) -m pytest -q

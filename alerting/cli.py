@@ -86,12 +86,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
         rc = _receiver(cfg, args.receiver)
         template, lang, link = rc.template, args.lang or rc.lang, cfg.monitor_url
-        max_bytes = KINDS[rc.type].max_bytes
+        max_bytes, runbook_base = KINDS[rc.type].max_bytes, cfg.runbook_base_url
     else:
-        template, lang, link, max_bytes = None, args.lang or "en", "", 4096
+        template, lang, link, max_bytes, runbook_base = None, args.lang or "en", "", 4096, ""
     status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"
     note = Notification(args.receiver, "render", {}, status, alerts, [a.fingerprint for a in alerts], time.time())
-    out = render([note], template=template, lang=lang, link=link, receiver=args.receiver, max_bytes=max_bytes)
+    out = render([note], template=template, lang=lang, link=link, receiver=args.receiver, max_bytes=max_bytes,
+                 runbook_base=runbook_base)
     if out.fell_back:
         print(f"warning: the receiver's template failed ({out.error}); showing the built-in one", file=sys.stderr)
     print(out.text)

@@ -107,6 +107,9 @@ class AlertingConfig:
     correlation_files: list[Path] = field(default_factory=lambda: [DEFAULT_RULES])
     outbox: OutboxConfig = field(default_factory=OutboxConfig)
     monitor_url: str = ""  # where "+N more" links point: the monitor's JSON API
+    # Prometheus' rules name runbooks by repository path (prometheus/README.md#trainerdown): chat
+    # messages join such paths to this base so they are links a phone can open
+    runbook_base_url: str = ""
 
 
 def _req(d: dict[str, Any], name: str, key: str) -> Any:
@@ -253,7 +256,12 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
         backoff_max_s=parse_duration(ob.get("backoff_max", "5m"), "outbox.backoff_max"),
         jitter=float(ob.get("jitter", 0.2)), seed=int(ob.get("seed", 0)),
     )
-    return AlertingConfig(receivers, route, inhibit, files, outbox, str(raw.get("monitor_url", "")).rstrip("/"))
+    runbook_base = str(raw.get("runbook_base_url") or "")
+    if runbook_base and not runbook_base.startswith(("http://", "https://")):
+        raise ConfigError(f"runbook_base_url: {runbook_base!r} must start with http:// or https://, e.g. "
+                          "https://github.com/ORG/verl-ops/blob/main/")
+    return AlertingConfig(receivers, route, inhibit, files, outbox, str(raw.get("monitor_url", "")).rstrip("/"),
+                          runbook_base)
 
 
 def load_config(path: str | Path) -> AlertingConfig:

@@ -71,7 +71,7 @@ class Dispatcher:
         cfg = notifier.cfg
         link = f"{self.config.monitor_url}/api/v1/alerts" if self.config.monitor_url else "verl-monitor /api/v1/alerts"
         rendered = render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
-                          max_bytes=notifier.max_bytes)
+                          max_bytes=notifier.max_bytes, runbook_base=self.config.runbook_base_url)
         if rendered.fell_back:
             self.metrics.template_failures.labels(cfg.name).inc()
             log.warning("receiver %s: template failed, used the built-in one: %s", cfg.name, rendered.error)

@@ -60,17 +60,31 @@ def _top_severity(alerts: list[Alert]) -> str:
     return SEVERITIES[min(best, len(SEVERITIES) - 1)]
 
 
-def _alert_view(a: Alert) -> dict[str, Any]:
+_REPO_PATH = re.compile(r"^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*\.md(?:#[A-Za-z0-9_-]*)?$")
+
+
+def runbook_link(text: str, base: str) -> str:
+    """A runbook given as a repository path (``prometheus/README.md#trainerdown``) joined to ``base``;
+    prose runbooks and absolute URLs stay as they are."""
+    if base and _REPO_PATH.match(text.strip()):
+        return base.rstrip("/") + "/" + text.strip().lstrip("./")
+    return text
+
+
+def _alert_view(a: Alert, runbook_base: str = "") -> dict[str, Any]:
+    annotations = dict(a.annotations)
+    if "runbook" in annotations:
+        annotations["runbook"] = runbook_link(annotations["runbook"], runbook_base)
     where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "component") if a.labels.get(k))
     return {
         "status": a.status, "severity": a.severity, "alertname": a.name, "title": humanize(a.name),
         "where": where, "summary": a.annotations.get("summary", ""), "labels": dict(a.labels),
-        "annotations": dict(a.annotations), "value": a.value, "fingerprint": a.fingerprint,
+        "annotations": annotations, "value": a.value, "fingerprint": a.fingerprint,
         "starts_at": format_time(a.starts_at),
     }
 
 
-def context(notes: list[Notification], link: str, receiver: str) -> dict[str, Any]:
+def context(notes: list[Notification], link: str, receiver: str, runbook_base: str = "") -> dict[str, Any]:
     """Template variables for one notification, or for a digest folding several."""
     alerts = [a for n in notes for a in n.alerts]
     first = alerts[0] if alerts else Alert(labels={"alertname": "Empty"})
@@ -92,9 +106,9 @@ def context(notes: list[Notification], link: str, receiver: str) -> dict[str, An
         "root_cause": first.annotations.get("root_cause", "") if lone else "",
         "suggestion": first.annotations.get("suggestion", "") if lone else "",
         "summary": first.annotations.get("summary", "") if lone else "",
-        "runbook": first.annotations.get("runbook", "") if len(names) == 1 else "",
+        "runbook": runbook_link(first.annotations.get("runbook", ""), runbook_base) if len(names) == 1 else "",
         "group_labels": dict(notes[0].group_labels) if notes else {},
-        "alerts": [_alert_view(a) for a in alerts],
+        "alerts": [_alert_view(a, runbook_base) for a in alerts],
         "link": link,
         "more": 0,
     }
@@ -130,9 +144,9 @@ def fit_bytes(text: str, max_bytes: int) -> str:
 
 
 def render(notes: list[Notification], *, template: str | None = None, lang: str = "en", link: str = "",
-           receiver: str = "", max_bytes: int = 4096) -> Rendered:
+           receiver: str = "", max_bytes: int = 4096, runbook_base: str = "") -> Rendered:
     """Render, then shrink the alert list until the message fits ``max_bytes`` (UTF-8)."""
-    ctx = context(notes, link, receiver)
+    ctx = context(notes, link, receiver, runbook_base)
     out = _render_once(ctx, template, lang)
     if len(out.text.encode("utf-8")) <= max_bytes:
         return out

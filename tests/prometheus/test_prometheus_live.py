@@ -258,7 +258,11 @@ def test_relabeling_gives_every_series_a_node(stack: Stack) -> None:
     assert {r["metric"]["node"] for r in stack.prom("verl_global_step")} == {"127.0.0.1"}
     hostnames = {r["metric"]["node"] for r in stack.prom("DCGM_FI_DEV_GPU_TEMP")}
     assert hostnames == {"i-030791dc5a37cd257"}  # dcgm's Hostname label wins over the address
-    assert stack.prom('count({__name__=~"verl_.+|DCGM_FI_.+", node=""})') == []
+    assert stack.prom('count({__name__=~"verl_.+|DCGM_FI_.+|up", node=""})') == []
+    # `up` of every job gets its node at target level: an exporter that is down still names its host
+    assert {r["metric"]["job"]: r["metric"]["node"] for r in stack.prom("up")} == {
+        "verl-trainer": "127.0.0.1", "verl-monitor": "127.0.0.1", "dcgm-exporter": "127.0.0.1"}
+    assert stack.prom('count({__name__=~"DCGM_FI_.+", node_source!=""})') == []  # bookkeeping dropped
 
 
 def test_prometheus_rules_stay_quiet_on_a_clean_run(stack: Stack) -> None:

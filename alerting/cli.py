@@ -3,7 +3,7 @@
   verl-alert test --config alerting.yaml --receiver ops-dingtalk
   verl-alert render --alert alert.json --receiver ops-dingtalk [--config alerting.yaml] [--lang zh-CN]
   verl-alert silence add --db state/alerting.db 'alertname="GPUOverTemperature"' --duration 2h --comment why
-  verl-alert silence list --db state/alerting.db          (or --api http://127.0.0.1:9400 for a running monitor)
+  verl-alert silence list --db state/alerting.db          (or --api http://127.0.0.1:9105 for a running monitor)
   verl-alert silence expire --db state/alerting.db ID
 
 Bad input exits 2 with one line naming the problem; a failed test send exits 1 with the robot's
@@ -183,7 +183,7 @@ def _silence_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("action", choices=["add", "list", "expire"])
     s.add_argument("matchers", nargs="*", help='add: matchers like alertname="X"; expire: silence ids')
     s.add_argument("--db", help="the alerting state database (the monitor's state dir)")
-    s.add_argument("--api", help="a running verl-monitor, e.g. http://127.0.0.1:9400")
+    s.add_argument("--api", help="a running verl-monitor, e.g. http://127.0.0.1:9105")
     s.add_argument("--token", help="bearer token for --api")
     s.add_argument("--duration", default="1h")
     s.add_argument("--author", default="verl-alert")

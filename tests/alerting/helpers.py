@@ -23,7 +23,7 @@ def make_config(receivers: list[dict[str, Any]], **route: Any) -> AlertingConfig
     root = {"receiver": receivers[0]["name"], "group_wait": "30s", "group_interval": "5m",
             "repeat_interval": "4h", "group_by": ["alertname", "cluster", "node"]}
     root.update(route)
-    return parse_config({"receivers": receivers, "route": root, "monitor_url": "http://127.0.0.1:9400",
+    return parse_config({"receivers": receivers, "route": root, "monitor_url": "http://127.0.0.1:9105",
                          "outbox": {"backoff_initial": "1s", "backoff_max": "60s", "seed": 7}})
 
 

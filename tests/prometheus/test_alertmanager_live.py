@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from alerting.standin import WebhookStandIn
+from tests.test_docs_commands import all_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-monitor-token"
@@ -182,6 +183,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         st.spawn("trainer", [sys.executable, "-m", "verl.cli.train", "--config", "ppo_tiny",
                              "--metrics-port", str(st.ports["trainer"]), "--metrics-interval", "1",
                              "--checkpoint-dir", str(st.tmp / "ckpt"), "trainer.total_steps=100000"])
+        # watchers start once the trainer answers: a trainer still starting up is down, and would page
+        wait_for("the trainer's /metrics", lambda: st.http.get(f"{st.url('trainer')}/metrics").status_code == 200,
+                 180, st.procs, st.tmp)
         # the target comes from the flag: no node: configured anywhere
         st.spawn("monitor", [sys.executable, "-m", "monitor.cli", "run", "--config", str(st.tmp / "monitor.yaml"),
                              "--target", f"127.0.0.1:{st.ports['trainer']}"])
@@ -203,7 +207,13 @@ def test_one_page_per_trainer_sigkill_with_alertmanager_on_both_sides(stack: Sta
     wait_for("Prometheus and the monitor both scraping the trainer", lambda: (
         st.http.get(prom, params={"query": 'up{job="verl-trainer"} == 1'}).json()["data"]["result"]
         and f'verl_monitor_target_up{{target="{st.url("trainer")}/metrics"}} 1.0'
-        in st.http.get(f"{st.url('monitor')}/metrics").text), 180, st.procs, tmp)
+        in st.http.get(f"{st.url('monitor')}/metrics").text), 60, st.procs, tmp)
+    assert st.pages() == []
+    # the top-level README's check of a running trainer, as written but for the port
+    (curl,) = [raw for norm, raw in all_commands().items() if norm.startswith("curl ")]
+    res = subprocess.run(["bash", "-c", curl.replace("127.0.0.1:8000", f"127.0.0.1:{st.ports['trainer']}")],
+                         capture_output=True, text=True, timeout=30)
+    assert 'verl_rollout_buffer_size{stage="train"}' in res.stdout, (curl, res.stdout, res.stderr)
     st.kill("trainer")
     killed = time.time()
 

@@ -88,6 +88,15 @@ class MonitorConfig:
     nvml_interval: float = 5.0
     limits: StoreLimits = field(default_factory=StoreLimits)
     console: bool | None = None  # None: print alerts to stdout when they are not sent anywhere
+    from_file: bool = True  # False for `verl-monitor run` without --config
+
+    def fix(self, key: str) -> str:
+        """Where the user changes ``key``: the config file, or a flag / the working directory without one."""
+        if self.from_file:
+            return f"set '{key}' in {self.path}"
+        return {"listen": "pass --listen HOST:PORT", "state_db": "run from a writable directory "
+                "(state goes to ./verl-monitor/state.db) or set 'state_db' in a --config file"}.get(
+                    key, f"set '{key}' in a --config file")
 
     @property
     def prints_alerts(self) -> bool:
@@ -116,7 +125,7 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
                    listen: str | None = None) -> MonitorConfig:
     """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
     State goes to ./verl-monitor/state.db."""
-    cfg = MonitorConfig(path=Path("the --config file"), state_db=Path("verl-monitor") / "state.db")
+    cfg = MonitorConfig(path=Path.cwd(), state_db=Path("verl-monitor") / "state.db", from_file=False)
     names: set[str] = set()
     for raw in targets or [DEFAULT_TARGET]:
         tg = target_from_url(raw)

@@ -290,7 +290,7 @@ def serve(config: MonitorConfig) -> int:
         print(f"verl-monitor: {exc}", file=sys.stderr)
         return 2
     except (OSError, sqlite3.Error) as exc:
-        print(f"verl-monitor: state_db {config.state_db}: cannot open ({exc}); set 'state_db' in {config.path} "
+        print(f"verl-monitor: state_db {config.state_db}: cannot open ({exc}); {config.fix('state_db')} "
               "to a writable path", file=sys.stderr)
         return 2
     except Exception as exc:
@@ -302,7 +302,7 @@ def serve(config: MonitorConfig) -> int:
         daemon.api = daemon.listen()
     except OSError as exc:
         print(f"verl-monitor: cannot listen on {config.host}:{config.port} ({exc.strerror}); "
-              f"set 'listen' in {config.path} to a free port", file=sys.stderr)
+              f"{config.fix('listen')} to a free port", file=sys.stderr)
         daemon.close()
         return 2
 

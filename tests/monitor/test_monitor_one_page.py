@@ -215,3 +215,19 @@ def test_run_without_config_prints_alerts(tmp_path: Path) -> None:
     assert lines, err
     assert "FIRING" in lines[0] and "P1 RewardModelOOM" in lines[0] and "node=127.0.0.1" in lines[0], lines
     assert "watching http://127.0.0.1:" in err and (tmp_path / "verl-monitor/state.db").is_file()
+
+
+def test_run_flag_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from monitor.config import load_config
+
+    assert main(["run", "--target", "ftp://gpu-08:8000"]) == 2
+    assert main(["run", "--notify-config", str(tmp_path / "missing.yaml")]) == 2
+    assert main(["run", "--listen", "9105"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("verl-monitor: --") for line in err), err
+    assert "Traceback" not in "".join(err)
+    bad = tmp_path / "monitor.yaml"
+    bad.write_text("console: yes please\n")
+    with pytest.raises(ConfigError, match="console: expected true or false"):
+        load_config(bad)
+    assert default_config().fix("listen") == "pass --listen HOST:PORT"

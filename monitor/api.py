@@ -116,7 +116,7 @@ class MonitorAPI:
         if m and method == "GET":
             found = [a for a in d.alerts() if a["fingerprint"] == m.group(1)]
             if not found and d.engine is not None:  # resolved ones live on in the engine's history
-                found = [a for a in d.engine.alerts() if a["fingerprint"] == m.group(1)]
+                found = [a for a in d.engine.alerts() + d.engine.incidents() if a.get("fingerprint") == m.group(1)]
             if not found:
                 return self._json(h, 404, {"error": f"no alert with fingerprint {m.group(1)}"})
             return self._json(h, 200, {"status": "success", "data": found[0]})

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from monitor.durations import DurationError, parse_duration
@@ -123,7 +124,8 @@ class MonitorAPI:
         if path == "/api/v1/incidents" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
         if path == "/api/v1/alertmanager/webhook" and method == "POST":
-            accepted = d.submit_external(parse_webhook(self._body(h), d.config.cluster))
+            named = {httpx.URL(t.url).netloc.decode(): t.node for t in d.config.targets if t.node}
+            accepted = d.submit_external(parse_webhook(self._body(h), d.config.cluster, named))
             return self._json(h, 200, {"status": "success", "accepted": accepted})
         if path.startswith("/api/v1/silences"):
             return self._silences(h, method, path)

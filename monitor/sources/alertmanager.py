@@ -38,7 +38,10 @@ def _time(text: Any) -> float | None:
     return datetime.fromisoformat(s).timestamp()
 
 
-def parse_webhook(payload: Any, cluster: str) -> list[Alert]:
+def parse_webhook(payload: Any, cluster: str, node_of_instance: dict[str, str] | None = None) -> list[Alert]:
+    """``node_of_instance`` maps a target address the monitor scrapes itself (``host:port``) to the
+    ``node:`` configured for it: Prometheus, not knowing that name, labels the same trainer with the host
+    part of its address, and without the mapping one outage would be two alerts."""
     if not isinstance(payload, dict) or not isinstance(payload.get("alerts"), list):
         raise PayloadError("expected an Alertmanager webhook payload with an 'alerts' list (version 4)")
     out = []
@@ -50,6 +53,10 @@ def parse_webhook(payload: Any, cluster: str) -> list[Alert]:
         if sev not in SEVERITIES:
             labels["severity"] = CATALOGUE.get(labels["alertname"], _GENERIC.get(sev.lower(), "P3"))
         labels.setdefault("cluster", cluster)
+        instance = labels.get("instance", "")
+        named = (node_of_instance or {}).get(instance)
+        if named and labels.get("node", "") in ("", resolve_node({"instance": instance})):
+            labels["node"] = named
         labels["node"] = resolve_node(labels)
         # job, instance, prometheus, pod, ...: how Prometheus scraped it, not what is wrong; the monitor's
         # own alerts never carry them, and with them one outage would be two alerts (and two pages)

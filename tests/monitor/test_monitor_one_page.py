@@ -231,3 +231,13 @@ def test_run_flag_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(ConfigError, match="console: expected true or false"):
         load_config(bad)
     assert default_config().fix("listen") == "pass --listen HOST:PORT"
+
+
+def test_prometheus_alert_takes_the_node_name_the_monitor_gives_that_target() -> None:
+    named = {"127.0.0.1:8000": "gpu-08"}  # the monitor's target: {url: http://127.0.0.1:8000/metrics, node: gpu-08}
+    (a,) = parse_webhook(prometheus_trainer_down(), "default", named)
+    assert a.labels["node"] == "gpu-08"
+    payload = prometheus_trainer_down()
+    payload["alerts"][0]["labels"]["node"] = "gpu-99"  # named in Prometheus too: that name stands
+    assert parse_webhook(payload, "default", named)[0].labels["node"] == "gpu-99"
+    assert parse_webhook(prometheus_trainer_down(), "default", {"10.0.0.1:8000": "x"})[0].labels["node"] == "127.0.0.1"

@@ -241,3 +241,24 @@ def test_prometheus_alert_takes_the_node_name_the_monitor_gives_that_target() ->
     payload["alerts"][0]["labels"]["node"] = "gpu-99"  # named in Prometheus too: that name stands
     assert parse_webhook(payload, "default", named)[0].labels["node"] == "gpu-99"
     assert parse_webhook(prometheus_trainer_down(), "default", {"10.0.0.1:8000": "x"})[0].labels["node"] == "127.0.0.1"
+
+
+def test_state_db_from_before_gains_the_new_columns(tmp_path: Path) -> None:
+    import json
+    import sqlite3
+
+    from monitor.alerts import AlertBook
+
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.executescript("""
+        CREATE TABLE alerts (fingerprint TEXT PRIMARY KEY, labels TEXT NOT NULL, annotations TEXT NOT NULL,
+          status TEXT NOT NULL, starts_at REAL NOT NULL, ends_at REAL, value REAL, updated_at REAL NOT NULL);""")
+    db.execute("INSERT INTO alerts VALUES (?,?,?,?,?,?,?,?)",
+               ("0123456789abcdef", json.dumps({"alertname": "GPUXidError", "severity": "P1"}), "{}", "firing",
+                T0, None, 1.0, T0))
+    db.commit()
+    db.close()
+    book = AlertBook(tmp_path / "state.db")
+    (restored,) = book.firing()
+    assert restored.name == "GPUXidError" and restored.generator_url == ""
+    book.close()

@@ -164,7 +164,7 @@ def test_programs_and_flags_exist() -> None:
                 continue
             exe = program(name)
             if exe is None:
-                problems.append(f"{norm}: program {name} not found (Debian/venv name?)")
+                problems.append(f"{norm}: program {name} not found (the Debian or venv name? `make promtool` installs prometheus and prometheus-alertmanager)")
                 continue
             if name not in OURS | THEIRS:
                 assert name in SHELL, f"{norm}: unexpected program {name}; list it in OURS, THEIRS or SHELL"

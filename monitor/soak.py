@@ -163,7 +163,7 @@ class Soak:
 
     def _trainer_args(self, faults: list[Fault], resume: bool) -> tuple[str, ...]:
         return ("--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
-                "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume"] if resume else []),
+                "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume-or-start"] if resume else []),
                 "trainer.total_steps=1000000", "rollout_worker_num=2", f"checkpoint.interval={self.args.checkpoint_interval}",
                 f"reward.timeout_s={self.args.reward_timeout}", *_overrides(faults))
 

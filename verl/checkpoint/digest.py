@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from .errors import CheckpointError, one_line
+from .safe_load import SafeFileSystemReader, WeightsOnlyLoadPlanner
 
 try:
     from torch.distributed.tensor import DTensor
@@ -52,14 +52,15 @@ def digest_models(models: Mapping[str, torch.nn.Module]) -> str:
 
 def read_full_part(part_dir: Path) -> dict[str, torch.Tensor]:
     """Load every tensor of one DCP part in full, in this process, whatever world size wrote it."""
+    reader = SafeFileSystemReader(part_dir)
+    meta = reader.read_metadata()  # refuses anything but DCP metadata types, with one line
     try:
-        meta = FileSystemReader(str(part_dir)).read_metadata()
         target = {
             k: torch.empty(tuple(m.size), dtype=m.properties.dtype)
             for k, m in meta.state_dict_metadata.items()
             if isinstance(m, TensorStorageMetadata)
         }
-        dcp.load(target, storage_reader=FileSystemReader(str(part_dir)), no_dist=True)
+        dcp.load(target, storage_reader=reader, planner=WeightsOnlyLoadPlanner(), no_dist=True)
     except (Exception, CheckpointException) as exc:  # DCP raises many kinds; the operator needs one line
         raise CheckpointError(f"cannot read {part_dir.parent.name}/{part_dir.name}: {one_line(exc)}") from None
     return target

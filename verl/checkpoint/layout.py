@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -23,6 +24,7 @@ from typing import Any
 STEP_PREFIX = "global_step_"
 MARKER = "COMPLETE"
 META = "meta.json"
+log = logging.getLogger(__name__)
 _STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
 
 
@@ -97,9 +99,12 @@ def manifest(ckpt: Path) -> dict[str, dict[str, Any]]:
 
 
 def rotate(root: str | Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` complete checkpoints, plus debris (incomplete
-    directories) older than the newest complete one. Incomplete directories newer than it are left:
-    one may be a save in flight. The newest complete checkpoint is never deleted."""
+    """Delete all but the newest ``keep_last`` complete checkpoints, plus debris older than the newest
+    complete one. Only what is proven superseded goes: a complete checkpoint older than ``keep_last``
+    newer complete ones, or debris of a killed save (no ``meta.json``: the writer puts it down just
+    before ``COMPLETE``). A directory with ``meta.json`` but no marker is kept (its marker may have been
+    removed by hand, or a resume pointed elsewhere), and so is anything newer than the newest complete
+    checkpoint (a save in flight). The newest complete checkpoint is never deleted."""
     if keep_last < 1:
         raise ValueError(f"checkpoint.keep_last must be >= 1, got {keep_last}")
     entries = list_steps(root)
@@ -115,6 +120,10 @@ def rotate(root: str | Path, keep_last: int) -> list[Path]:
         if is_complete(p):
             # the marker goes first so a crash mid-delete leaves debris, never a "complete" husk
             (p / MARKER).unlink(missing_ok=True)
+        elif (p / META).exists():
+            log.warning("keeping %s: it has %s but no %s, so it is not provably debris; delete it by hand "
+                        "if it is not needed", p, META, MARKER)
+            continue
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p)
     return removed

@@ -11,7 +11,6 @@ Pipeline of one save::
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import queue
@@ -27,7 +26,7 @@ import pyarrow as pa
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
@@ -39,6 +38,7 @@ from torch.distributed.checkpoint.state_dict import (
 from . import layout, rng
 from . import rollout_cache as rcache
 from .errors import CheckpointError, one_line
+from .safe_load import SafeFileSystemReader, WeightsOnlyLoadPlanner
 from .staging import StagingBuffers
 from .verify import DCP_PART_VERSION, FORMAT_VERSION, verify
 
@@ -51,20 +51,6 @@ class _WallClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
-
-
-class _WeightsOnlyLoadPlanner(DefaultLoadPlanner):
-    """DCP unpickles non-tensor entries (optimizer hyper-parameters) with ``weights_only=False``;
-    a checkpoint is untrusted input, so those go through the restricted unpickler too."""
-
-    def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-        obj = torch.load(value, weights_only=True)
-        if self.flatten_state_dict:
-            from torch.distributed.checkpoint._traverse import set_element
-
-            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
-        else:
-            self.state_dict[read_item.dest_index.fqn] = obj
 
 
 def config_hash(model_config: Mapping[str, Any] | None) -> str | None:
@@ -360,9 +346,16 @@ class CheckpointManager:
             self._dcp_load(target, path / "optim" / oname, f"{name}/optim/{oname}")
             set_optimizer_state_dict(models[oname], opt, target)
         if lr_scheduler is not None and meta.get("lr_scheduler") is not None and hasattr(lr_scheduler, "load_state_dict"):
-            lr_scheduler.load_state_dict(meta["lr_scheduler"])
+            try:
+                lr_scheduler.load_state_dict(meta["lr_scheduler"])
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise CheckpointError(f"malformed {name}/meta.json: lr_scheduler ({one_line(exc)[:120]})") from None
         if restore_rng and saved_ws == self.world_size:
-            rng.restore(meta["rng"][self.rank])
+            try:
+                rng.restore(meta["rng"][self.rank])
+            except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # verify() checked the shape
+                raise CheckpointError(f"malformed {name}/meta.json: rng[{self.rank}] cannot be restored "
+                                      f"({one_line(exc)[:120]})") from None
         return LoadedCheckpoint(
             step=meta["global_step"], path=path, meta=meta, lr_scheduler=meta.get("lr_scheduler"),
             dataset_state=meta.get("dataset"), kl_value=meta.get("kl_controller", {}).get("value"),
@@ -370,8 +363,9 @@ class CheckpointManager:
         )
 
     def _dcp_load(self, target: Any, part_dir: Path, what: str) -> None:
-        reader = FileSystemReader(str(part_dir))
-        planner = _WeightsOnlyLoadPlanner()
+        reader = SafeFileSystemReader(part_dir)
+        planner = WeightsOnlyLoadPlanner()
+        reader.read_metadata()  # a refused file stops here with its own one line, before DCP wraps it
         try:
             if self._distributed:
                 dcp.load(target, storage_reader=reader, planner=planner, process_group=self._pg)

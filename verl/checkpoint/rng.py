@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import random
 from typing import Any
 
 import numpy as np
 import torch
+
+from .shapes import RNG_SCHEMA, shape_error
 
 
 def _b64(t: torch.Tensor) -> str:
@@ -30,6 +33,29 @@ def capture() -> dict[str, Any]:
     if torch.cuda.is_available():
         state["cuda"] = [_b64(s) for s in torch.cuda.get_rng_state_all()]
     return state
+
+
+def check(state: Any) -> str | None:
+    """What is wrong with a saved RNG state, as ``"<stream>: <problem>"``, or ``None``. Run before
+    anything is restored: ``set_rng_state`` with a forged blob fails halfway, after other streams moved."""
+    problem = shape_error(state, RNG_SCHEMA)
+    if problem is not None:
+        return problem
+    blobs = {"torch": [state["torch"]], "cuda": list(state.get("cuda", []))}
+    want = torch.get_rng_state().numel()
+    for stream, values in blobs.items():
+        for i, text in enumerate(values):
+            try:
+                raw = base64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError):
+                return f"{stream}: not base64"
+            if stream == "torch" and len(raw) != want:
+                return f"{stream}: {len(raw)} bytes, a torch CPU generator state is {want}"
+            if stream == "cuda" and not raw:
+                return f"cuda[{i}]: empty state"
+    if state["python"][1][-1] > 624:
+        return f"python: position {state['python'][1][-1]} is outside 0..624"
+    return None
 
 
 def restore(state: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from .errors import CheckpointError
+from .shapes import short
 
 ROLLOUT_CACHE_VERSION = "v2.1"
 VERSION_KEY = b"verl.rollout_cache.version"
@@ -77,7 +78,7 @@ def write(
 def check_version(found: str | None, where: str) -> None:
     if found != ROLLOUT_CACHE_VERSION:
         raise CheckpointError(
-            f"Rollout cache version mismatch: expected {ROLLOUT_CACHE_VERSION}, got {found} ({where})"
+            f"Rollout cache version mismatch: expected {ROLLOUT_CACHE_VERSION}, got {short(found)} ({where})"
         )
 
 
@@ -85,9 +86,17 @@ def read(directory: Path, files: list[str]) -> pa.Table:
     """Concatenate the given shard files, checking each file's own version stamp."""
     tables = []
     for name in files:
-        with pa.memory_map(str(directory / name), "r") as source:
-            table = pa.ipc.open_file(source).read_all()
+        try:
+            with pa.memory_map(str(directory / name), "r") as source:
+                table = pa.ipc.open_file(source).read_all()
+        except (OSError, pa.ArrowException) as exc:
+            raise CheckpointError(f"unreadable rollout cache file rollout_cache/{name}: "
+                                  f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}") from None
         raw = (table.schema.metadata or {}).get(VERSION_KEY)
         check_version(raw.decode() if raw else None, f"rollout_cache/{name}")
         tables.append(table.replace_schema_metadata(None))
-    return pa.concat_tables(tables) if tables else pa.table({})
+    try:
+        return pa.concat_tables(tables) if tables else pa.table({})
+    except pa.ArrowException as exc:
+        raise CheckpointError(f"rollout cache shards in {directory.parent.name} have different columns "
+                              f"({type(exc).__name__})") from None

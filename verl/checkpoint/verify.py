@@ -11,25 +11,42 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import layout
+from . import layout, rng
 from .errors import CheckpointError
 from .rollout_cache import check_version
+from .safe_load import METADATA_FILE, load_metadata
+from .shapes import COMPLETE_SCHEMA, META_SCHEMA, shape_error, short
 
 FORMAT_VERSION = 1
 DCP_PART_VERSION = "dcp-1"
+MAX_JSON_BYTES = 256 * 1024**2  # meta.json of a big run with a large `extra` is a few MB
 
 
 def _read_json(path: Path, what: str) -> Any:
+    name = f"{path.parent.name}/{path.name}"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise CheckpointError(f"unreadable {what} {name}: larger than {MAX_JSON_BYTES} bytes")
+        return json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"missing {what}: {path}") from None
+    except RecursionError:
+        raise CheckpointError(f"unreadable {what} {name}: nested too deep") from None
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"unreadable {what} {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        raise CheckpointError(f"unreadable {what} {name}: {type(exc).__name__}: {exc}".splitlines()[0][:200]) from None
+
+
+def _shape(doc: Any, schema: dict[str, Any], where: str) -> None:
+    problem = shape_error(doc, schema)
+    if problem is not None:
+        raise CheckpointError(f"malformed {where}: {problem}")
 
 
 def verify(ckpt: str | Path, check_checksums: bool = True) -> dict[str, Any]:
-    """Return the parsed meta.json of a valid checkpoint, or raise a one-line ``CheckpointError``."""
+    """Return the parsed meta.json of a valid checkpoint, or raise a one-line ``CheckpointError``.
+
+    Also reads every DCP part's ``.metadata`` through the restricted unpickler, so a checkpoint that
+    verifies is one that ``load`` and ``digest`` can open without running anything."""
     ckpt = Path(ckpt)
     name = ckpt.name
     if not ckpt.is_dir():
@@ -39,42 +56,55 @@ def verify(ckpt: str | Path, check_checksums: bool = True) -> dict[str, Any]:
             f"incomplete checkpoint {name}: completion marker {layout.MARKER} missing (the save was interrupted)"
         )
     marker = _read_json(ckpt / layout.MARKER, "completion marker")
+    _shape(marker, COMPLETE_SCHEMA, f"{name}/{layout.MARKER}")
     meta = _read_json(ckpt / layout.META, "meta.json")
     if not isinstance(meta, dict):
         raise CheckpointError(f"meta mismatch: {name}/meta.json is not a JSON object")
 
     got = meta.get("format_version")
     if got != FORMAT_VERSION:
-        raise CheckpointError(f"Checkpoint format version mismatch in {name}/meta.json: expected {FORMAT_VERSION}, got {got}")
+        raise CheckpointError(f"Checkpoint format version mismatch in {name}/meta.json: expected {FORMAT_VERSION}, "
+                              f"got {short(got)}")
     parts = meta.get("parts")
-    if not isinstance(parts, dict):
-        raise CheckpointError(f"meta mismatch: {name}/meta.json has no 'parts'")
+    if not isinstance(parts, dict) or not all(isinstance(v, dict) for v in parts.values()):
+        raise CheckpointError(f"meta mismatch: {name}/meta.json has no 'parts' mapping of part -> {{version, path}}")
     for part, info in sorted(parts.items()):
         if part == "rollout_cache":
             check_version(info.get("version"), f"{name}/meta.json")
         elif info.get("version") != DCP_PART_VERSION:
             raise CheckpointError(
-                f"{part} shard format version mismatch in {name}/meta.json: "
-                f"expected {DCP_PART_VERSION}, got {info.get('version')}"
+                f"{short(part)} shard format version mismatch in {name}/meta.json: "
+                f"expected {DCP_PART_VERSION}, got {short(info.get('version'))}"
             )
 
     meta_sha = hashlib.sha256((ckpt / layout.META).read_bytes()).hexdigest()
-    if marker.get("meta_sha256") != meta_sha:
+    if marker["meta_sha256"] != meta_sha:
         raise CheckpointError(f"checksum mismatch in {name}/meta.json (does not match {layout.MARKER})")
+    _shape(meta, META_SCHEMA, f"{name}/meta.json")
     step = layout.step_of(ckpt)
-    if meta.get("global_step") != step:
-        raise CheckpointError(f"meta mismatch: {name}/meta.json says global_step {meta.get('global_step')}")
-    world = meta.get("world_size")
-    if not isinstance(world, int) or world < 1 or len(meta.get("rng", [])) != world:
+    if meta["global_step"] != step or marker["global_step"] != step:
+        raise CheckpointError(f"meta mismatch: {name}/meta.json says global_step {meta['global_step']}, "
+                              f"{layout.MARKER} says {marker['global_step']}")
+    world = meta["world_size"]
+    if len(meta["rng"]) != world:
         raise CheckpointError(f"meta mismatch: {name}/meta.json has world_size {world} but RNG states for "
-                              f"{len(meta.get('rng', []))} ranks")
+                              f"{len(meta['rng'])} ranks")
+    for r, state in enumerate(meta["rng"]):
+        problem = rng.check(state)
+        if problem:
+            raise CheckpointError(f"malformed {name}/meta.json: rng[{r}].{problem}")
 
-    files: dict[str, dict[str, Any]] = meta.get("manifest", {})
+    files: dict[str, dict[str, Any]] = meta["manifest"]
     for part, info in sorted(parts.items()):
-        if part != "rollout_cache" and f"{info['path']}/.metadata" not in files:
-            raise CheckpointError(f"meta mismatch: manifest of {name} lacks {info['path']}/.metadata")
+        if info["path"] != part:
+            raise CheckpointError(f"meta mismatch: {name}/meta.json part {short(part)} has path {short(info['path'])}")
+        if part != "rollout_cache" and f"{part}/.metadata" not in files:
+            raise CheckpointError(f"meta mismatch: manifest of {name} lacks {part}/.metadata")
         if part == "rollout_cache":
             for shard in info.get("shards", []):
+                if shard["rank"] >= world:
+                    raise CheckpointError(f"meta mismatch: {name} rollout shard {shard['file']} names rank "
+                                          f"{shard['rank']} of a {world}-rank run")
                 if f"rollout_cache/{shard['file']}" not in files:
                     raise CheckpointError(f"meta mismatch: manifest of {name} lacks rollout_cache/{shard['file']}")
     for rel, entry in sorted(files.items()):
@@ -85,4 +115,7 @@ def verify(ckpt: str | Path, check_checksums: bool = True) -> dict[str, Any]:
             check_checksums and layout.sha256_file(path) != entry["sha256"]
         ):
             raise CheckpointError(f"checksum mismatch in {name}/{rel}")
+    for part in sorted(parts):
+        if part != "rollout_cache":
+            load_metadata(ckpt / part / METADATA_FILE)
     return meta

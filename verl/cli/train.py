@@ -3,7 +3,8 @@
     verl-train --config ppo_tiny --metrics-port 8000 trainer.total_steps=40 kl_coef=0.2
     torchrun --nproc-per-node 2 -m verl.cli.train --config ppo_tiny
 
-Bad input (unknown key, wrong type, missing dataset, busy port) exits 2 with one line, no traceback.
+Bad input (unknown key, wrong type, missing dataset, busy port, no checkpoint to ``--resume`` from) exits 2
+with one line, no traceback.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-host", default=None, help="bind address of the endpoint (default 127.0.0.1)")
     p.add_argument("--metrics-interval", type=float, default=None, help="framework metrics period, seconds")
     p.add_argument("--checkpoint-dir", default=None, help="where checkpoints go")
-    p.add_argument("--resume", action="store_true", help="resume from the newest complete checkpoint")
+    resume = p.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true",
+                        help="resume from the newest complete checkpoint; exit 2 when there is none")
+    resume.add_argument("--resume-or-start", action="store_true",
+                        help="resume when a complete checkpoint exists, else start from step 0 (for supervisors)")
     p.add_argument("--offload_reward_to_cpu", "--offload-reward-to-cpu", action="store_true",
                    help="place the reward model on CPU (same as offload_reward_to_cpu=true)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
@@ -47,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port {args.metrics_port} is not a port; use 0-65535")
+        if (args.resume or args.resume_or_start) and not args.checkpoint_dir:
+            raise ConfigError("--resume needs --checkpoint-dir DIR (the directory holding global_step_<N>/)")
         config = load_config(args.config, overrides)
         if config.metrics.port is not None:
             check_port_free(config.metrics.host, config.metrics.port)
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         url = trainer.start_metrics_server()
         if url:
             print(f"metrics: {url}", flush=True)
-        trainer.train(resume_from_checkpoint=args.resume)
+        trainer.train(resume_from_checkpoint=args.resume or args.resume_or_start, resume_or_start=args.resume_or_start)
     except (ConfigError, PortInUseError) as exc:
         print(f"verl-train: error: {exc}", file=sys.stderr)
         return 2

@@ -307,10 +307,13 @@ class RLTrainer:
         return h.hexdigest()
 
     # ---- the loop -------------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: bool = False) -> TrainResult:
+    def train(self, resume_from_checkpoint: bool = False, resume_or_start: bool = False) -> TrainResult:
+        """``resume_from_checkpoint``: continue from the newest complete checkpoint, and raise
+        ``ConfigError`` when there is none (a mistyped directory must not silently start over);
+        ``resume_or_start`` also allows that fresh start."""
         cfg = self.config
         if resume_from_checkpoint:
-            self._resume()
+            self._resume(resume_or_start)
         log.info("rank=%d step=%d initial param_sha256=%s", self.ctx.rank, self.global_step, self.param_digest())
         url = self.server.url if self.server else None
         result = TrainResult(steps=0, metrics_url=url)
@@ -342,15 +345,23 @@ class RLTrainer:
             where = f"checkpoint global_step_{self.global_step} written; fix it, then --resume"
         raise TrainingStopped(f"{self._stop_reason} ({where})")
 
-    def _resume(self) -> None:
+    def _resume(self, start_if_missing: bool = False) -> None:
+        step = None
         if self.checkpointer is not None:
             step = self.checkpointer.resume(self)
-            log.info("resumed from step %s", step) if step is not None else log.info("no checkpoint: fresh start")
-            return
-        if self.checkpoint_dir and glob.glob(str(self.checkpoint_dir / "global_step_*")):
+        elif self.checkpoint_dir and glob.glob(str(self.checkpoint_dir / "global_step_*")):
             raise ConfigError(f"--resume: checkpoints exist in '{self.checkpoint_dir}' but checkpoint support "
                               "(verl.checkpoint) is not installed; refusing to start over silently")
-        log.info("resume requested, no checkpoint found: fresh start")
+        if step is not None:
+            log.info("resumed from step %s", step)
+            return
+        if not start_if_missing:
+            found = sorted(glob.glob(str(self.checkpoint_dir / "global_step_*"))) if self.checkpoint_dir else []
+            hint = (f"{len(found)} global_step_* dir(s) there lack the COMPLETE marker; check them with verl-ckpt list"
+                    if found else "check --checkpoint-dir")
+            raise ConfigError(f"--resume: no complete checkpoint in '{self.checkpoint_dir}' ({hint}); "
+                              "pass --resume-or-start to start from step 0 instead")
+        log.info("resume requested, no checkpoint found in %s: fresh start (--resume-or-start)", self.checkpoint_dir)
 
     def step(self) -> StepStats:
         cfg, clock = self.config, self.clock

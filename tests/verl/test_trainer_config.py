@@ -45,7 +45,7 @@ def test_dotted_overrides_are_typed() -> None:
 @pytest.mark.parametrize(("overrides", "needle"), [
     (["trainer.totl_steps=3"], "unknown config key 'trainer.totl_steps'"),
     (["kl_coef=abc"], "config key 'kl_coef' must be float"),
-    (["kl_coef=nan"], "config key 'kl_coef' must be float"),
+    (["kl_coef=nan"], "config key 'kl_coef' must be a finite number"),
     (["trainer.total_steps=2.5"], "config key 'trainer.total_steps' must be int"),
     (["data.pin_memory=maybe"], "config key 'data.pin_memory' must be bool"),
     (["rollout_buffer_eviction_policy=lifo"], "rollout_buffer_eviction_policy"),

@@ -8,17 +8,19 @@ checkpoint, the file and the JSON path, instead of a ``KeyError`` deep in the lo
 
 from __future__ import annotations
 
-import reprlib
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from verl.config.safe_yaml import short
+
 _U32 = {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}
 _NUM = {"type": "number"}
 _B64 = {"type": "string", "pattern": r"^[A-Za-z0-9+/]*={0,2}$", "maxLength": 1 << 20}
 # a path relative to the checkpoint directory: no absolute paths, no "..", no empty segments
-_REL_PATH = {"type": "string", "pattern": r"^(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$",
+_REL_PATH = {"description": "a path inside the checkpoint directory (no '..', not absolute)",
+             "type": "string", "pattern": r"^(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$",
              "maxLength": 512}
 
 COMPLETE_SCHEMA: dict[str, Any] = {
@@ -26,7 +28,7 @@ COMPLETE_SCHEMA: dict[str, Any] = {
     "required": ["global_step", "meta_sha256"],
     "properties": {
         "global_step": {"type": "integer", "minimum": 0},
-        "meta_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "meta_sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "64 lowercase hex digits"},
     },
 }
 
@@ -52,7 +54,7 @@ _SHARD = {
     "type": "object",
     "required": ["file", "rows", "bytes", "t_min", "t_max", "rank"],
     "properties": {
-        "file": {"type": "string", "pattern": r"^rank\d+-\d+\.arrow$"},
+        "file": {"type": "string", "pattern": r"^rank\d+-\d+\.arrow$", "description": "a file name rank<R>-<K>.arrow"},
         "rows": {"type": "integer", "minimum": 0},
         "bytes": {"type": "integer", "minimum": 0},
         "t_min": {"anyOf": [{"type": "null"}, _NUM]},
@@ -86,7 +88,8 @@ META_SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "required": ["sha256", "bytes"],
-                "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$",
+                                          "description": "64 lowercase hex digits"},
                                "bytes": {"type": "integer", "minimum": 0}},
             },
         },
@@ -97,17 +100,7 @@ META_SCHEMA: dict[str, Any] = {
     },
 }
 
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 80
 _VALIDATORS = {id(s): Draft202012Validator(s) for s in (COMPLETE_SCHEMA, META_SCHEMA, RNG_SCHEMA)}
-
-
-def short(value: Any, limit: int = 80) -> str:
-    """The value cut to ``limit`` characters: an error line must not print a whole hostile value. A
-    printable string is shown bare (``got v2.0``), anything else as its ``repr`` (one line either way)."""
-    # reprlib bounds the work too (at most a few items per container, a few levels deep)
-    text = value[: limit + 1] if isinstance(value, str) and value[: limit + 1].isprintable() else _REPR.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def shape_error(doc: Any, schema: dict[str, Any]) -> str | None:
@@ -120,6 +113,8 @@ def shape_error(doc: Any, schema: dict[str, Any]) -> str | None:
     if err.validator in ("required",):
         missing = [k for k in expected if not (isinstance(err.instance, dict) and k in err.instance)]
         return f"{where}: missing key {missing[0]!r}" if missing else f"{where}: missing key"
+    if isinstance(err.schema, dict) and "description" in err.schema:
+        return f"{where}: expected {err.schema['description']}, got {short(err.instance)}"
     if err.validator in ("type", "enum", "const", "minimum", "maximum", "pattern", "minItems", "maxItems", "maxLength"):
         return f"{where}: expected {err.validator} {short(expected, 60)}, got {short(err.instance)}"
     return f"{where}: {err.validator} check failed on {short(err.instance)}"

@@ -107,7 +107,7 @@ class TrainerCheckpointer:
             raise ResumeError(f"cannot resume from {self.manager.root}: {exc}") from None
         if loaded is None:
             return None
-        where = f"cannot resume from {loaded.path.name}"
+        where = f"cannot resume from {self.manager.root}: {loaded.path.name}"
         if not isinstance(loaded.extra.get("trainer"), dict) or not isinstance(loaded.extra.get("buffer", {}), dict):
             raise ResumeError(f"{where}: meta.json extra.trainer/extra.buffer are not mappings")
         state = dict(loaded.extra["trainer"])

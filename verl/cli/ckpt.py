@@ -25,11 +25,13 @@ def _target(directory: Path) -> Path:
 
 
 def _list(directory: Path) -> int:
+    """Exit 2 when a checkpoint that claims to be complete does not verify: scripts must notice."""
     if not directory.is_dir():
         raise CheckpointError(f"{directory} is not a directory (pass a checkpoint root)")
     steps = list_steps(directory)
     if not steps:
         print(f"no checkpoints under {directory}")
+    invalid = []
     for step, path in steps:
         if not layout.is_complete(path):
             status = "incomplete"
@@ -39,8 +41,12 @@ def _list(directory: Path) -> int:
                 status = "complete"
             except CheckpointError as exc:
                 status = f"invalid: {exc}"
+                invalid.append(f"{path.name}: {exc}")
         size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         print(f"step={step}\t{status}\t{size / 1e6:.1f} MB\t{path}")
+    if invalid:
+        more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
+        raise CheckpointError(f"invalid checkpoint {invalid[0]}{more}")
     return 0
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import os
 import types
 import typing
 from pathlib import Path
 from typing import Any, Union
 
-import yaml
-
+from verl.config.checks import CHOICES, RANGES
+from verl.config.safe_yaml import UnsafeYAML, did_you_mean, load_yaml_file, load_yaml_text, short
 from verl.config.schema import Config
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -54,19 +56,23 @@ def load_config(name_or_path: str | Path | None = None, overrides: typing.Sequen
     if name_or_path is not None:
         path = resolve_config_path(str(name_or_path))
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"{path}{where}: not valid YAML; fix the syntax") from None
+            loaded = load_yaml_file(path)
+        except UnsafeYAML as exc:
+            raise ConfigError(str(exc)) from None
+        except OSError as exc:
+            raise ConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections and keys")
         raw = loaded or {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override '{item}' is not key=value (e.g. trainer.total_steps=40)")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
+            raise ConfigError(f"override {short(item)!r} is not key=value (e.g. trainer.total_steps=40)")
+        try:
+            parsed = load_yaml_text(value, f"override {short(key.strip(), 60)}") if value.strip() else None
+        except UnsafeYAML as exc:
+            raise ConfigError(str(exc)) from None
+        _set_dotted(raw, key.strip(), parsed)
     config = _build(Config, raw, prefix="")
     validate(config)
     return config
@@ -78,22 +84,21 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override '{key}': '{part}' is a value, not a section")
+            raise ConfigError(f"override '{short(key, 60)}': '{short(part, 40)}' is a value, not a section")
         node = child
     node[parts[-1]] = value
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"config key '{prefix.rstrip('.')}' must be a section (mapping), got {raw!r}")
+        raise ConfigError(f"config key '{prefix.rstrip('.')}' must be a section (mapping), got {short(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
         if key not in fields:
-            known = ", ".join(sorted(fields))
-            raise ConfigError(f"unknown config key '{dotted}'; known keys here: {known}")
+            raise ConfigError(f"unknown config key '{short(str(dotted), 80)}'; {did_you_mean(str(key), fields)}")
         kwargs[key] = _coerce(hints[key], value, dotted)
     return cls(**kwargs)
 
@@ -111,7 +116,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
-            raise ConfigError(f"config key '{key}' must be a list, got {value!r}")
+            raise ConfigError(f"config key '{key}' must be a list, got {short(value)}")
         return [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if hint is bool:
         if isinstance(value, bool):
@@ -120,28 +125,24 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif hint is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            with contextlib.suppress(OverflowError):  # a 400-digit int is not a float
+                number = float(value)
+        elif isinstance(value, str):
             # YAML 1.1 reads "1e9" (no dot) as a string; a user who wrote it meant the number
             with contextlib.suppress(ValueError):
-                if (number := float(value)) == number:  # but not "nan"
-                    return number
+                number = float(value)
+        if number is not None and math.isfinite(number):
+            return number
+        if number is not None or isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be a finite number, got {short(value)}")
     elif hint is str:
         if isinstance(value, str):
             return value
     else:  # pragma: no cover - schema uses only the types above
         raise ConfigError(f"config key '{key}' has an unsupported type {hint}")
-    raise ConfigError(f"config key '{key}' must be {hint.__name__}, got {value!r}")
-
-
-_CHOICES = {
-    "rollout_buffer_eviction_policy": ("fifo", "priority"),
-    "algorithm.kl_penalty": ("kl", "abs", "mse", "low_var_kl"),
-    "algorithm.kl_ctrl": ("fixed", "adaptive"),
-    "rollout.engine": ("hf", "vllm"),
-    "trainer.dist_backend": ("auto", "gloo", "nccl"),
-}
+    raise ConfigError(f"config key '{key}' must be {hint.__name__}, got {short(value)}")
 
 
 def get_dotted(config: Config, key: str) -> Any:
@@ -152,33 +153,32 @@ def get_dotted(config: Config, key: str) -> Any:
 
 
 def validate(config: Config) -> None:
-    """Value checks the type system cannot express."""
-    for key, choices in _CHOICES.items():
+    """Value checks the type system cannot express: the ``checks.RANGES``/``CHOICES`` tables, then
+    the few rules that relate two keys."""
+    for key, choices in CHOICES.items():
         if get_dotted(config, key) not in choices:
-            raise ConfigError(f"config key '{key}' must be one of {', '.join(choices)}, got {get_dotted(config, key)!r}")
-    positive = ("trainer.total_steps", "data.batch_size", "actor.ppo_mini_batch_size", "actor.ppo_epochs",
-                "actor.micro_batches", "critic.micro_batches", "rollout.response_length", "reward_batch_size",
-                "metrics.data_interval_steps", "rollout.worker_chunk_size", "faults.critic_oom_repeat",
-                "data.max_response_tokens")
-    for key in positive:
-        if get_dotted(config, key) < 1:
-            raise ConfigError(f"config key '{key}' must be >= 1, got {get_dotted(config, key)}")
-    for key in ("rollout_worker_num", "rollout.prefetch_batches", "rollout.oom_backoff_steps", "faults.checkpoint_write_delay_s",
-                "faults.reward_hang_seconds"):
-        if get_dotted(config, key) < 0:
-            raise ConfigError(f"config key '{key}' must be >= 0, got {get_dotted(config, key)}")
-    if config.data.guard_step_seconds <= 0:
-        raise ConfigError("config key 'data.guard_step_seconds' must be > 0")
-    if config.rollout_buffer_max_size == 0 or config.rollout_buffer_max_size < -1:
+            raise ConfigError(f"config key '{key}' must be one of {', '.join(choices)}, got {short(get_dotted(config, key))}")
+    for key, allowed in RANGES.items():
+        value = get_dotted(config, key)
+        for i, item in enumerate(value if isinstance(value, list) else [value]):
+            if item is not None and not allowed.admits(item):
+                where = f"{key}[{i}]" if isinstance(value, list) else key
+                raise ConfigError(f"config key '{where}' must be {allowed.describe()}, got {short(item)}")
+    if config.rollout_buffer_max_size == 0:
         raise ConfigError("config key 'rollout_buffer_max_size' must be > 0, or -1 for unbounded")
-    if config.kl_coef < 0:
-        raise ConfigError(f"config key 'kl_coef' must be >= 0, got {config.kl_coef}")
-    if config.rollout.temperature <= 0:
-        raise ConfigError("config key 'rollout.temperature' must be > 0")
     if config.data.persistent_workers and config.data.num_workers == 0:
         raise ConfigError("config key 'data.persistent_workers' needs data.num_workers > 0")
-    if not 0 < config.faults.throughput_drop_factor <= 1:
-        raise ConfigError("config key 'faults.throughput_drop_factor' must be in (0, 1]")
+    if config.metrics.api_token_env is not None:
+        if config.metrics.api_token is not None:
+            raise ConfigError("config keys 'metrics.api_token' and 'metrics.api_token_env' are exclusive; keep one")
+        env = config.metrics.api_token_env
+        if not os.environ.get(env, "").strip():
+            raise ConfigError(f"config key 'metrics.api_token_env': environment variable {short(env, 60)} is unset "
+                              "or empty; export the token")
+        config.metrics.api_token = os.environ[env].strip()
+    if config.metrics.api_token is not None and not config.metrics.api_token.strip():
+        raise ConfigError("config key 'metrics.api_token' is empty; give a token, or remove the key to leave "
+                          "/api/v1/reward_outliers open")
 
 
 def to_dict(config: Config) -> dict[str, Any]:

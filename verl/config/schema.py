@@ -239,6 +239,10 @@ class MetricsConfig:
     """Compute verl_layer_kl (logit-lens KL per layer) each step."""
     outliers_top_k: int = 3
     """Prompts returned by /api/v1/reward_outliers."""
+    api_token: str | None = None
+    """Bearer token /api/v1/reward_outliers requires (null: open). /metrics and /healthz stay open for scrapers."""
+    api_token_env: str | None = None
+    """Name of an environment variable holding that token (keeps it out of the YAML and the command line)."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ the same port also serves the two JSON routes, and a busy port must surface as a
 from __future__ import annotations
 
 import errno
+import hmac
 import json
 import socket
 import threading
@@ -46,8 +47,9 @@ def _bind_error(exc: OSError, host: str, port: int) -> PortInUseError:
 
 class MetricsServer:
     def __init__(self, registry: CollectorRegistry, host: str, port: int,
-                 health: Callable[[], dict[str, Any]], outliers: Callable[[int], list[dict]]) -> None:
-        handler = _make_handler(registry, health, outliers)
+                 health: Callable[[], dict[str, Any]], outliers: Callable[[int], list[dict]],
+                 api_token: str | None = None) -> None:
+        handler = _make_handler(registry, health, outliers, api_token)
         try:
             self.httpd = ThreadingHTTPServer((host, port), handler)
         except OSError as exc:
@@ -68,10 +70,18 @@ class MetricsServer:
 
 
 def _make_handler(registry: CollectorRegistry, health: Callable[[], dict[str, Any]],
-                  outliers: Callable[[int], list[dict]]) -> type[BaseHTTPRequestHandler]:
+                  outliers: Callable[[int], list[dict]], api_token: str | None) -> type[BaseHTTPRequestHandler]:
+    expected = f"Bearer {api_token}".encode() if api_token else None
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             url = urlparse(self.path)
+            # /api/* returns prompt text, so it can require a token; /metrics and /healthz stay open for
+            # scrapers (the monitor's API works the same way)
+            if url.path.startswith("/api/") and expected is not None and not hmac.compare_digest(
+                    self.headers.get("Authorization", "").encode(), expected):
+                self._json(401, {"error": "missing or wrong bearer token (Authorization: Bearer ...)"})
+                return
             if url.path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif url.path == "/healthz":

@@ -239,7 +239,7 @@ class RLTrainer:
         if port is None or not self.ctx.is_node_main:
             return None
         self.server = MetricsServer(self.registry.registry, host, port, self.health,
-                                    lambda k: self.outliers.top(k))
+                                    lambda k: self.outliers.top(k), api_token=self.config.metrics.api_token)
         self.sampler = Sampler(self.hardware, self.config.metrics.hardware_interval_s, self.config.metrics.interval_s,
                                [self._refresh_framework])
         self.sampler.start()

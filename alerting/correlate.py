@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jinja2 import TemplateError
 
 from alerting.config import ConfigError, parse_duration
 from alerting.model import SEVERITIES, Alert, alert_from_json
+from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 from alerting.templates import sandbox
 
 _ENV = sandbox()
@@ -53,34 +53,65 @@ class CorrelationRule:
             return False
 
 
+RULE_KEYS = {"name", "severity", "window", "all_of", "any_of", "min_any", "join", "summary", "root_cause",
+             "suggestion", "runbook", "when"}
+
+
+def _names(value: Any, key: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{key}: expected a list of names, got {short(value)}")
+    return list(value)
+
+
 def load_rules(paths: list[Path]) -> list[CorrelationRule]:
     rules: dict[str, CorrelationRule] = {}
     for path in paths:
         try:
-            raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: cannot read correlation rules ({type(exc).__name__}); fix the file") from None
+            raw = load_yaml_file(path, "correlation rules") or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read correlation rules ({exc.strerror}); fix the path") from None
+        except UnsafeYAML as exc:
+            raise ConfigError(str(exc)) from None
+        if not isinstance(raw, dict) or not isinstance(raw.get("rules") or [], list):
+            raise ConfigError(f"{path}: correlation rules must be a mapping with a 'rules:' list "
+                              "(rules: [{name: ..., all_of: [...]}]), got a top-level " + type(raw).__name__)
+        bad = unknown_key(raw, {"rules"})
+        if bad:
+            raise ConfigError(f"{path}: unknown key {bad[0]!r}; {bad[1]}")
         for i, r in enumerate(raw.get("rules") or []):
             key = f"{path}: rules[{i}]"
             if not isinstance(r, dict) or not r.get("name"):
                 raise ConfigError(f"{key}.name: required key is missing")
+            bad = unknown_key(r, RULE_KEYS)
+            if bad:
+                raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
             sev = str(r.get("severity", "P1"))
             if sev not in SEVERITIES:
-                raise ConfigError(f"{key}.severity: {sev!r} is not one of {', '.join(SEVERITIES)}")
-            all_of, any_of = list(r.get("all_of") or []), list(r.get("any_of") or [])
+                raise ConfigError(f"{key}.severity: {short(sev)!r} is not one of {', '.join(SEVERITIES)}")
+            all_of, any_of = _names(r.get("all_of"), f"{key}.all_of"), _names(r.get("any_of"), f"{key}.any_of")
             if not all_of and not any_of:
                 raise ConfigError(f"{key}: give all_of and/or any_of member alertnames")
+            try:
+                min_any = int(number(r.get("min_any", 1 if any_of else 0), f"{key}.min_any", integer=True,
+                                     lo=0, hi=len(any_of)))
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            window_s = parse_duration(r.get("window", "2m"), f"{key}.window")
+            if not 0 < window_s < float("inf"):
+                raise ConfigError(f"{key}.window: must be a duration > 0, got {short(r.get('window'))}")
             rule = CorrelationRule(
-                name=str(r["name"]), severity=sev, window_s=parse_duration(r.get("window", "2m"), f"{key}.window"),
-                all_of=all_of, any_of=any_of, min_any=int(r.get("min_any", 1 if any_of else 0)),
-                join=list(r.get("join") or ["cluster", "node"]),
+                name=str(r["name"]), severity=sev, window_s=window_s,
+                all_of=all_of, any_of=any_of, min_any=min_any,
+                join=_names(r.get("join"), f"{key}.join") or ["cluster", "node"],
                 **{k: str(r.get(k) or "") for k in ("summary", "root_cause", "suggestion", "runbook", "when")},
             )
             for k in ("root_cause", "suggestion"):
                 try:
                     _ENV.from_string(getattr(rule, k))
                 except TemplateError as exc:
-                    raise ConfigError(f"{key}.{k}: template error: {exc}") from None
+                    raise ConfigError(f"{key}.{k}: template error: {short(str(exc), 120)}") from None
             rules[rule.name] = rule  # a later file overrides a default rule of the same name
     return list(rules.values())
 

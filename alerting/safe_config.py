@@ -56,7 +56,7 @@ def load_yaml_text(text: str, source: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UnsafeYAML(f"{source}{where}: invalid YAML ({short(str(problem), 120)})") from None
+        raise UnsafeYAML(f"{source}{where}: not valid YAML ({short(str(problem), 120)}); fix the syntax") from None
     except RecursionError:
         raise UnsafeYAML(f"{source}: YAML nested too deep; flatten the file") from None
     except (ValueError, OverflowError) as exc:  # constructors: a 5000-digit int, a 13th month in a date

@@ -1,9 +1,10 @@
-"""Daemon config (YAML). Every error is one line naming the key and the fix.
+"""Daemon config (YAML). Every error is one line naming the key and the fix; unknown keys at any level
+are errors with a did-you-mean, every duration must be > 0, numbers finite and in range.
 
 ```yaml
 cluster: llama3-1k-gpu            # `cluster` label on every alert (default "default")
 listen: 127.0.0.1:9105            # own /metrics, /healthz, JSON API; 127.0.0.1 unless you say otherwise
-bearer_token_env: MONITOR_TOKEN   # or bearer_token: ...; required on /api/* when set
+bearer_token_env: MONITOR_TOKEN   # or bearer_token: ...; required on /api/* when set (empty: an error)
 state_db: ./verl-monitor/state.db # alert states (SQLite WAL); plots go to <state_db dir>/plots
 external_url: http://mon:9105     # how links to plots are written (default http://<listen>)
 eval_interval: 500ms
@@ -11,7 +12,8 @@ rules: [my-rules.yaml]            # default: monitor/rules/default.yaml
 notify_config: alerting.yaml      # alerting.engine config; omit to only record alerts
 reward_outliers: true             # attach the trainer's top-3 anomalous prompts to RewardDistributionDrift
 targets:                          # Prometheus/OpenMetrics text endpoints
-  - {name: trainer, url: "http://127.0.0.1:8000/metrics", node: gpu-08, job: verl, interval: 5s, timeout: 3s}
+  - {name: trainer, url: "http://127.0.0.1:8000/metrics", node: gpu-08, job: verl, interval: 5s, timeout: 3s,
+     api_token_env: TRAINER_TOKEN}  # sent to the trainer's /api/v1/reward_outliers (its metrics.api_token)
   - {name: dcgm, url: "http://127.0.0.1:9400/metrics", job: dcgm}
 prometheus:                       # optional: query a Prometheus server instead of / besides scraping
   {url: "http://127.0.0.1:9090", queries: ['{__name__=~"verl_.*|DCGM_FI_.*"}'], step: 15s, interval: 1m, chunk: 1h, lookback: 10m}
@@ -33,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 from monitor.durations import DurationError, parse_duration
 from monitor.sources.prom_text import Target
 from monitor.store import StoreLimits
@@ -43,6 +44,16 @@ TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
             "console"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
+# allowed keys of each nested section (an unknown key is an error with a did-you-mean)
+SECTION_KEYS = {
+    "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env"},
+    "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
+    "jsonl": {"path", "node"},
+    "dmon": {"path", "command", "node"},
+    "nvml": {"enabled", "interval"},
+    "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after"},
+}
+MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 
 
 class ConfigError(ValueError):
@@ -89,6 +100,7 @@ class MonitorConfig:
     limits: StoreLimits = field(default_factory=StoreLimits)
     console: bool | None = None  # None: print alerts to stdout when they are not sent anywhere
     from_file: bool = True  # False for `verl-monitor run` without --config
+    target_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # target name -> trainer API token
 
     def fix(self, key: str) -> str:
         """Where the user changes ``key``: the config file, or a flag / the working directory without one."""
@@ -141,117 +153,181 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
 
 
 def _dur(raw: Any, key: str) -> float:
+    """A duration > 0 and finite: 0 makes a loop spin, a negative or NaN one never ends."""
     try:
-        return parse_duration(raw, key)
+        seconds = parse_duration(raw, key)
     except DurationError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(f"{key}: expected a duration like 30s, 5m, 1h, got {short(raw)}") from exc
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(f"{key}: must be a duration > 0 (e.g. 500ms, 5s), got {short(raw)}")
+    return seconds
+
+
+def _section(raw: Any, key: str, hint: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{key}: expected a mapping like {hint}, got {short(raw)}")
+    bad = unknown_key(raw, SECTION_KEYS[key.split("[")[0]])
+    if bad:
+        raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
+    return raw
+
+
+def _list(raw: Any, key: str) -> list[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{key}: expected a list, got {short(raw)}")
+    return raw
+
+
+def _text(raw: Any, key: str) -> str:
+    if not isinstance(raw, (str, int, float)) or isinstance(raw, bool) or raw == "":
+        raise ConfigError(f"{key}: expected a non-empty string, got {short(raw)}")
+    return str(raw)
+
+
+def _flag(raw: Any, key: str) -> bool:
+    if not isinstance(raw, bool):
+        raise ConfigError(f"{key}: expected true or false, got {short(raw)}")
+    return raw
+
+
+def _int(raw: Any, key: str, lo: int = 1) -> int:
+    try:
+        return int(number(raw, key, integer=True, lo=lo))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _token(doc: dict[str, Any], key: str) -> str | None:
+    """``bearer_token`` or ``bearer_token_env`` (``api_token``/``api_token_env`` on targets): an empty
+    token is an error, never "auth off" (leave the key out for that)."""
+    name = key.rsplit(".", 1)[-1]
+    value_key, env_key = (("bearer_token", "bearer_token_env") if name == "bearer_token" else
+                          ("api_token", "api_token_env"))
+    prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    if value_key in doc and env_key in doc:
+        raise ConfigError(f"{prefix}{value_key}/{env_key}: give one of them, not both")
+    if env_key in doc:
+        env = _text(doc[env_key], f"{prefix}{env_key}")
+        token = os.environ.get(env, "").strip()
+        if not token:
+            raise ConfigError(f"{prefix}{env_key}: environment variable {short(env, 60)} is unset or empty; export it")
+        return token
+    if value_key in doc:
+        raw = doc[value_key]
+        if not isinstance(raw, str) or not raw.strip():
+            raise ConfigError(f"{prefix}{value_key}: empty or not a string; give a token, or remove the key to "
+                              "turn authentication off")
+        return raw.strip()
+    return None
 
 
 def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
     if not isinstance(raw, str) or not raw:
-        raise ConfigError(f"{key}: expected a file path string, got {raw!r}")
+        raise ConfigError(f"{key}: expected a file path string, got {short(raw)}")
     p = Path(raw) if Path(raw).is_absolute() else base / raw
     if must_exist and not p.is_file():
-        raise ConfigError(f"{key}: file {p} does not exist; fix the path")
+        raise ConfigError(f"{key}: file {short(str(p), 120)} does not exist; fix the path")
     return p
 
 
 def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
-    text = str(raw)
+    text = str(raw) if isinstance(raw, (str, int)) else ""
     host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{key}: expected host:port like 127.0.0.1:9105, got {text!r}")
+    if not host or not port.isdigit() or len(port) > 5 or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key}: expected host:port like 127.0.0.1:9105 (port 0-65535), got {short(raw)}")
     return host.strip("[]"), int(port)
 
 
 def load_config(path: str | Path) -> MonitorConfig:
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        doc = load_yaml_file(path)
     except OSError as exc:
         raise ConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    except UnsafeYAML as exc:
+        raise ConfigError(str(exc)) from None
+    doc = {} if doc is None else doc
     if not isinstance(doc, dict):
         raise ConfigError(f"config {path}: expected a mapping of settings at the top level")
-    unknown = set(doc) - TOP_KEYS
-    if unknown:
-        raise ConfigError(f"config {path}: unknown key {sorted(unknown)[0]!r}; allowed: {', '.join(sorted(TOP_KEYS))}")
+    bad = unknown_key(doc, TOP_KEYS)
+    if bad:
+        raise ConfigError(f"config {path}: unknown key {bad[0]!r}; {bad[1]}")
+    try:
+        return _parse(doc, path)
+    except ConfigError as exc:
+        raise ConfigError(f"config {path}: {exc}") from None
+
+
+def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     base = path.parent
     cfg = MonitorConfig(path=path)
-    cfg.cluster = str(doc.get("cluster", "default"))
+    cfg.cluster = _text(doc.get("cluster", "default"), "cluster")
     if "listen" in doc:
         cfg.host, cfg.port = parse_listen(doc["listen"])
-    if doc.get("bearer_token_env"):
-        cfg.bearer_token = os.environ.get(str(doc["bearer_token_env"]))
-        if not cfg.bearer_token:
-            raise ConfigError(f"bearer_token_env: environment variable {doc['bearer_token_env']} is not set; export it")
-    elif doc.get("bearer_token"):
-        cfg.bearer_token = str(doc["bearer_token"])
+    cfg.bearer_token = _token(doc, "bearer_token")
     if "state_db" in doc:
         cfg.state_db = _path(base, doc["state_db"], "state_db")
     else:
         cfg.state_db = base / "verl-monitor" / "state.db"
-    cfg.external_url = doc.get("external_url")
+    if doc.get("external_url") is not None:
+        cfg.external_url = _text(doc["external_url"], "external_url")
     cfg.eval_interval = _dur(doc.get("eval_interval", 0.5), "eval_interval")
-    rules = doc.get("rules") or []
-    if not isinstance(rules, list):
-        raise ConfigError("rules: expected a list of rules YAML files")
-    cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(rules)]
+    cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(_list(doc.get("rules"), "rules"))]
     if doc.get("notify_config"):
         cfg.notify_config = _path(base, doc["notify_config"], "notify_config", must_exist=True)
-    cfg.reward_outliers = bool(doc.get("reward_outliers", True))
+    cfg.reward_outliers = _flag(doc.get("reward_outliers", True), "reward_outliers")
     if "console" in doc:
-        if not isinstance(doc["console"], bool):
-            raise ConfigError(f"console: expected true or false, got {doc['console']!r}")
-        cfg.console = doc["console"]
+        cfg.console = _flag(doc["console"], "console")
     names: set[str] = set()
-    for i, raw in enumerate(doc.get("targets") or []):
+    for i, raw in enumerate(_list(doc.get("targets"), "targets")):
         key = f"targets[{i}]"
-        if not isinstance(raw, dict) or not isinstance(raw.get("url"), str):
+        raw = _section(raw, key, "{url: http://host:port/metrics, ...}")
+        if not isinstance(raw.get("url"), str):
             raise ConfigError(f"{key}.url: expected {{url: http://host:port/metrics, ...}}")
         if not raw["url"].startswith(("http://", "https://")):
-            raise ConfigError(f"{key}.url: {raw['url']!r} must start with http:// or https://")
-        extra = set(raw) - {"name", "url", "node", "job", "interval", "timeout"}
-        if extra:
-            raise ConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: name, url, node, job, interval, timeout")
-        name = str(raw.get("name") or raw["url"])
+            raise ConfigError(f"{key}.url: {short(raw['url'])!r} must start with http:// or https://")
+        name = _text(raw.get("name") or raw["url"], f"{key}.name")
         if name in names:
-            raise ConfigError(f"{key}.name: duplicate target name {name!r}; names must be unique")
+            raise ConfigError(f"{key}.name: duplicate target name {short(name)!r}; names must be unique")
         names.add(name)
         interval = _dur(raw.get("interval", 5), f"{key}.interval")
         timeout = _dur(raw.get("timeout", min(interval, 3.0)), f"{key}.timeout")
-        if interval <= 0 or timeout <= 0:
-            raise ConfigError(f"{key}.interval/timeout: must be > 0")
-        cfg.targets.append(Target(name, raw["url"], raw.get("node"), str(raw.get("job", "verl")), interval, timeout))
+        node = _text(raw["node"], f"{key}.node") if raw.get("node") is not None else None
+        cfg.targets.append(Target(name, raw["url"], node, _text(raw.get("job", "verl"), f"{key}.job"), interval, timeout))
+        token = _token(raw, f"{key}.api_token")
+        if token:
+            cfg.target_tokens[name] = token
     if doc.get("prometheus"):
-        p = doc["prometheus"]
-        if not isinstance(p, dict) or not isinstance(p.get("url"), str):
+        p = _section(doc["prometheus"], "prometheus", "{url: http://host:9090, queries: [...]}")
+        if not isinstance(p.get("url"), str) or not p["url"].startswith(("http://", "https://")):
             raise ConfigError("prometheus.url: expected {url: http://host:9090, queries: [...]}")
-        queries = p.get("queries") or ['{__name__=~"verl_.*|DCGM_FI_.*|up"}']
+        queries = _list(p.get("queries"), "prometheus.queries") or ['{__name__=~"verl_.*|DCGM_FI_.*|up"}']
         cfg.prometheus = PromAPIConfig(
-            p["url"].rstrip("/"), [str(q) for q in queries], _dur(p.get("step", 15), "prometheus.step"),
+            p["url"].rstrip("/"), [_text(q, f"prometheus.queries[{i}]") for i, q in enumerate(queries)],
+            _dur(p.get("step", 15), "prometheus.step"),
             _dur(p.get("interval", 60), "prometheus.interval"), _dur(p.get("chunk", 3600), "prometheus.chunk"),
             _dur(p.get("lookback", 600), "prometheus.lookback"), _dur(p.get("timeout", 10), "prometheus.timeout"))
+        if cfg.prometheus.chunk / cfg.prometheus.step > MAX_POINTS_PER_QUERY:
+            raise ConfigError(f"prometheus.step: {short(p.get('step'))} over a chunk of {cfg.prometheus.chunk:g}s is "
+                              f"more than {MAX_POINTS_PER_QUERY} points per series; raise step or lower chunk")
     for key in ("jsonl", "dmon"):
-        for i, raw in enumerate(doc.get(key) or []):
-            if not isinstance(raw, dict) or not (raw.get("path") or (key == "dmon" and raw.get("command"))):
+        for i, raw in enumerate(_list(doc.get(key), key)):
+            raw = _section(raw, f"{key}[{i}]", "{path: FILE, node: NAME}")
+            if not (raw.get("path") or (key == "dmon" and raw.get("command"))):
                 raise ConfigError(f"{key}[{i}].path: expected {{path: FILE, node: NAME}}")
+            command = [_text(c, f"{key}[{i}].command") for c in _list(raw.get("command"), f"{key}[{i}].command")]
             src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
-                                   [str(c) for c in raw.get("command") or []] or None, raw.get("node"))
+                                   command or None,
+                                   _text(raw["node"], f"{key}[{i}].node") if raw.get("node") is not None else None)
             getattr(cfg, key).append(src)
-    nv = doc.get("nvml") or {}
-    if not isinstance(nv, dict):
-        raise ConfigError("nvml: expected {enabled: true, interval: 5s}")
-    cfg.nvml = bool(nv.get("enabled", False))
+    nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
+    cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")
     cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")
-    lim = doc.get("limits") or {}
-    if not isinstance(lim, dict):
-        raise ConfigError("limits: expected a mapping (max_series, max_series_per_metric, capacity, stale_after)")
-    try:
-        cfg.limits = StoreLimits(int(lim.get("capacity", 4096)), int(lim.get("max_series", 20000)),
-                                 int(lim.get("max_series_per_metric", 2000)),
-                                 _dur(lim.get("stale_after", 300), "limits.stale_after"))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"limits: expected integers for capacity/max_series/max_series_per_metric ({exc})") from exc
+    lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")
+    cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
+                             _int(lim.get("max_series", 20000), "limits.max_series"),
+                             _int(lim.get("max_series_per_metric", 2000), "limits.max_series_per_metric"),
+                             _dur(lim.get("stale_after", 300), "limits.stale_after"))
     return cfg

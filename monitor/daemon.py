@@ -104,7 +104,9 @@ class Daemon:
                 continue
             base = str(httpx.URL(tg.url).copy_with(path="/api/v1/reward_outliers", query=b"k=3"))
             try:
-                doc = httpx.get(base, timeout=min(tg.timeout, 2.0)).json()
+                token = self.config.target_tokens.get(tg.name)
+                headers = {"Authorization": f"Bearer {token}"} if token else None
+                doc = httpx.get(base, timeout=min(tg.timeout, 2.0), headers=headers).json()
             except (httpx.HTTPError, ValueError):
                 continue
             items = doc.get("outliers", doc.get("data", [])) if isinstance(doc, dict) else doc

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jinja2 import TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from alerting.model import SEVERITIES
+from alerting.safe_config import UnsafeYAML, load_yaml_file
 from monitor import durations
 from monitor.detectors import registry
 from monitor.selectors import Selector, SelectorError, parse_selector
@@ -160,11 +160,11 @@ def _rule(raw: Any, where: str) -> Rule:
 def load_rules(path: str | Path) -> list[Rule]:
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = load_yaml_file(path, "rules file")  # no aliases, UTF-8 only: the file may be hostile
     except OSError as exc:
         raise RuleError(f"rules file {path}: cannot read ({exc.strerror}); check the path") from exc
-    except yaml.YAMLError as exc:
-        raise RuleError(f"rules file {path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    except UnsafeYAML as exc:
+        raise RuleError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
         raise RuleError(f"rules file {path}: expected a top-level 'rules:' list")
     return [_rule(r, f"{path}: rules[{i}]") for i, r in enumerate(doc["rules"])]

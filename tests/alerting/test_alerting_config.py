@@ -59,5 +59,5 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("receivers: [\n")
-    with pytest.raises(ConfigError, match="bad.yaml.*invalid YAML"):
+    with pytest.raises(ConfigError, match="bad.yaml.*not valid YAML"):
         load_config(bad)

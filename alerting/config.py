@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from alerting.matchers import Matcher, parse_matcher
+from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 
 RECEIVER_TYPES = ("dingtalk", "wecom", "feishu", "webhook", "alertmanager")
 LANGS = ("en", "zh-CN")
@@ -19,6 +18,16 @@ DEFAULT_RULES = Path(__file__).parent / "rules" / "correlation.yaml"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# allowed keys per section: anything else is an error with a did-you-mean (a typo such as `routes:`
+# for `route:` would otherwise be ignored silently)
+TOP_KEYS = {"receivers", "route", "inhibit_rules", "correlation", "outbox", "monitor_url", "runbook_base_url"}
+RECEIVER_KEYS = {"name", "type", "url", "secret", "secret_env", "mentions", "template", "lang", "timeout",
+                 "send_resolved", "resend_interval"}
+ROUTE_KEYS = {"receiver", "group_by", "group_wait", "group_interval", "repeat_interval", "matchers", "continue",
+              "routes"}
+INHIBIT_KEYS = {"source_matchers", "target_matchers", "equal"}
+CORRELATION_KEYS = {"rules_files", "include_defaults"}
+OUTBOX_KEYS = {"backoff_initial", "backoff_max", "jitter", "seed"}
 
 
 class ConfigError(Exception):
@@ -30,14 +39,43 @@ def parse_duration(value: Any, key: str) -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {value!r}")
     if isinstance(value, (int, float)):
-        if value < 0:
-            raise ConfigError(f"{key}: duration must not be negative, got {value!r}")
+        if not 0 <= value < float("inf"):
+            raise ConfigError(f"{key}: duration must be finite and not negative, got {short(value)}")
         return float(value)
-    text = str(value).strip()
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {short(value)}")
+    text = value.strip()
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {value!r}")
-    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {short(value)}")
+    total = sum(float(n) * _UNIT_S[u] for n, u in parts)
+    if total == float("inf"):
+        raise ConfigError(f"{key}: duration too large, got {short(value)}")
+    return total
+
+
+def positive_duration(value: Any, key: str) -> float:
+    """A duration > 0: a zero interval makes a loop spin."""
+    seconds = parse_duration(value, key)
+    if seconds <= 0:
+        raise ConfigError(f"{key}: must be a duration > 0 (e.g. 30s), got {short(value)}")
+    return seconds
+
+
+def _mapping(value: Any, key: str, allowed: set[str], hint: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a mapping ({hint}), got {short(value)}")
+    bad = unknown_key(value, allowed)
+    if bad:
+        raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
+    return value
+
+
+def _num(value: Any, key: str, **bounds: Any) -> float:
+    try:
+        return number(value, key, **bounds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def expand_env(value: Any, key: str) -> Any:
@@ -122,7 +160,7 @@ def _str_list(value: Any, key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-        raise ConfigError(f"{key}: expected a list of strings")
+        raise ConfigError(f"{key}: expected a list of strings, got {short(value)}")
     return [str(v) for v in value]
 
 
@@ -132,38 +170,33 @@ def _matchers(value: Any, key: str) -> list[Matcher]:
         try:
             out.append(parse_matcher(text))
         except ValueError as exc:
-            raise ConfigError(f"{key}[{i}]: {exc}") from None
+            raise ConfigError(f"{key}[{i}]: {short(str(exc), 120)}") from None
     return out
 
 
 def _receiver(d: Any, key: str) -> ReceiverConfig:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{key}: expected a mapping with name, type and url")
+    d = _mapping(d, key, RECEIVER_KEYS, "name, type and url")
     name, kind = str(_req(d, "name", key)), str(_req(d, "type", key))
     if kind not in RECEIVER_TYPES:
-        raise ConfigError(f"{key}.type: {kind!r} is not one of {', '.join(RECEIVER_TYPES)}")
+        raise ConfigError(f"{key}.type: {short(kind)!r} is not one of {', '.join(RECEIVER_TYPES)}")
     url = str(_req(d, "url", key))
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"{key}.url: must start with http:// or https://")
     secret = d.get("secret")
-    if d.get("secret_env"):
+    if "secret" in d and (not isinstance(secret, str) or not secret.strip()):
+        # an empty secret would silently turn signing off
+        raise ConfigError(f"{key}.secret: empty or not a string; give the robot's secret, or remove the key")
+    if "secret_env" in d:
         env = str(d["secret_env"])
-        if env not in os.environ:
-            raise ConfigError(f"{key}.secret_env: environment variable {env} is not set; export it")
+        if not os.environ.get(env, "").strip():
+            raise ConfigError(f"{key}.secret_env: environment variable {short(env, 60)} is unset or empty; export it")
         secret = os.environ[env]
     lang = str(d.get("lang", "en"))
     if lang not in LANGS:
-        raise ConfigError(f"{key}.lang: {lang!r} is not one of {', '.join(LANGS)}")
-    unknown = set(d) - {"name", "type", "url", "secret", "secret_env", "mentions", "template", "lang",
-                        "timeout", "send_resolved", "resend_interval"}
-    if unknown:
-        raise ConfigError(f"{key}: unknown key(s) {', '.join(sorted(unknown))}")
+        raise ConfigError(f"{key}.lang: {short(lang)!r} is not one of {', '.join(LANGS)}")
     resend = None
     if kind == "alertmanager":
-        resend = parse_duration(d.get("resend_interval", "1m"), f"{key}.resend_interval")
-        if resend <= 0:
-            raise ConfigError(f"{key}.resend_interval: must be > 0 (Alertmanager resolves alerts that are "
-                              "not re-posted); the default is 1m")
+        resend = positive_duration(d.get("resend_interval", "1m"), f"{key}.resend_interval")
     elif "resend_interval" in d:
         raise ConfigError(f"{key}.resend_interval: only for type alertmanager; chat receivers repeat "
                           "with route.repeat_interval")
@@ -171,18 +204,13 @@ def _receiver(d: Any, key: str) -> ReceiverConfig:
         name=name, type=kind, url=url, secret=str(secret) if secret else None,
         mentions=_str_list(d.get("mentions"), f"{key}.mentions"),
         template=str(d["template"]) if d.get("template") else None, lang=lang,
-        timeout_s=parse_duration(d.get("timeout", "5s"), f"{key}.timeout"),
+        timeout_s=positive_duration(d.get("timeout", "5s"), f"{key}.timeout"),
         send_resolved=bool(d.get("send_resolved", True)), resend_interval_s=resend,
     )
 
 
 def _route(d: Any, key: str, parent: RouteConfig | None, path: str) -> RouteConfig:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{key}: expected a mapping")
-    unknown = set(d) - {"receiver", "group_by", "group_wait", "group_interval", "repeat_interval", "matchers",
-                        "continue", "routes"}
-    if unknown:
-        raise ConfigError(f"{key}: unknown key(s) {', '.join(sorted(unknown))}")
+    d = _mapping(d, key, ROUTE_KEYS, "receiver, group_by, matchers, routes, ...")
     if parent is None and not d.get("receiver"):
         raise ConfigError(f"{key}.receiver: the root route needs a receiver")
 
@@ -195,9 +223,9 @@ def _route(d: Any, key: str, parent: RouteConfig | None, path: str) -> RouteConf
         (list(parent.group_by) if parent else ["alertname", "cluster", "node"]),
         group_wait_s=parse_duration(d["group_wait"], f"{key}.group_wait") if "group_wait" in d else
         inherit("group_wait_s", 30.0),
-        group_interval_s=parse_duration(d["group_interval"], f"{key}.group_interval") if "group_interval" in d
+        group_interval_s=positive_duration(d["group_interval"], f"{key}.group_interval") if "group_interval" in d
         else inherit("group_interval_s", 300.0),
-        repeat_interval_s=parse_duration(d["repeat_interval"], f"{key}.repeat_interval")
+        repeat_interval_s=positive_duration(d["repeat_interval"], f"{key}.repeat_interval")
         if "repeat_interval" in d else inherit("repeat_interval_s", 4 * 3600.0),
         matchers=_matchers(d.get("matchers"), f"{key}.matchers"),
         continue_=bool(d.get("continue", False)),
@@ -221,6 +249,9 @@ def _check_receivers(route: RouteConfig, receivers: dict[str, ReceiverConfig], k
 def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> AlertingConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a YAML mapping with receivers and route")
+    bad = unknown_key(raw, TOP_KEYS)
+    if bad:
+        raise ConfigError(f"{source}: unknown key {bad[0]!r}; {bad[1]}")
     raw = expand_env(raw, "")
     recv_list = raw.get("receivers")
     if not isinstance(recv_list, list) or not recv_list:
@@ -229,51 +260,59 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
     for i, r in enumerate(recv_list):
         rc = _receiver(r, f"receivers[{i}]")
         if rc.name in receivers:
-            raise ConfigError(f"receivers[{i}].name: duplicate receiver name {rc.name!r}")
+            raise ConfigError(f"receivers[{i}].name: duplicate receiver name {short(rc.name)!r}")
         receivers[rc.name] = rc
     route = _route(raw.get("route") or {"receiver": next(iter(receivers))}, "route", None, "0")
     _check_receivers(route, receivers, "route")
     inhibit = []
-    for i, r in enumerate(raw.get("inhibit_rules") or []):
+    inhibit_raw = raw.get("inhibit_rules") or []
+    if not isinstance(inhibit_raw, list):
+        raise ConfigError(f"inhibit_rules: expected a list of rules, got {short(inhibit_raw)}")
+    for i, r in enumerate(inhibit_raw):
         key = f"inhibit_rules[{i}]"
-        if not isinstance(r, dict):
-            raise ConfigError(f"{key}: expected a mapping with source_matchers, target_matchers, equal")
+        r = _mapping(r, key, INHIBIT_KEYS, "source_matchers, target_matchers, equal")
         inhibit.append(InhibitRule(_matchers(r.get("source_matchers"), f"{key}.source_matchers"),
                                    _matchers(r.get("target_matchers"), f"{key}.target_matchers"),
                                    _str_list(r.get("equal"), f"{key}.equal")))
-    corr = raw.get("correlation") or {}
-    if not isinstance(corr, dict):
-        raise ConfigError("correlation: expected a mapping with rules_files and include_defaults")
-    files = [DEFAULT_RULES] if corr.get("include_defaults", True) else []
+    corr = _mapping(raw.get("correlation") or {}, "correlation", CORRELATION_KEYS, "rules_files, include_defaults")
+    include_defaults = corr.get("include_defaults", True)
+    if not isinstance(include_defaults, bool):
+        raise ConfigError(f"correlation.include_defaults: expected true or false, got {short(include_defaults)}")
+    files = [DEFAULT_RULES] if include_defaults else []
     for i, f in enumerate(_str_list(corr.get("rules_files"), "correlation.rules_files")):
         p = Path(f) if Path(f).is_absolute() or base_dir is None else base_dir / f
         if not p.is_file():
-            raise ConfigError(f"correlation.rules_files[{i}]: file {p} not found")
+            raise ConfigError(f"correlation.rules_files[{i}]: file {short(str(p), 120)} not found")
         files.append(p)
-    ob = raw.get("outbox") or {}
+    ob = _mapping(raw.get("outbox") or {}, "outbox", OUTBOX_KEYS, "backoff_initial, backoff_max, jitter, seed")
     outbox = OutboxConfig(
-        backoff_initial_s=parse_duration(ob.get("backoff_initial", "1s"), "outbox.backoff_initial"),
-        backoff_max_s=parse_duration(ob.get("backoff_max", "5m"), "outbox.backoff_max"),
-        jitter=float(ob.get("jitter", 0.2)), seed=int(ob.get("seed", 0)),
+        backoff_initial_s=positive_duration(ob.get("backoff_initial", "1s"), "outbox.backoff_initial"),
+        backoff_max_s=positive_duration(ob.get("backoff_max", "5m"), "outbox.backoff_max"),
+        jitter=float(_num(ob.get("jitter", 0.2), "outbox.jitter", lo=0, hi=1)),
+        seed=int(_num(ob.get("seed", 0), "outbox.seed", integer=True, lo=0)),
     )
-    runbook_base = str(raw.get("runbook_base_url") or "")
-    if runbook_base and not runbook_base.startswith(("http://", "https://")):
-        raise ConfigError(f"runbook_base_url: {runbook_base!r} must start with http:// or https://, e.g. "
+    if outbox.backoff_max_s < outbox.backoff_initial_s:
+        raise ConfigError(f"outbox.backoff_max: {short(ob.get('backoff_max'))} is shorter than backoff_initial")
+    monitor_url = raw.get("monitor_url", "")
+    if not isinstance(monitor_url, str):
+        raise ConfigError(f"monitor_url: expected a URL string, got {short(monitor_url)}")
+    runbook_base = raw.get("runbook_base_url") or ""
+    if not isinstance(runbook_base, str) or runbook_base and not runbook_base.startswith(("http://", "https://")):
+        raise ConfigError(f"runbook_base_url: {short(runbook_base)!r} must start with http:// or https://, e.g. "
                           "https://github.com/ORG/verl-ops/blob/main/")
-    return AlertingConfig(receivers, route, inhibit, files, outbox, str(raw.get("monitor_url", "")).rstrip("/"),
-                          runbook_base)
+    return AlertingConfig(receivers, route, inhibit, files, outbox, monitor_url.rstrip("/"), runbook_base)
 
 
 def load_config(path: str | Path) -> AlertingConfig:
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = load_yaml_file(p, "config")
     except FileNotFoundError:
         raise ConfigError(f"{p}: config file not found; pass an existing --config path") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}:{where} invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror}); check the --config path") from None
+    except UnsafeYAML as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return parse_config(raw, str(p), p.parent)
     except ConfigError as exc:

@@ -316,4 +316,4 @@ def load_config(path: str | Path) -> AlertingConfig:
     try:
         return parse_config(raw, str(p), p.parent)
     except ConfigError as exc:
-        raise ConfigError(f"{p}: {exc}") from None
+        raise ConfigError(str(exc) if str(exc).startswith(str(p)) else f"{p}: {exc}") from None

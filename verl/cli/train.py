@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from verl.config import ConfigError, TrainingStopped, load_config
 from verl.metrics.server import PortInUseError, check_port_free
@@ -33,6 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="place the reward model on CPU (same as offload_reward_to_cpu=true)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     return p
+
+
+def _require_checkpoint(checkpoint_dir: str) -> None:
+    """Fail in a second rather than after the model is built (the trainer checks again, fully). Globs by
+    hand: importing verl.checkpoint.layout would import torch through the package."""
+    steps = [d for d in Path(checkpoint_dir).glob("global_step_*") if d.is_dir()]
+    if not any((d / "COMPLETE").is_file() for d in steps):
+        hint = (f"{len(steps)} global_step_* dir(s) there lack the COMPLETE marker; check them with verl-ckpt list"
+                if steps else "check --checkpoint-dir")
+        raise ConfigError(f"--resume: no complete checkpoint in '{checkpoint_dir}' ({hint}); "
+                          "pass --resume-or-start to start from step 0 instead")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, overrides)
         if config.metrics.port is not None:
             check_port_free(config.metrics.host, config.metrics.port)
+        if args.resume:
+            _require_checkpoint(args.checkpoint_dir)
         if config.rollout_worker_num > 0 and config.rollout.engine == "hf":
             from verl.workers import start_worker_server
 

@@ -19,6 +19,7 @@ from verl.config.checks import CHOICES, RANGES
 from verl.config.safe_yaml import UnsafeYAML, did_you_mean, load_yaml_file, load_yaml_text, short
 from verl.config.schema import Config
 
+SECRETS = {"metrics.api_token", "metrics.api_token_env"}  # keys where null/"" is an error, not "off"
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
@@ -99,6 +100,9 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         dotted = f"{prefix}{key}"
         if key not in fields:
             raise ConfigError(f"unknown config key '{short(str(dotted), 80)}'; {did_you_mean(str(key), fields)}")
+        if dotted in SECRETS and (value is None or isinstance(value, str) and not value.strip()):
+            # leaving a token empty must not read as "authentication off": remove the key for that
+            raise ConfigError(f"config key '{dotted}' is empty; give a value, or remove the key")
         kwargs[key] = _coerce(hints[key], value, dotted)
     return cls(**kwargs)
 

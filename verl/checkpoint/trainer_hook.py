@@ -107,21 +107,21 @@ class TrainerCheckpointer:
             raise ResumeError(f"cannot resume from {self.manager.root}: {exc}") from None
         if loaded is None:
             return None
-        where = f"cannot resume from {self.manager.root}: {loaded.path.name}"
+        where = f"cannot resume from {self.manager.root}: {loaded.path.name}/"
         if not isinstance(loaded.extra.get("trainer"), dict) or not isinstance(loaded.extra.get("buffer", {}), dict):
-            raise ResumeError(f"{where}: meta.json extra.trainer/extra.buffer are not mappings")
+            raise ResumeError(f"{where}meta.json extra.trainer/extra.buffer are not mappings")
         state = dict(loaded.extra["trainer"])
         rows = loaded.rollout_cache.to_pylist() if loaded.rollout_cache is not None else []
         try:
             state["buffer"] = {**loaded.extra.get("buffer", {}), "items": _buffer_from_rows(rows)}
         except (KeyError, TypeError, ValueError) as exc:
-            raise ResumeError(f"{where}: rollout cache rows are malformed ({type(exc).__name__}: {short(str(exc))})") from None
+            raise ResumeError(f"{where}rollout_cache rows are malformed ({type(exc).__name__}: {short(str(exc))})") from None
         state["rng"] = rng_state()  # the manager already restored this rank's streams
         try:
             trainer.load_state_dict(state)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
             # extra is the trainer's own opaque state: its shape is checked by the code that reads it
-            raise ResumeError(f"{where}: meta.json extra.trainer is malformed "
+            raise ResumeError(f"{where}meta.json extra.trainer is malformed "
                               f"({type(exc).__name__}: {short(str(exc))})") from None
         return loaded.step
 

@@ -76,10 +76,13 @@ def load_yaml_file(path: str | Path, what: str = "config") -> Any:
     """Parse one YAML file safely; ``OSError`` (missing file...) is left to the caller, which knows
     which flag named the path."""
     p = Path(path)
-    size = p.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise UnsafeYAML(f"{what} {p}: {size} bytes, more than {MAX_CONFIG_BYTES}; is this the right file?")
-    return load_yaml_text(decode_utf8(p.read_bytes(), f"{what} {p}"), f"{what} {p}")
+    if p.exists() and not p.is_file():  # a FIFO or a device would block the read or never end
+        raise UnsafeYAML(f"{what} {p}: not a regular file; pass a YAML file")
+    with open(p, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UnsafeYAML(f"{what} {p}: more than {MAX_CONFIG_BYTES} bytes; is this the right file?")
+    return load_yaml_text(decode_utf8(data, f"{what} {p}"), f"{what} {p}")
 
 
 def did_you_mean(key: str, known: Iterable[str]) -> str:

@@ -160,3 +160,11 @@ def test_fuzz_parse_config(doc: dict) -> None:
         parse_config({**BASE, **doc} if "receivers" not in doc else doc)
     except ConfigError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 500
+
+
+def test_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(tmp_path / "fifo.yaml")

@@ -111,3 +111,11 @@ def test_fuzz_config_documents(tmp_path: Path, doc: dict) -> None:
         load_config(path)
     except ConfigError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 500
+
+
+def test_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(tmp_path / "fifo.yaml")

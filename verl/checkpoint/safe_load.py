@@ -79,6 +79,8 @@ def _refuse(path: Path, why: str) -> CheckpointError:
 def load_metadata(path: Path) -> Metadata:
     """Unpickle and shape-check one DCP ``.metadata`` file, or raise a one-line ``CheckpointError``."""
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block the read forever
+            raise _refuse(path, "not a regular file")
         size = path.stat().st_size
         if size > MAX_METADATA_BYTES:
             raise _refuse(path, f"{size} bytes, more than {MAX_METADATA_BYTES}")

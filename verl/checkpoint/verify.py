@@ -25,6 +25,8 @@ MAX_JSON_BYTES = 256 * 1024**2  # meta.json of a big run with a large `extra` is
 def _read_json(path: Path, what: str) -> Any:
     name = f"{path.parent.name}/{path.name}"
     try:
+        if path.exists() and not path.is_file():  # a FIFO would block the read forever
+            raise CheckpointError(f"unreadable {what} {name}: not a regular file")
         if path.stat().st_size > MAX_JSON_BYTES:
             raise CheckpointError(f"unreadable {what} {name}: larger than {MAX_JSON_BYTES} bytes")
         return json.loads(path.read_bytes().decode("utf-8"))

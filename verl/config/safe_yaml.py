@@ -61,10 +61,12 @@ def load_yaml_text(text: str, source: str) -> Any:
 
 
 def load_yaml_file(path: Path) -> Any:
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise UnsafeYAML(f"{path}: {size} bytes, more than {MAX_CONFIG_BYTES}; is this the right file?")
-    data = path.read_bytes()
+    if path.exists() and not path.is_file():  # a FIFO or a device would block the read or never end
+        raise UnsafeYAML(f"{path}: not a regular file; pass a YAML file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UnsafeYAML(f"{path}: more than {MAX_CONFIG_BYTES} bytes; is this the right file?")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

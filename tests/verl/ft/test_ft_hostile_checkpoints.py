@@ -224,3 +224,13 @@ def test_pickle_opcodes_that_reach_other_globals_are_refused(tmp_path: Path) -> 
     (tmp_path / "ok" / ".metadata").write_bytes(buf.getvalue())
     with pytest.raises(CheckpointError, match="top-level object is Size"):
         load_metadata(tmp_path / "ok" / ".metadata")
+
+
+@pytest.mark.parametrize("name", ["meta.json", "actor/.metadata"])
+def test_a_fifo_in_place_of_a_file_does_not_hang(ckpt: Path, name: str) -> None:
+    import os
+
+    (ckpt / name).unlink()
+    os.mkfifo(ckpt / name)
+    with pytest.raises(CheckpointError, match="not a regular file"):
+        verify(ckpt) if name == "meta.json" else load_metadata(ckpt / name)

@@ -168,3 +168,17 @@ def test_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo.yaml")
     with pytest.raises(ConfigError, match="not a regular file"):
         load_config(tmp_path / "fifo.yaml")
+
+
+@seed(13)
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(argv=st.lists(st.sampled_from(["test", "render", "--config", "--receiver", "--alert", "--lang", "zh-CN",
+                                      "/nonexistent.yaml", "ops", "-x", ""]), max_size=6))
+def test_fuzz_verl_alert_argv(argv: list[str]) -> None:
+    from alerting.cli import main as alert_main
+
+    try:
+        code = alert_main(argv)
+    except SystemExit as exc:  # argparse usage error
+        code = exc.code
+    assert code == 2

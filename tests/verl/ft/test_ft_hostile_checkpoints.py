@@ -234,3 +234,21 @@ def test_a_fifo_in_place_of_a_file_does_not_hang(ckpt: Path, name: str) -> None:
     os.mkfifo(ckpt / name)
     with pytest.raises(CheckpointError, match="not a regular file"):
         verify(ckpt) if name == "meta.json" else load_metadata(ckpt / name)
+
+
+@seed(13)
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=st.lists(st.sampled_from(["list", "verify", "digest", "CKPT", "ROOT", "FILE", "/nonexistent", "--x", "-h2",
+                                      ""]), max_size=3))
+def test_fuzz_verl_ckpt_argv(pristine: Path, tmp_path: Path, argv: list[str],
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "f").write_text("x")
+    paths = {"CKPT": str(pristine), "ROOT": str(pristine.parent), "FILE": str(tmp_path / "f")}
+    try:
+        code = ckpt_main([paths.get(a, a) for a in argv])
+    except SystemExit as exc:  # argparse usage error
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err
+    if code == 2 and not err.startswith("usage:"):
+        assert len(err.strip().splitlines()) == 1, err

@@ -1,12 +1,12 @@
 """``verl-monitor soak --duration SECONDS --output FILE``: fault-injection soak with effective training time.
 
     plan (seeded: about one fault per --fault-interval) -> supervisor: trainer incarnations, each with
-    the faults due before its SIGKILL, restarted with --resume -> monitor + robot stand-in (monitor.demo.Stack)
+    the faults due before its SIGKILL, restarted with --resume-or-start -> monitor + robot stand-in (monitor.demo.Stack)
     -> accounting: ETTR, faults recovered, prompts, expected alerts delivered, detection delay -> JSON
 
 Fault kinds: ``reward_hang`` (reward model hangs: timeouts, circuit breaker), ``worker_kill`` (SIGKILL of
 a rollout worker), ``critic_oom`` (critic update OOM: degraded mode), ``trainer_kill`` (SIGKILL of the
-whole trainer; the supervisor restarts it with ``--resume``). Faults are ``faults.*`` overrides at a
+whole trainer; the supervisor restarts it with ``--resume-or-start``). Faults are ``faults.*`` overrides at a
 step; the step for a planned time comes from the measured step rate.
 
 ETTR (Meta's definition): productive training time / wall time of the training job, from the first
@@ -238,7 +238,7 @@ class Soak:
                     inc.counters.update(self._prompt_counters())
                 if not inc.trainer.alive() and j.now() < end - 5:
                     code = inc.trainer.proc.returncode
-                    j.add("trainer", f"trainer exited with code {code}; restarting with --resume")
+                    j.add("trainer", f"trainer exited with code {code}; restarting with --resume-or-start")
                     inc.trainer.stop()
                     inc = self._launch(resume=True)
             inc.counters.update(self._prompt_counters())

@@ -47,6 +47,20 @@ def _require_checkpoint(checkpoint_dir: str) -> None:
                           "pass --resume-or-start to start from step 0 instead")
 
 
+def _precheck_checkpoint(checkpoint_dir: str) -> None:
+    """Structure, versions and DCP metadata of the checkpoint to resume, before transformers is imported
+    and models are built: a defective one fails in seconds. Checksums are left to the resume itself, so
+    a large checkpoint is hashed once."""
+    from verl.checkpoint import CheckpointError, latest_complete, verify
+
+    newest = latest_complete(checkpoint_dir)
+    if newest is not None:
+        try:
+            verify(newest, check_checksums=False)
+        except CheckpointError as exc:
+            raise ConfigError(f"cannot resume from {checkpoint_dir}: {exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -71,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             check_port_free(config.metrics.host, config.metrics.port)
         if args.resume:
             _require_checkpoint(args.checkpoint_dir)
+        if args.resume or args.resume_or_start:
+            _precheck_checkpoint(args.checkpoint_dir)
         if config.rollout_worker_num > 0 and config.rollout.engine == "hf":
             from verl.workers import start_worker_server
 

@@ -119,3 +119,41 @@ def test_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo.yaml")
     with pytest.raises(ConfigError, match="not a regular file"):
         load_config(tmp_path / "fifo.yaml")
+
+
+def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer's /api/v1/reward_outliers may require metrics.api_token; the monitor sends the target's."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from types import SimpleNamespace
+
+    from monitor.daemon import Daemon
+
+    seen: list[str] = []
+
+    class Trainer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.headers.get("Authorization", ""))
+            ok = self.headers.get("Authorization") == "Bearer t0k"
+            body = json.dumps({"outliers": [{"prompt": "p1", "reward": 9.5}]} if ok else {"error": "401"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trainer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("I13_TRAINER_TOKEN", "t0k")
+        cfg = load_config(write(tmp_path, BASE + f"targets: [{{name: trainer, url: 'http://127.0.0.1:{server.server_address[1]}"
+                                                 "/metrics', api_token_env: I13_TRAINER_TOKEN}]\n"))
+        candidate = SimpleNamespace(rule=SimpleNamespace(alert="RewardDistributionDrift"), labels={})
+        ann = Daemon._enrich(SimpleNamespace(config=cfg), candidate, {})
+        assert seen == ["Bearer t0k"] and ann["top_prompts"] == "9.5: p1"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -95,3 +95,17 @@ def test_resume_with_markers_removed_exits_2_and_keeps_the_steps(run: Path, caps
     code, line = resume(run, capsys)
     assert code == 2 and "1 global_step_* dir(s) there lack the COMPLETE marker" in line, line
     assert (run / "global_step_2" / "meta.json").is_file()
+
+
+def test_trainer_api_resume_is_strict_unless_resume_or_start(tmp_path: Path) -> None:
+    """``RLTrainer.train(resume_from_checkpoint=True)`` itself refuses to start over (not only the CLI)."""
+    from types import SimpleNamespace
+
+    from verl.config import ConfigError
+    from verl.trainer.ppo_trainer import RLTrainer
+
+    (tmp_path / "global_step_4").mkdir()  # a dir without its marker
+    fake = SimpleNamespace(checkpointer=SimpleNamespace(resume=lambda trainer: None), checkpoint_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"no complete checkpoint in .*1 global_step_\* dir\(s\) there lack"):
+        RLTrainer._resume(fake)
+    RLTrainer._resume(fake, start_if_missing=True)  # a fresh start, logged

@@ -223,6 +223,19 @@ def _token(doc: dict[str, Any], key: str) -> str | None:
     return None
 
 
+def _check_notify_config(path: Path) -> None:
+    """Parse the alerting config now, before the daemon's heavy imports: a bad notify config (an alias
+    bomb, a typo) then fails in a second like this file does. The engine parses it again when it starts."""
+    from alerting.config import ConfigError as AlertingConfigError
+    from alerting.config import load_config as load_alerting_config
+    from alerting.correlate import load_rules
+
+    try:
+        load_rules(load_alerting_config(path).correlation_files)
+    except AlertingConfigError as exc:
+        raise ConfigError(f"notify_config: {exc}") from None
+
+
 def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
     if not isinstance(raw, str) or not raw:
         raise ConfigError(f"{key}: expected a file path string, got {short(raw)}")
@@ -277,6 +290,7 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(_list(doc.get("rules"), "rules"))]
     if doc.get("notify_config"):
         cfg.notify_config = _path(base, doc["notify_config"], "notify_config", must_exist=True)
+        _check_notify_config(cfg.notify_config)
     cfg.reward_outliers = _flag(doc.get("reward_outliers", True), "reward_outliers")
     if "console" in doc:
         cfg.console = _flag(doc["console"], "console")

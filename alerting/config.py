@@ -196,7 +196,10 @@ def _receiver(d: Any, key: str) -> ReceiverConfig:
         raise ConfigError(f"{key}.lang: {short(lang)!r} is not one of {', '.join(LANGS)}")
     resend = None
     if kind == "alertmanager":
-        resend = positive_duration(d.get("resend_interval", "1m"), f"{key}.resend_interval")
+        resend = parse_duration(d.get("resend_interval", "1m"), f"{key}.resend_interval")
+        if resend <= 0:
+            raise ConfigError(f"{key}.resend_interval: must be > 0 (Alertmanager resolves alerts that are "
+                              "not re-posted); the default is 1m")
     elif "resend_interval" in d:
         raise ConfigError(f"{key}.resend_interval: only for type alertmanager; chat receivers repeat "
                           "with route.repeat_interval")

@@ -147,6 +147,7 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
         cfg.targets.append(tg)
     if notify_config is not None:
         cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
+        _check_notify_config(cfg.notify_config, "--notify-config")
     if listen is not None:
         cfg.host, cfg.port = parse_listen(listen, "--listen")
     return cfg
@@ -223,7 +224,7 @@ def _token(doc: dict[str, Any], key: str) -> str | None:
     return None
 
 
-def _check_notify_config(path: Path) -> None:
+def _check_notify_config(path: Path, key: str = "notify_config") -> None:
     """Parse the alerting config now, before the daemon's heavy imports: a bad notify config (an alias
     bomb, a typo) then fails in a second like this file does. The engine parses it again when it starts."""
     from alerting.config import ConfigError as AlertingConfigError
@@ -233,7 +234,7 @@ def _check_notify_config(path: Path) -> None:
     try:
         load_rules(load_alerting_config(path).correlation_files)
     except AlertingConfigError as exc:
-        raise ConfigError(f"notify_config: {exc}") from None
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:

@@ -15,7 +15,9 @@ targets:                          # Prometheus/OpenMetrics text endpoints
   - {name: dcgm, url: "http://127.0.0.1:9400/metrics", job: dcgm}
 prometheus:                       # optional: query a Prometheus server instead of / besides scraping
   {url: "http://127.0.0.1:9090", queries: ['{__name__=~"verl_.*|DCGM_FI_.*"}'], step: 15s, interval: 1m, chunk: 1h, lookback: 10m}
-jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output
+jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output; also total_steps
+                                                # (trainer.total_training_steps), down_after (10m),
+                                                # down_after_steps (3), export (re-export on /metrics)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
@@ -65,6 +67,14 @@ class FileSourceConfig:
     path: str | None = None
     command: list[str] | None = None
     node: str | None = None
+    # verl JSONL only: liveness (monitor/sources/verl_jsonl.py RunLiveness) and /metrics re-export
+    total_steps: int | None = None
+    down_after: float = 600.0
+    down_after_steps: float = 3.0
+    export: bool = False
+
+
+_JSONL_KEYS = {"path", "node", "total_steps", "down_after", "down_after_steps", "export"}
 
 
 @dataclass
@@ -164,6 +174,28 @@ def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _jsonl_options(src: FileSourceConfig, raw: dict, key: str) -> None:
+    extra = set(raw) - _JSONL_KEYS
+    if extra:
+        raise ConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: {', '.join(sorted(_JSONL_KEYS))}")
+    total = raw.get("total_steps")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 1):
+        raise ConfigError(f"{key}.total_steps: expected the run's trainer.total_training_steps (an integer >= 1), "
+                          f"got {total!r}")
+    src.total_steps = total
+    src.down_after = _dur(raw.get("down_after", 600), f"{key}.down_after")
+    if src.down_after <= 0:
+        raise ConfigError(f"{key}.down_after: must be > 0 (e.g. 10m)")
+    steps = raw.get("down_after_steps", 3)
+    if isinstance(steps, bool) or not isinstance(steps, int | float) or not 1 <= steps <= 1000:
+        raise ConfigError(f"{key}.down_after_steps: expected a number of steps in [1, 1000], got {steps!r}")
+    src.down_after_steps = float(steps)
+    export = raw.get("export", False)
+    if not isinstance(export, bool):
+        raise ConfigError(f"{key}.export: expected true or false, got {export!r}")
+    src.export = export
+
+
 def load_config(path: str | Path) -> MonitorConfig:
     path = Path(path)
     try:
@@ -239,6 +271,8 @@ def load_config(path: str | Path) -> MonitorConfig:
                 raise ConfigError(f"{key}[{i}].path: expected {{path: FILE, node: NAME}}")
             src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
                                    [str(c) for c in raw.get("command") or []] or None, raw.get("node"))
+            if key == "jsonl":
+                _jsonl_options(src, raw, f"jsonl[{i}]")
             getattr(cfg, key).append(src)
     nv = doc.get("nvml") or {}
     if not isinstance(nv, dict):

@@ -15,6 +15,7 @@ from typing import Any, Union
 
 import yaml
 
+from verl.config.aliases import AliasConflict, alias_key, apply_aliases
 from verl.config.schema import Config
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -62,11 +63,15 @@ def load_config(name_or_path: str | Path | None = None, overrides: typing.Sequen
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections and keys")
         raw = loaded or {}
+    try:
+        apply_aliases(raw)  # volcengine verl's spellings of shared keys (verl/config/aliases.py)
+    except AliasConflict as exc:
+        raise ConfigError(str(exc)) from None
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override '{item}' is not key=value (e.g. trainer.total_steps=40)")
-        _set_dotted(raw, key.strip(), yaml.safe_load(value) if value.strip() else None)
+        _set_dotted(raw, alias_key(key.strip()), yaml.safe_load(value) if value.strip() else None)
     config = _build(Config, raw, prefix="")
     validate(config)
     return config

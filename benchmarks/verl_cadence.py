@@ -34,7 +34,7 @@ ONSET = 100
 FAULTS = {"kl_drift": "KLDriftDetected", "memory_climb": "MemoryLeakSuspected", "healthy": None}
 
 
-def simulate(spec: RunSpec, rules: list[Rule], workdir: Path, total_known: bool, poll_s: float = 30.0,
+def simulate(spec: RunSpec, rules: list[Rule], workdir: Path, total_steps: int | None, poll_s: float = 30.0,
              after_s: float | None = None) -> tuple[list[tuple[float, dict[str, str]]], list[float]]:
     """(firing time, labels) of every alert, and the true record times."""
     records, times = generate(spec)
@@ -48,8 +48,7 @@ def simulate(spec: RunSpec, rules: list[Rule], workdir: Path, total_known: bool,
             fired.append((clock.now(), dict(r["labels"])))
 
     pipe = Pipeline(rules, clock, on_record=on_record)
-    tail = JsonlTail(path, "gpu-08", liveness=RunLiveness(spec.steps if total_known else None,
-                                                          writer_open=lambda: not writer.closed))
+    tail = JsonlTail(path, "gpu-08", liveness=RunLiveness(total_steps, writer_open=lambda: not writer.closed))
 
     def poll(now: float) -> None:
         clock.set(max(now, clock.now()))
@@ -82,7 +81,7 @@ def run_case(fault: str, algo: str, step_s: float, seed: int, rules: list[Rule],
                    kl_drift_at=ONSET if fault == "kl_drift" else None,
                    leak_at=ONSET if fault == "memory_climb" else None, leak_mb_per_min=20.0)
     started = time.process_time()
-    fired, times = simulate(spec, rules, workdir, total_known=algo == "ppo")
+    fired, times = simulate(spec, rules, workdir, total_steps=steps if algo == "ppo" else None)
     expected = FAULTS[fault]
     onset_t = times[ONSET - 1]
     hit = next((t for t, lab in fired if lab["alertname"] == expected and t >= onset_t), None) if expected else None

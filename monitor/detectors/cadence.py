@@ -18,8 +18,8 @@ from typing import Any
 
 from monitor.detectors.base import Detector, Finding
 
-_REBUILD_RATIO = 1.5   # re-size when a scaled window is off by more than this factor
-_MIN_INTERVALS = 3     # intervals seen before the steps count
+_REBUILD_RATIO = 1.25  # re-size when a scaled window is off by more than this factor
+_MIN_INTERVALS = 5     # intervals seen before the steps count
 
 
 class IntervalEstimate:

@@ -148,11 +148,13 @@ def writer_holds(path: Path) -> bool | None:
 class RunLiveness:
     """Is the run behind a JSONL file alive, finished, or down?
 
-    ``up`` is 1 while records keep arriving within ``max(down_after_s, down_after_steps x step
-    interval)``; after that the run is *finished* (quiet for good) when its last step reached
+    ``up`` is 1 while the file keeps growing within ``max(down_after_s, down_after_steps x step
+    interval)`` (the step interval being the larger of verl's own step time and the typical gap between
+    writes: 0.6-0.7 flush only every 8 KB, i.e. every few steps); after that the run is *finished* (quiet for good) when its last step reached
     ``total_steps`` or, with ``total_steps`` unknown, when no process holds the file open any more;
     otherwise it is *down* (0): stopped before its last step, or the writer is alive but stuck. A
-    file already idle that long when the monitor starts is not judged at all (``up`` is None).
+    file already idle that long when the monitor starts, or one without a record yet, is not judged
+    (``up`` is None).
     """
 
     def __init__(self, total_steps: int | None = None, down_after_s: float = 600.0, down_after_steps: float = 3.0,
@@ -164,18 +166,22 @@ class RunLiveness:
         self.last_arrival = -math.inf
         self.last_step: float | None = None
         self._intervals: deque[float] = deque(maxlen=16)
+        self._write_gaps: deque[float] = deque(maxlen=16)
         self._checked_at = -math.inf
         self._writer: bool | None = None
 
     def window(self) -> float:
         step = statistics.median(self._intervals) if self._intervals else 0.0
-        return max(self.down_after_s, self.down_after_steps * step)
+        writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
+        return max(self.down_after_s, self.down_after_steps * max(step, writes))
 
     def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
         """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
         self._intervals.extend(intervals)
         if step is not None:
             self.last_step = step
+        if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
+            self._write_gaps.append(arrival - self.last_arrival)
         self.last_arrival = max(self.last_arrival, arrival)
         if self.state != "waiting" and arrival >= self.last_arrival:
             self.state = "live"  # new records after a finish or an outage: a (re)started run
@@ -183,8 +189,8 @@ class RunLiveness:
     def up(self, now: float) -> float | None:
         if self.state == "waiting" and math.isfinite(self.last_arrival):
             self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"
-        if self.state in ("waiting", "idle_at_start"):
-            return None
+        if self.state in ("waiting", "idle_at_start") or self.last_step is None:
+            return None  # nothing to judge before the first record (model loading, compilation, 8 KB buffer)
         if self.state == "finished":
             return 1.0
         if self.total_steps is not None and self.last_step is not None and self.last_step >= self.total_steps:
@@ -355,7 +361,9 @@ class JsonlTail:
     def poll(self, now: float) -> SourceBatch:
         batch = SourceBatch(self.source)
         first_open = self._fh is None
+        offset_before = self._offset
         text = self._read(batch)
+        grew = self._offset != offset_before and not first_open
         lines = text.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted
@@ -396,8 +404,8 @@ class JsonlTail:
                 self._intervals.append(m.interval)
             self._t_last = max(self._t_last, t)
             last_step = m.step if m.step is not None else last_step
-        if stamped or (first_open and self._opened_mtime is not None):
-            arrival = self._opened_mtime if first_open and self._opened_mtime is not None else now
+        if stamped or grew or (first_open and self._opened_mtime is not None):
+            arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:

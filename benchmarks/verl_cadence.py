@@ -7,7 +7,7 @@ through the 8 KB text buffer, GRPO in 0.8's shape line by line), tails it with t
 ``JsonlTail`` (polled at every write and every 30 s of simulated time), feeds the default rules through
 the daemon's ``Pipeline`` and keeps polling for 2 h or 10 steps after the run ends (file closed; PPO
 runs give ``total_steps``, GRPO runs do not). Faults from step 100: reference KL rising 16x over 60
-steps, or GPU memory growing 20 MB/min. One JSON line per case: delay of the expected alert after the
+steps, GPU memory growing 20 MB/min, or each step taking twice as long (``perf/throughput`` halved). One JSON line per case: delay of the expected alert after the
 fault's onset in minutes and steps, and every other alert (a false alarm; a healthy run and its normal
 finish must have none). Last line: a summary.
 """
@@ -31,7 +31,8 @@ from monitor.rules import Rule, load_rule_files
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
 ONSET = 100
-FAULTS = {"kl_drift": "KLDriftDetected", "memory_climb": "MemoryLeakSuspected", "healthy": None}
+FAULTS = {"kl_drift": "KLDriftDetected", "memory_climb": "MemoryLeakSuspected", "throughput_halved": "ThroughputDrop",
+          "healthy": None}
 
 
 def simulate(spec: RunSpec, rules: list[Rule], workdir: Path, total_steps: int | None, poll_s: float = 30.0,
@@ -79,7 +80,8 @@ def run_case(fault: str, algo: str, step_s: float, seed: int, rules: list[Rule],
     steps = 240 if fault != "healthy" else 200
     spec = RunSpec(version=version, algo=algo, steps=steps, step_s=step_s, seed=seed,
                    kl_drift_at=ONSET if fault == "kl_drift" else None,
-                   leak_at=ONSET if fault == "memory_climb" else None, leak_mb_per_min=20.0)
+                   leak_at=ONSET if fault == "memory_climb" else None, leak_mb_per_min=20.0,
+                   throughput_drop_at=ONSET if fault == "throughput_halved" else None)
     started = time.process_time()
     fired, times = simulate(spec, rules, workdir, total_steps=steps if algo == "ppo" else None)
     expected = FAULTS[fault]

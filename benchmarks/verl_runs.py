@@ -40,6 +40,7 @@ class RunSpec:
     leak_mb_per_min: float = 0.0
     leak_at: int | None = None
     nan_at: int | None = None       # step whose actor/grad_norm is NaN
+    throughput_drop_at: int | None = None  # step from which generation takes twice as long
     test_freq: int = 10
     save_freq: int = 50
 
@@ -71,6 +72,8 @@ def generate(spec: RunSpec) -> tuple[list[dict], np.ndarray]:
     for i in range(n):
         step = i + 1
         dur = spec.step_s * float(np.exp(rng.normal(0, 0.05)))
+        if spec.throughput_drop_at is not None and step >= spec.throughput_drop_at:
+            dur *= 2.0  # the same tokens in twice the time: perf/throughput halves
         parts = {"gen": 0.45, "reward": 0.05, "old_log_prob": 0.08, "ref": 0.07, "adv": 0.01, "update_actor": 0.19}
         if ppo:
             parts.update(values=0.05, update_critic=0.10)

@@ -19,8 +19,8 @@ Guarantees (issue 12.5, 14.2):
   truncation (copytruncate, a verl restart) is noticed by size and by the file's first bytes; NUL
   padding left by copytruncate under a non-appending writer is stripped; a half-written last line waits
   for its newline; a line glued to a crashed writer's fragment is recovered from its own ``{``.
-- *The offset survives restarts*: ``state_file`` (JSON next to the monitor's state_db) keeps inode,
-  offset, head bytes and the last record time per path.
+- *The offset survives restarts*: an ``OffsetStore`` (the daemon's is ``jsonl-offsets.json`` next to its
+  state_db) keeps dev/inode, offset, head bytes and the last record time per path.
 - ``null``/NaN/Inf values are counted (``nonfinite_value``); a record with one in an ``actor/*`` or
   ``critic/*`` key counts as a non-finite step: ``verl_nonfinite_steps_total`` feeds NonFiniteGradients.
 
@@ -317,15 +317,16 @@ class JsonlTail:
             record = json.loads(line)
         except (ValueError, RecursionError):
             record = None
-            # a crashed writer's fragment glued to the next writer's first line: the outermost "{" that
-            # parses is that line's start
-            pos = line.find(b"{", 1)
-            while pos != -1:
+            # a crashed writer's fragment glued to the next writer's first line: the outermost '{"' that
+            # parses is that line's start (a few tries only: a garbage line must stay cheap)
+            pos, tries = line.find(b'{"', 1), 0
+            while pos != -1 and tries < 8:
+                tries += 1
                 try:
                     record = json.loads(line[pos:])
                     break
                 except (ValueError, RecursionError):
-                    pos = line.find(b"{", pos + 1)
+                    pos = line.find(b'{"', pos + 1)
             batch.error("malformed_json")
         if not isinstance(record, dict):
             if record is not None:

@@ -17,7 +17,8 @@ prometheus:                       # optional: query a Prometheus server instead 
   {url: "http://127.0.0.1:9090", queries: ['{__name__=~"verl_.*|DCGM_FI_.*"}'], step: 15s, interval: 1m, chunk: 1h, lookback: 10m}
 jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output; also total_steps
                                                 # (trainer.total_training_steps), down_after (10m),
-                                                # down_after_steps (3), export (re-export on /metrics)
+                                                # down_after_steps (3), export (re-export on /metrics),
+                                                # resolved_config (.hydra/config.yaml: values for runbooks)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
@@ -72,9 +73,10 @@ class FileSourceConfig:
     down_after: float = 600.0
     down_after_steps: float = 3.0
     export: bool = False
+    resolved_config: str | None = None  # the run's resolved verl config (Hydra's .hydra/config.yaml)
 
 
-_JSONL_KEYS = {"path", "node", "total_steps", "down_after", "down_after_steps", "export"}
+_JSONL_KEYS = {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"}
 
 
 @dataclass
@@ -174,7 +176,7 @@ def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _jsonl_options(src: FileSourceConfig, raw: dict, key: str) -> None:
+def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> None:
     extra = set(raw) - _JSONL_KEYS
     if extra:
         raise ConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: {', '.join(sorted(_JSONL_KEYS))}")
@@ -194,6 +196,8 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str) -> None:
     if not isinstance(export, bool):
         raise ConfigError(f"{key}.export: expected true or false, got {export!r}")
     src.export = export
+    if raw.get("resolved_config") is not None:
+        src.resolved_config = str(_path(base, raw["resolved_config"], f"{key}.resolved_config"))
 
 
 def load_config(path: str | Path) -> MonitorConfig:
@@ -272,7 +276,7 @@ def load_config(path: str | Path) -> MonitorConfig:
             src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
                                    [str(c) for c in raw.get("command") or []] or None, raw.get("node"))
             if key == "jsonl":
-                _jsonl_options(src, raw, f"jsonl[{i}]")
+                _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
     nv = doc.get("nvml") or {}
     if not isinstance(nv, dict):

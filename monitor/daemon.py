@@ -170,7 +170,7 @@ class Daemon:
     def _jsonl_tail(self, j: Any) -> JsonlTail:
         if self._jsonl_offsets is None:  # read offsets survive restarts, next to the alert states
             self._jsonl_offsets = OffsetStore(self.config.state_db.with_name("jsonl-offsets.json"))
-        tail = JsonlTail(j.path or "", j.node, offsets=self._jsonl_offsets)
+        tail = JsonlTail(j.path or "", j.node, offsets=self._jsonl_offsets, resolved_config=j.resolved_config)
         tail.liveness = RunLiveness(j.total_steps, j.down_after, j.down_after_steps,
                                     writer_open=lambda: writer_holds(tail.path))
         return tail

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.model import with_node
+from monitor.model import SourceBatch, with_node
+from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
 
 class InputError(ValueError):
@@ -75,9 +76,16 @@ def _is_verl_jsonl(path: Path) -> bool:
     return "status" not in obj and not (isinstance(data, dict) and "resultType" in data) and "result" not in obj
 
 
-def _from_verl_jsonl(path: Path) -> Recording:
-    from monitor.sources.verl_jsonl import read_records
+def read_records(path: str | Path, node: str | None = None) -> tuple[SourceBatch, int]:
+    """A whole finished verl JSONL file as one batch: times reconstructed back from its mtime."""
+    tail = JsonlTail(path, node, liveness=RunLiveness(writer_open=lambda: False))
+    batch = tail.poll(Path(path).stat().st_mtime)
+    tail.close()
+    batch.samples = [s for s in batch.samples if s.name != "up"]
+    return batch, sum(batch.errors.values())
 
+
+def _from_verl_jsonl(path: Path) -> Recording:
     try:
         batch, errors = read_records(path)
     except OSError as exc:

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import yaml
+
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import verl_keys
 
@@ -213,8 +215,11 @@ class JsonlTail:
     """Follows one verl JSONL file; ``poll(now)`` returns what arrived since the last poll."""
 
     def __init__(self, path: str | Path, node: str | None = None, *, offsets: OffsetStore | None = None,
-                 liveness: RunLiveness | None = None, read_limit: int = 1 << 30) -> None:
+                 liveness: RunLiveness | None = None, read_limit: int = 1 << 30,
+                 resolved_config: str | Path | None = None) -> None:
         self.path = Path(path)
+        self.resolved_config = Path(resolved_config) if resolved_config else None
+        self._config_mtime: float | None = None
         self.node = node
         self.offsets = offsets or OffsetStore(None)
         self.liveness = liveness or RunLiveness(writer_open=lambda: writer_holds(self.path))
@@ -408,11 +413,30 @@ class JsonlTail:
         if stamped or grew or (first_open and self._opened_mtime is not None):
             arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
+        self._config_info(now, batch)
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
         self._save()
         return batch
+
+    def _config_info(self, now: float, batch: SourceBatch) -> None:
+        """The run's resolved config, as ``verl_config_info`` (read again when the file changes)."""
+        if self.resolved_config is None:
+            return
+        try:
+            mtime = self.resolved_config.stat().st_mtime
+            if mtime == self._config_mtime:
+                return
+            self._config_mtime = mtime
+            doc = yaml.safe_load(self.resolved_config.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            batch.error("config_unreadable")
+            return
+        labels, total = verl_keys.config_info(doc if isinstance(doc, dict) else {})
+        if total is not None and self.liveness.total_steps is None:
+            self.liveness.total_steps = total
+        batch.samples.append(Sample("verl_config_info", with_node({"job": JOB, **labels}, self.node), 1.0, now))
 
     def _save(self) -> None:
         if self._ino is None:
@@ -428,13 +452,3 @@ class JsonlTail:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
-
-
-def read_records(path: str | Path, node: str | None = None) -> tuple[SourceBatch, int]:
-    """A whole finished file as one batch (replay): times reconstructed from the end at its mtime."""
-    tail = JsonlTail(path, node, liveness=RunLiveness(writer_open=lambda: False))
-    mtime = Path(path).stat().st_mtime
-    batch = tail.poll(mtime)
-    tail.close()
-    batch.samples = [s for s in batch.samples if s.name != "up"]
-    return batch, sum(batch.errors.values())

@@ -164,3 +164,34 @@ def record_interval(data: dict) -> float | None:
     for name in OUTSIDE_STEP_TIMERS:
         total += _seconds(data.get(f"timing_s/{name}")) or 0.0
     return total
+
+
+def _dig(doc: object, dotted: str) -> object:
+    for part in dotted.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return None
+        doc = doc[part]
+    return doc
+
+
+def config_info(resolved: dict) -> tuple[dict[str, str], int | None]:
+    """A verl run's resolved config (Hydra's ``.hydra/config.yaml`` or the printed OmegaConf dump) ->
+    ``verl_config_info`` labels under our names (what runbooks and suggestions quote) and
+    ``trainer.total_training_steps`` when set. ``kl_coef`` is the coefficient of the KL that is on:
+    in the reward (``algorithm.kl_ctrl.kl_coef``), as a loss (``actor.kl_loss_coef``), or ``off``."""
+    if _dig(resolved, "algorithm.use_kl_in_reward"):
+        kl = _dig(resolved, "algorithm.kl_ctrl.kl_coef")
+    elif _dig(resolved, "actor_rollout_ref.actor.use_kl_loss"):
+        kl = _dig(resolved, "actor_rollout_ref.actor.kl_loss_coef")
+    else:
+        kl = "off"
+    fields = {"model": _dig(resolved, "actor_rollout_ref.model.path"), "kl_coef": kl,
+              "reward_batch_size": _dig(resolved, "reward_model.micro_batch_size_per_gpu"),
+              "rollout_worker_num": _dig(resolved, "actor_rollout_ref.rollout.agent.num_workers"),
+              "data_num_workers": _dig(resolved, "data.dataloader_num_workers"),
+              "data_batch_size": _dig(resolved, "data.train_batch_size"),
+              "offload_reward_to_cpu": _dig(resolved, "reward_model.model.fsdp_config.param_offload"),
+              "lr": _dig(resolved, "actor_rollout_ref.actor.optim.lr")}
+    labels = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in fields.items() if v is not None}
+    total = _dig(resolved, "trainer.total_training_steps")
+    return labels, total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None

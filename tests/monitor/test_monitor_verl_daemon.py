@@ -80,3 +80,27 @@ def test_huge_numbers_and_garbage_never_end_the_tail(tmp_path: Path) -> None:
     batch = JsonlTail(f, "n").poll(1000.0)
     assert [s.value for s in batch.samples if s.name == "verl_global_step"] == [1, 2]
     assert batch.errors == {"nonfinite_value": 2, "malformed_json": 3}  # 400 digits and 1e400 (inf)
+
+
+def test_resolved_config_feeds_config_info_and_total_steps(tmp_path: Path) -> None:
+    f, cfg = tmp_path / "exp.jsonl", tmp_path / "config.yaml"
+    f.write_bytes(b"".join(encode(r, "0.8") for r in generate(RunSpec(version="0.8", steps=3))[0]))
+    cfg.write_text(yaml.safe_dump({  # the keys as verl's _generated_ppo_trainer.yaml nests them
+        "algorithm": {"use_kl_in_reward": False, "kl_ctrl": {"kl_coef": 0.001}},
+        "actor_rollout_ref": {"actor": {"use_kl_loss": True, "kl_loss_coef": 0.0, "optim": {"lr": 1e-6}},
+                              "model": {"path": "Qwen/Qwen2.5-7B"}, "rollout": {"agent": {"num_workers": 8}}},
+        "data": {"dataloader_num_workers": 0, "train_batch_size": 1024},
+        "reward_model": {"micro_batch_size_per_gpu": 16, "model": {"fsdp_config": {"param_offload": False}}},
+        "trainer": {"total_training_steps": 3}}))
+    tail = JsonlTail(f, "gpu-08", resolved_config=cfg)
+    batch = tail.poll(1e10)
+    info = [s.labels for s in batch.samples if s.name == "verl_config_info"]
+    assert len(info) == 1 and info[0]["kl_coef"] == "0.0" and info[0]["data_num_workers"] == "0"
+    assert info[0]["offload_reward_to_cpu"] == "false" and tail.liveness.total_steps == 3
+    pipe = Pipeline(load_rule_files(None), SimulatedClock(0.0))
+    pipe.ingest(batch.samples)
+    vocab = pipe.vocabulary("gpu-08")
+    assert vocab.describe("kl_coef").endswith("(verl default 0.001, now 0.0)")
+    assert vocab.describe("data.num_workers") == "data.dataloader_num_workers (verl default 8, now 0)"
+    assert [s.name for s in tail.poll(1e10 + 1).samples].count("verl_config_info") == 0  # unchanged file
+    pipe.close()

@@ -13,7 +13,8 @@ import pytest
 
 from benchmarks.verl_runs import VERSIONS, LiveWriter, RunSpec, encode, generate, write_finished
 from monitor.model import SourceBatch
-from monitor.sources.verl_jsonl import JsonlTail, MappedRecord, OffsetStore, RunLiveness, read_records
+from monitor.sources.recorded import read_records
+from monitor.sources.verl_jsonl import JsonlTail, MappedRecord, OffsetStore, RunLiveness
 from monitor.sources.verl_keys import map_rl_insight
 
 

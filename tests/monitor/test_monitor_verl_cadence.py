@@ -141,3 +141,26 @@ def test_verl_train_accepts_verl_spellings(tmp_path: Path) -> None:
     y.write_text("kl_coef: 0.1\nalgorithm:\n  kl_ctrl:\n    kl_coef: 0.02\n")
     with pytest.raises(ConfigError, match="algorithm.kl_ctrl.kl_coef.*kl_coef.*disagree"):
         load_config(y)
+
+
+def test_for_steps_and_freshness_follow_a_slow_series(tmp_path: Path) -> None:
+    from alerting.clock import SimulatedClock
+    from monitor.model import Sample
+    from monitor.pipeline import Pipeline
+
+    p = tmp_path / "r.yaml"
+    p.write_text("rules:\n  - alert: KLCoefHigh\n    severity: P2\n    for: 1m\n    for_steps: 3\n"
+                 "    select: verl_kl_coef\n    detector: {type: threshold, op: \">\", value: 1}\n")
+    clock = SimulatedClock(0.0)
+    fired: list[float] = []
+    pipe = Pipeline(load_rules(p), clock, on_record=lambda r: fired.append(clock.now()) if r["status"] == "firing"
+                    else fired.append(-clock.now()))
+    for i in range(12):  # one sample per 10-min step, above the threshold from step 6 (t = 3000 s)
+        clock.set(i * 600.0)
+        pipe.ingest([Sample("verl_kl_coef", {"node": "n"}, 2.0 if i >= 5 else 0.5, i * 600.0)])
+        for k in range(20):  # ticks between two steps: the 10-min-old finding stays fresh
+            clock.set(i * 600.0 + k * 30.0)
+            pipe.tick()
+    # for = max(1 min, 3 x 10 min): fires 30 min after the condition began, and never resolves between steps
+    assert fired == [3000.0 + 1800.0]
+    pipe.close()

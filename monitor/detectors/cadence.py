@@ -88,7 +88,9 @@ class CadenceScaled(Detector):
         if self._seen <= self.warmup_steps:
             return Finding(t, False)
         self._history.append((t, value))
-        if self.steps:
+        # the interval moves slowly: look at it on each of the first samples, then every 8th (this runs
+        # on every sample of every scraped series whose rule has steps)
+        if self.steps and (self._seen <= self.warmup_steps + _MIN_INTERVALS + 8 or self._seen % 8 == 0):
             want = scaled(self.params, self.steps, self.interval.value())
             if self._needs_resize(want):
                 self.used = want

@@ -65,7 +65,9 @@ class CadenceScaled(Detector):
 
     def reset(self) -> None:
         self.interval = IntervalEstimate()
-        self.used: dict[str, Any] = dict(self.params)
+        self.used: dict[str, Any] = self.params  # identity: "not scaled yet"
+        self._prev_t = math.inf
+        self._floor_gap = min((float(self.params.get(k, 0.0)) / n for k, n in self.steps.items()), default=0.0)
         self.inner = self.factory(dict(self.params))
         self._history: deque[tuple[float, float]] = deque(maxlen=self._history_len)
         self._seen = 0
@@ -88,12 +90,14 @@ class CadenceScaled(Detector):
         if self._seen <= self.warmup_steps:
             return Finding(t, False)
         self._history.append((t, value))
-        # the interval moves slowly: look at it on each of the first samples, then every 8th (this runs
-        # on every sample of every scraped series whose rule has steps)
-        if self.steps and (self._seen <= self.warmup_steps + _MIN_INTERVALS + 8 or self._seen % 8 == 0):
+        # fast path for scraped series (this runs on each of their samples): while unscaled and the gap is far
+        # below every seconds/steps ratio, the seconds win and nothing needs computing
+        gap = t - self._prev_t
+        self._prev_t = t
+        if self.steps and (self.used is not self.params or gap * 2.0 >= self._floor_gap):
             want = scaled(self.params, self.steps, self.interval.value())
             if self._needs_resize(want):
-                self.used = want
+                self.used = want if want != self.params else self.params
                 self.inner = self.factory(dict(want))
                 for ht, hv in list(self._history)[:-1]:
                     self.inner.update(ht, hv)

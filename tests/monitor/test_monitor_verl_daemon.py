@@ -104,3 +104,24 @@ def test_resolved_config_feeds_config_info_and_total_steps(tmp_path: Path) -> No
     assert vocab.describe("data.num_workers") == "data.dataloader_num_workers (verl default 8, now 0)"
     assert [s.name for s in tail.poll(1e10 + 1).samples].count("verl_config_info") == 0  # unchanged file
     pipe.close()
+
+
+def test_readme_setup_line_matches_the_sidecar_config() -> None:
+    """The one-line setup of monitor/README.md: verl's FileLogger reads VERL_FILE_LOGGER_PATH
+    (verl/utils/tracking.py) on the TaskRunner's node, which Ray's runtime_env reaches; the sidecar's
+    jsonl path in the same section must be that file, and its options must load."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "monitor" / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## volcengine verl runs"):]
+    line = re.search(r"trainer\.logger='\[(.*?)\]'.*?\n.*?runtime_env\.env_vars\.VERL_FILE_LOGGER_PATH=(\S+)", section)
+    assert line is not None and '"file"' in line.group(1)
+    sidecar = yaml.safe_load(re.search(r"```yaml\n(jsonl:.*?)```", section, re.S).group(1))  # type: ignore[union-attr]
+    assert sidecar["jsonl"][0]["path"] == line.group(2)
+    cfg = Path(os.environ.get("TMPDIR", "/tmp")) / f"verl-readme-{os.getpid()}.yaml"
+    cfg.write_text(yaml.safe_dump({"jsonl": sidecar["jsonl"]}))
+    try:
+        j = load_config(cfg).jsonl[0]
+    finally:
+        cfg.unlink()
+    assert (j.total_steps, j.down_after, j.down_after_steps, j.export) == (2000, 600.0, 3.0, True)

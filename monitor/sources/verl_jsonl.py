@@ -13,8 +13,9 @@ Guarantees (issue 12.5, 14.2):
   next record) and each earlier one sits ``timing_s/step`` (+ ``testing``, ``save_checkpoint``) before
   its successor. Reconstructed times stay strictly after the previous read's last record (compressed
   proportionally if the timers claim more time than passed); records with no time information at all
-  are spread evenly in arrival order. A backlog, a finished file and a monitor restart therefore keep
-  the run's spacing.
+  are spread evenly in arrival order (a first backlog of such records: 1 s apart, ending at the mtime);
+  ``perf/time_per_step`` stands in for ``timing_s/step`` when only it is there. A backlog, a finished
+  file and a monitor restart therefore keep the run's spacing.
 - *Nothing skipped.* The open file is drained before a rename is followed (re-open by inode);
   truncation (copytruncate, a verl restart) is noticed by size and by the file's first bytes; NUL
   padding left by copytruncate under a non-appending writer is stripped; a half-written last line waits
@@ -37,17 +38,19 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import yaml
 
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import verl_keys
+from monitor.sources.tail_state import OffsetStore, writer_holds
 
 JOB = "verl_jsonl"            # job label of every JSONL series (plumbing: never an alert label)
 TIME_KEYS = ("timestamp", "_timestamp", "time")
 HEAD_BYTES = 64
-_EPS = 1e-3                    # spacing when nothing else is known (keeps samples distinct)
+_EPS = 1e-3                    # least spacing between two records (keeps samples distinct)
+UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 
 
 def _number(raw: object) -> float | None:
@@ -90,61 +93,6 @@ class MappedRecord:
                     continue
                 out.append(Sample(m.name, with_node({**labels0, **m.labels}, self.node), value * m.factor, t))
         return nonfinite
-
-
-class OffsetStore:
-    """Read positions per path in one small JSON file, replaced atomically on each save."""
-
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = Path(path) if path else None
-        self._doc: dict[str, dict[str, Any]] = {}
-        if self.path is not None and self.path.is_file():
-            try:
-                doc = json.loads(self.path.read_text(encoding="utf-8"))
-                self._doc = doc if isinstance(doc, dict) else {}
-            except (OSError, ValueError):
-                self._doc = {}  # a damaged state file costs a re-read from the start, not the monitor
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        entry = self._doc.get(key)
-        return entry if isinstance(entry, dict) else None
-
-    def put(self, key: str, entry: dict[str, Any]) -> None:
-        if self._doc.get(key) == entry:
-            return
-        self._doc[key] = entry
-        if self.path is None:
-            return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self._doc), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # the offset is an optimisation; the next save retries
-
-
-def writer_holds(path: Path) -> bool | None:
-    """Whether any process we can see has ``path`` open (None when /proc cannot tell)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return None
-    try:
-        target = os.path.realpath(path)
-        me = str(os.getpid())
-        for pid in os.listdir(proc):
-            if not pid.isdigit() or pid == me:
-                continue
-            fd_dir = proc / pid / "fd"
-            try:
-                for fd in os.listdir(fd_dir):
-                    if os.readlink(fd_dir / fd) == target:
-                        return True
-            except OSError:
-                continue
-    except OSError:
-        return None
-    return False
 
 
 class RunLiveness:
@@ -348,8 +296,12 @@ class JsonlTail:
         if typical is None:
             if math.isfinite(lower) and anchor > lower:
                 return [lower + (anchor - lower) * (i + 1) / k for i in range(k)]
-            base = max(anchor, lower + _EPS * k) if math.isfinite(lower) else anchor
-            return [base - _EPS * (k - 1 - i) for i in range(k)]
+            if math.isfinite(lower):
+                base = max(anchor, lower + _EPS * k)
+                return [base - _EPS * (k - 1 - i) for i in range(k)]
+            # a first backlog with no timers at all: one second apart, ending at the anchor (a guess,
+            # but one that keeps every record and its order)
+            return [anchor - UNKNOWN_SPACING_S * (k - 1 - i) for i in range(k)]
         gaps = [r.interval if r.interval is not None else typical for r in records]
         ts = [anchor] * k
         for i in range(k - 2, -1, -1):

@@ -159,6 +159,8 @@ def _seconds(raw: object) -> float | None:
 def record_interval(data: dict) -> float | None:
     """Seconds between this record and the one before it, from verl's own timers (None: unknown)."""
     total = _seconds(data.get("timing_s/step"))
+    if total is None:  # metric_utils writes the same number as perf/time_per_step
+        total = _seconds(data.get("perf/time_per_step"))
     if total is None:
         return None
     for name in OUTSIDE_STEP_TIMERS:

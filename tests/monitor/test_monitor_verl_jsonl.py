@@ -228,3 +228,14 @@ def test_rl_insight_gauges_map_like_the_file_logger_keys() -> None:
     assert m is not None and m.labels["stat"] == "peak" and m.factor == 2.0**30
     assert map_rl_insight("rl_insight_monitor_timing_s_gen").labels == {"stage": "rollout"}  # type: ignore[union-attr]
     assert map_rl_insight("verl_kl_divergence") is None
+
+
+def test_records_without_timers_keep_order_and_perf_time_per_step_stands_in(tmp_path: Path) -> None:
+    f = tmp_path / "run.jsonl"
+    f.write_text("".join(json.dumps({"step": i, "data": {"actor/pg_loss": 0.1}}) + "\n" for i in range(1, 6)))
+    os.utime(f, (5000.0, 5000.0))
+    steps = _steps(read_records(f)[0])
+    assert steps == [(4996.0, 1.0), (4997.0, 2.0), (4998.0, 3.0), (4999.0, 4.0), (5000.0, 5.0)]
+    f.write_text("".join(json.dumps({"step": i, "data": {"perf/time_per_step": 60.0}}) + "\n" for i in range(1, 4)))
+    os.utime(f, (5000.0, 5000.0))
+    assert [t for t, _ in _steps(read_records(f)[0])] == [4880.0, 4940.0, 5000.0]

@@ -30,6 +30,7 @@ Liveness (TrainerDown for a JSONL source) lives in :class:`RunLiveness`, fed by 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -320,7 +321,15 @@ class JsonlTail:
         batch = SourceBatch(self.source)
         first_open = self._fh is None
         offset_before = self._offset
-        text = self._read(batch)
+        try:
+            text = self._read(batch)
+        except OSError:  # stale NFS handle, EIO: reopen next poll at the same place
+            batch.error("read_error")
+            self._offset = offset_before
+            self._saved = self._state() if self._ino is not None else None
+            self.close()
+            self._partial = b""
+            return batch
         grew = self._offset != offset_before and not first_open
         lines = text.split(b"\n")
         self._partial = lines.pop()
@@ -390,17 +399,21 @@ class JsonlTail:
             self.liveness.total_steps = total
         batch.samples.append(Sample("verl_config_info", with_node({"job": JOB, **labels}, self.node), 1.0, now))
 
+    def _state(self) -> dict:
+        assert self._ino is not None
+        return {"dev": self._ino[0], "ino": self._ino[1], "offset": self._offset - len(self._partial),
+                "head": self._head, "t_last": self._t_last if math.isfinite(self._t_last) else None,
+                "nonfinite_steps": self._nonfinite_steps}
+
     def _save(self) -> None:
         if self._ino is None:
             return
         if self._fh is not None and not self._head:
             self._head = self._head_of(self._fh)
-        self.offsets.put(str(self.path.resolve()), {
-            "dev": self._ino[0], "ino": self._ino[1], "offset": self._offset - len(self._partial),
-            "head": self._head, "t_last": self._t_last if math.isfinite(self._t_last) else None,
-            "nonfinite_steps": self._nonfinite_steps})
+        self.offsets.put(str(self.path.resolve()), self._state())
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            with contextlib.suppress(OSError):
+                self._fh.close()
             self._fh = None

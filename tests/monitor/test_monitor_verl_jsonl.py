@@ -239,3 +239,23 @@ def test_records_without_timers_keep_order_and_perf_time_per_step_stands_in(tmp_
     f.write_text("".join(json.dumps({"step": i, "data": {"perf/time_per_step": 60.0}}) + "\n" for i in range(1, 4)))
     os.utime(f, (5000.0, 5000.0))
     assert [t for t, _ in _steps(read_records(f)[0])] == [4880.0, 4940.0, 5000.0]
+
+
+def test_a_read_error_costs_one_poll_not_the_tail(tmp_path: Path) -> None:
+    f = tmp_path / "run.jsonl"
+    records, times = generate(RunSpec(version="0.8", steps=6, step_s=60.0))
+    f.write_bytes(b"".join(encode(r, "0.8") for r in records[:3]))
+    tail = JsonlTail(f, "n")
+    got = _steps(tail.poll(times[2] + 1))
+    with f.open("ab") as fh:
+        fh.write(b"".join(encode(r, "0.8") for r in records[3:]))
+
+    class Broken:  # a stale NFS handle: every call fails
+        def __getattr__(self, name: str) -> object:
+            raise OSError(116, "Stale file handle")
+
+    real, tail._fh = tail._fh, Broken()  # type: ignore[assignment]
+    assert tail.poll(times[-1] + 1).errors == {"read_error": 1}
+    real.close()  # type: ignore[union-attr]
+    got += _steps(tail.poll(times[-1] + 2))  # reopened at the same offset
+    assert [v for _, v in got] == list(range(1, 7))

@@ -17,7 +17,10 @@ targets:                          # Prometheus/OpenMetrics text endpoints
   - {name: dcgm, url: "http://127.0.0.1:9400/metrics", job: dcgm}
 prometheus:                       # optional: query a Prometheus server instead of / besides scraping
   {url: "http://127.0.0.1:9090", queries: ['{__name__=~"verl_.*|DCGM_FI_.*"}'], step: 15s, interval: 1m, chunk: 1h, lookback: 10m}
-jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output
+jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output; also total_steps
+                                                # (trainer.total_training_steps), down_after (10m),
+                                                # down_after_steps (3), export (re-export on /metrics),
+                                                # resolved_config (.hydra/config.yaml: values for runbooks)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
@@ -48,7 +51,7 @@ DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 80
 SECTION_KEYS = {
     "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env"},
     "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
-    "jsonl": {"path", "node"},
+    "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
     "dmon": {"path", "command", "node"},
     "nvml": {"enabled", "interval"},
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after"},
@@ -76,6 +79,15 @@ class FileSourceConfig:
     path: str | None = None
     command: list[str] | None = None
     node: str | None = None
+    # verl JSONL only: liveness (monitor/sources/verl_jsonl.py RunLiveness) and /metrics re-export
+    total_steps: int | None = None
+    down_after: float = 600.0
+    down_after_steps: float = 3.0
+    export: bool = False
+    resolved_config: str | None = None  # the run's resolved verl config (Hydra's .hydra/config.yaml)
+
+
+_JSONL_KEYS = SECTION_KEYS["jsonl"]
 
 
 @dataclass
@@ -254,6 +266,30 @@ def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> None:
+    extra = set(raw) - _JSONL_KEYS
+    if extra:
+        raise ConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: {', '.join(sorted(_JSONL_KEYS))}")
+    total = raw.get("total_steps")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 1):
+        raise ConfigError(f"{key}.total_steps: expected the run's trainer.total_training_steps (an integer >= 1), "
+                          f"got {total!r}")
+    src.total_steps = total
+    src.down_after = _dur(raw.get("down_after", 600), f"{key}.down_after")
+    if src.down_after <= 0:
+        raise ConfigError(f"{key}.down_after: must be > 0 (e.g. 10m)")
+    steps = raw.get("down_after_steps", 3)
+    if isinstance(steps, bool) or not isinstance(steps, int | float) or not 1 <= steps <= 1000:
+        raise ConfigError(f"{key}.down_after_steps: expected a number of steps in [1, 1000], got {steps!r}")
+    src.down_after_steps = float(steps)
+    export = raw.get("export", False)
+    if not isinstance(export, bool):
+        raise ConfigError(f"{key}.export: expected true or false, got {export!r}")
+    src.export = export
+    if raw.get("resolved_config") is not None:
+        src.resolved_config = str(_path(base, raw["resolved_config"], f"{key}.resolved_config"))
+
+
 def load_config(path: str | Path) -> MonitorConfig:
     path = Path(path)
     try:
@@ -336,6 +372,8 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
             src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
                                    command or None,
                                    _text(raw["node"], f"{key}[{i}].node") if raw.get("node") is not None else None)
+            if key == "jsonl":
+                _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
     cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")

@@ -34,7 +34,8 @@ from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
 from monitor.sources.prom_text import Target, scrape
-from monitor.sources.verl_jsonl import JsonlTail
+from monitor.sources.verl_export import VerlSeriesExport
+from monitor.sources.verl_jsonl import JsonlTail, OffsetStore, RunLiveness, writer_holds
 
 log = logging.getLogger("monitor.daemon")
 
@@ -67,6 +68,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self.started = time.time()
         self._frozen_at = 0
+        self._jsonl_offsets: OffsetStore | None = None
+        self._verl_export: VerlSeriesExport | None = None
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
@@ -166,10 +169,25 @@ class Daemon:
                 last = now + cfg.step
                 await self._sleep(cfg.interval)
 
-    async def _jsonl_loop(self, tail: JsonlTail) -> None:
+    def _jsonl_tail(self, j: Any) -> JsonlTail:
+        if self._jsonl_offsets is None:  # read offsets survive restarts, next to the alert states
+            self._jsonl_offsets = OffsetStore(self.config.state_db.with_name("jsonl-offsets.json"))
+        tail = JsonlTail(j.path or "", j.node, offsets=self._jsonl_offsets, resolved_config=j.resolved_config)
+        tail.liveness = RunLiveness(j.total_steps, j.down_after, j.down_after_steps,
+                                    writer_open=lambda: writer_holds(tail.path))
+        return tail
+
+    async def _jsonl_loop(self, tail: JsonlTail, export: bool = False) -> None:
+        if export and self._verl_export is None:
+            self._verl_export = VerlSeriesExport()
+            self.metrics.registry.register(self._verl_export)
         while not self._stop.is_set():
-            self.ingest(tail.poll(self.clock.now()))
+            batch = tail.poll(self.clock.now())
+            if export and self._verl_export is not None:
+                self._verl_export.update(batch.samples)
+            self.ingest(batch)
             await self._sleep(1.0)
+        tail.close()
 
     async def _dmon_file_loop(self, path: str, parser: DmonParser) -> None:
         offset = 0
@@ -248,7 +266,7 @@ class Daemon:
             if self.config.prometheus:
                 tasks.append(asyncio.create_task(self._prom_loop()))
             for j in self.config.jsonl:
-                tasks.append(asyncio.create_task(self._jsonl_loop(JsonlTail(j.path or "", j.node))))
+                tasks.append(asyncio.create_task(self._jsonl_loop(self._jsonl_tail(j), j.export)))
             for i, dm in enumerate(self.config.dmon):
                 parser = DmonParser(dm.node, f"dmon{i}")
                 tasks.append(asyncio.create_task(

@@ -60,6 +60,9 @@ class Candidate:
     binding: Binding
 
 
+STALE_INTERVALS = 3.0
+
+
 class Evaluator:
     def __init__(self, rules: list[Rule], cluster: str = "default", stale_after_s: float = 300.0) -> None:
         self.rules = rules
@@ -121,13 +124,21 @@ class Evaluator:
                 continue
             details = dict(b.finding.details) if b.finding else {}
             value = details.get("value", b.series.last_v)
-            out.append(Candidate(b.fp, b.labels, b.rule, since, now - since >= b.rule.for_s,
+            out.append(Candidate(b.fp, b.labels, b.rule, since, now - since >= self._for_s(b),
                                  None if value is None or not math.isfinite(value) else float(value),
                                  details, b))
         return out
 
+    def _for_s(self, b: Binding) -> float:
+        if not b.rule.for_steps:
+            return b.rule.for_s
+        return max(b.rule.for_s, b.rule.for_steps * b.series.interval())
+
     def _fresh(self, b: Binding, now: float) -> bool:
-        return b.active and (now - b.last_t <= self.stale_after_s or getattr(b.detector, "ticks", False))
+        # a finding stays fresh for the lookback delta or, for a series sampled once per training step,
+        # for 3 of its own intervals (a 12-min step must not resolve the alert between two records)
+        horizon = max(self.stale_after_s, STALE_INTERVALS * b.series.interval())
+        return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
 
     def _joint_since(self, b: Binding, now: float) -> float | None:
         if not self._fresh(b, now) or b.since is None:

@@ -14,14 +14,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from alerting import vocabulary
 from alerting.clock import Clock
 from alerting.model import Alert
+from alerting.vocabulary import Vocabulary
 from monitor.alerts import AlertBook
 from monitor.evaluator import Candidate, Evaluator
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
 from monitor.plots import render_fit
 from monitor.rules import Rule
+from monitor.sources import verl_jsonl, verl_keys
 from monitor.store import Series, SeriesStore, StoreLimits
 
 log = logging.getLogger("monitor.pipeline")
@@ -55,6 +58,8 @@ class Pipeline:
         self.enrich = enrich
         self.rejected: dict[str, int] = {}
         self._newest = -math.inf
+        self.config_info: dict[str, dict[str, str]] = {}  # node -> the run's settings (verl_config_info)
+        self.verl_nodes: set[str] = set()  # nodes whose series came from volcengine verl (vocabulary)
 
     # -- ingest ----------------------------------------------------------------------------------
 
@@ -62,6 +67,8 @@ class Pipeline:
         started = time.perf_counter()
         n = 0
         for s in samples:
+            if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):  # verl 0.9's Prometheus gauges
+                s = self._from_rl_insight(s)
             series = self.series(s.name, s.labels)
             if series is not None and self.observe(series, s.t, s.value, source):
                 n += 1
@@ -71,16 +78,32 @@ class Pipeline:
         self.metrics.series.set(len(self.store))
         return n
 
+    def _from_rl_insight(self, s: Sample) -> Sample:
+        m = verl_keys.map_rl_insight(s.name)
+        if m is None:
+            return s
+        self.verl_nodes.add(s.labels.get("node", "unknown"))
+        return Sample(m.name, {**s.labels, **m.labels}, s.value * m.factor, s.t)
+
     def series(self, name: str, labels: dict[str, str]) -> Series | None:
         """The stored series for ``name``/``labels`` (created on first sight; None when capped)."""
         known = len(self.store)
         series = self.store.get_or_create(name, labels)
-        if series is not None and len(self.store) > known and name == "verl_config_info" and self.engine:
-            set_info = getattr(self.engine, "set_config_info", None)
-            if set_info is not None:
+        if series is not None and len(self.store) > known:
+            if labels.get("job") == verl_jsonl.JOB:
+                self.verl_nodes.add(labels.get("node", "unknown"))
+            if name == "verl_config_info":
                 info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
-                set_info(labels.get("node", "unknown"), info)
+                self.config_info[labels.get("node", "unknown")] = info
+                set_info = getattr(self.engine, "set_config_info", None) if self.engine else None
+                if set_info is not None:
+                    set_info(labels.get("node", "unknown"), info)
         return series
+
+    def vocabulary(self, node: str) -> Vocabulary:
+        """The config vocabulary of the run on ``node``: verl's keys for a volcengine verl run."""
+        return Vocabulary(vocabulary.VERL if node in self.verl_nodes else vocabulary.OURS,
+                          self.config_info.get(node))
 
     def observe(self, series: Series, t: float, value: float, source: str = "replay") -> bool:
         """Fast path for one sample of a known series; False if rejected (non-finite, out of order,
@@ -148,7 +171,8 @@ class Pipeline:
     def _annotate(self, c: Candidate) -> dict[str, str]:
         ctx = {"labels": c.labels, "value": c.value if c.value is not None else float("nan"),
                "details": c.details, "alertname": c.rule.alert, "severity": c.rule.severity,
-               "series": c.binding.series.labels}  # all source labels, incl. instance/target
+               "series": c.binding.series.labels,  # all source labels, incl. instance/target
+               "vocab": self.vocabulary(c.labels.get("node", "unknown"))}
         ann = c.rule.render(ctx)
         if c.value is not None:
             ann["value"] = f"{c.value:.6g}"

@@ -8,6 +8,10 @@ rules:
     keep_firing_for: 0s                # and stays firing this long after it clears
     select: verl_host_cpu_utilization_ratio        # one selector or a list (both name families)
     detector: {type: threshold, op: ">", value: 0.95, spike_filter: 3}
+    # step cadence (one sample per training step, e.g. a verl JSONL log): any duration parameter may
+    # also be given in samples, `steps: {window: 24}` -> max(seconds, 24 x observed interval);
+    # `warmup_steps: N` hides a series' first N samples from the detector; `for_steps: N` likewise
+    # raises `for` to N x the interval (monitor/detectors/cadence.py)
     when:                              # optional extra conditions, joined on the same node
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
         detector: {type: fluctuation, window: 60s, min_relative: 0.05}
@@ -31,13 +35,15 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from alerting.model import SEVERITIES
 from alerting.safe_config import UnsafeYAML, load_yaml_file
+from alerting.vocabulary import Vocabulary
 from monitor import durations
 from monitor.detectors import registry
+from monitor.detectors.cadence import CadenceScaled
 from monitor.selectors import Selector, SelectorError, parse_selector
 
 DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
 
-_RULE_KEYS = {"alert", "severity", "for", "keep_firing_for", "select", "detector", "when", "labels",
+_RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "select", "detector", "when", "labels",
               "summary", "description", "runbook", "plot"}
 _TEMPLATES = SandboxedEnvironment(autoescape=False)
 
@@ -59,12 +65,18 @@ class Condition:
     detector_type: str
     params: dict[str, Any]
     spike_filter: int = 0
+    steps: dict[str, float] = field(default_factory=dict)  # duration parameter -> samples (cadence.py)
+    warmup_steps: int = 0
 
     def matches(self, name: str, labels: dict[str, str]) -> bool:
         return any(s.matches(name, labels) for s in self.selectors)
 
     def new_detector(self) -> registry.Detector:
-        return registry.build(self.detector_type, dict(self.params), self.spike_filter)
+        if not self.steps and not self.warmup_steps:
+            return registry.build(self.detector_type, dict(self.params), self.spike_filter)
+        return CadenceScaled(lambda p: registry.build(self.detector_type, p, self.spike_filter), dict(self.params),
+                             dict(self.steps), self.warmup_steps,
+                             ticks=bool(getattr(registry.DETECTORS[self.detector_type], "ticks", False)))
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,7 @@ class Rule:
     severity: str
     conditions: tuple[Condition, ...]
     for_s: float = 0.0
+    for_steps: float = 0.0  # `for` is at least this many sample intervals of the alert's series
     keep_firing_for_s: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
     templates: dict[str, Any] = field(default_factory=dict)  # annotation name -> compiled template
@@ -80,6 +93,7 @@ class Rule:
     source: str = ""
 
     def render(self, context: dict[str, Any]) -> dict[str, str]:
+        context = {"vocab": Vocabulary(), **context}  # the user's config vocabulary (alerting/vocabulary.py)
         out: dict[str, str] = {}
         for key, tpl in self.templates.items():
             try:
@@ -104,7 +118,7 @@ def _condition(raw: Any, where: str) -> Condition:
     kind = det["type"]
     if kind not in registry.DETECTORS:
         raise RuleError(f"{where}.detector.type: unknown {kind!r}; use one of {', '.join(sorted(registry.DETECTORS))}")
-    params = {k: v for k, v in det.items() if k not in ("type", "spike_filter")}
+    params = {k: v for k, v in det.items() if k not in ("type", "spike_filter", "steps", "warmup_steps")}
     allowed = registry.accepted_params(kind)
     for k, v in list(params.items()):
         if k not in allowed:
@@ -114,12 +128,32 @@ def _condition(raw: Any, where: str) -> Condition:
     spike = det.get("spike_filter", 0)
     if not isinstance(spike, int) or spike < 0:
         raise RuleError(f"{where}.detector.spike_filter: expected a sample count >= 0, got {spike!r}")
-    cond = Condition(selectors, kind, params, spike)
+    steps = det.get("steps") or {}
+    if not isinstance(steps, dict):
+        raise RuleError(f"{where}.detector.steps: expected a mapping of duration parameter: sample count")
+    for k, n in steps.items():
+        if k in allowed and k not in params:  # scale from the detector's own default seconds
+            params[k] = registry.default_param(kind, k)
+        if k not in allowed or isinstance(params.get(k), bool) or not isinstance(params.get(k), int | float):
+            raise RuleError(f"{where}.detector.steps.{k}: not a duration parameter of {kind}; "
+                            f"name one of {', '.join(sorted(allowed))} that you also give in seconds")
+        if isinstance(n, bool) or not isinstance(n, int | float) or not 0 < n <= 100000:
+            raise RuleError(f"{where}.detector.steps.{k}: expected a sample count > 0, got {n!r}")
+    warmup = det.get("warmup_steps", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise RuleError(f"{where}.detector.warmup_steps: expected a sample count >= 0, got {warmup!r}")
+    cond = Condition(selectors, kind, params, spike, {str(k): float(n) for k, n in steps.items()}, warmup)
     try:
         cond.new_detector()
     except (TypeError, ValueError) as exc:
         raise RuleError(f"{where}.detector: {exc}") from exc
     return cond
+
+
+def _count(raw: Any, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw <= 100000:
+        raise RuleError(f"{where}: expected a sample count >= 0, got {raw!r}")
+    return float(raw)
 
 
 def _rule(raw: Any, where: str) -> Rule:
@@ -150,7 +184,7 @@ def _rule(raw: Any, where: str) -> Rule:
         raise RuleError(f"{where}.labels: expected a mapping of label: value")
     return Rule(
         alert=name, severity=sev, conditions=tuple(conds),
-        for_s=parse_duration(raw.get("for", 0), f"{where}.for"),
+        for_s=parse_duration(raw.get("for", 0), f"{where}.for"), for_steps=_count(raw.get("for_steps", 0), f"{where}.for_steps"),
         keep_firing_for_s=parse_duration(raw.get("keep_firing_for", 0), f"{where}.keep_firing_for"),
         labels={str(k): str(v) for k, v in labels.items()}, templates=templates,
         plot=bool(raw.get("plot", False)), source=where,

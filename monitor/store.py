@@ -39,7 +39,8 @@ def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
 class Series:
     """One series' recent history in a fixed-size ring (oldest samples overwritten)."""
 
-    __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v", "factor")
+    __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v", "factor",
+                 "_interval", "_interval_at")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int) -> None:
         self.name = name
@@ -53,6 +54,22 @@ class Series:
         self.last_t = -math.inf
         self.last_v = math.nan
         self.factor = UNIT_FACTORS.get(name, 1.0)
+        self._interval = 0.0
+        self._interval_at = -math.inf
+
+    def interval(self, n: int = 16) -> float:
+        """Median of the last ``n`` sample intervals (0.0 with fewer than 3): the series' own cadence,
+        a scrape interval or, for a per-step log, the step time. Cached until the next sample."""
+        if self._interval_at == self.last_t:
+            return self._interval
+        cap = len(self._t)
+        k = min(self._n, n + 1)
+        if k < 4:
+            return 0.0
+        idx = (self._head - k + np.arange(k)) % cap
+        self._interval = float(np.median(np.diff(self._t[idx])))
+        self._interval_at = self.last_t
+        return self._interval
 
     def append(self, t: float, value: float) -> float:
         """Store a raw sample; returns the value in base units."""

@@ -70,11 +70,15 @@ COVERED: dict[str, str] = {
     "verl-monitor replay --input export.json --output out.jsonl --notify-config alerting.yaml --cluster llama3-1k-gpu":
         "tests/monitor/test_monitor_replay.py::test_notify_config_delivers_incident_and_drains",
     "verl-monitor --help": RUN,
+    # volcengine verl's own trainer (not installed here): the setup line is checked against what the tail reads
+    'python -m verl.trainer.main_ppo ... trainer.logger=["console","file"] '
+    "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=/shared/logs/exp.jsonl":
+        "tests/monitor/test_monitor_verl_daemon.py::test_readme_setup_line_matches_the_sidecar_config",
 }
 # programs whose flags are checked against their --help (the rest only have to exist)
 OURS = {"verl-train", "verl-monitor", "verl-alert", "verl-ckpt"}
 THEIRS = {"prometheus", "promtool", "prometheus-alertmanager", "amtool"}
-SHELL = {"curl", "grep"}
+SHELL = {"curl", "grep", "python"}  # python: volcengine verl's entry point in monitor/README.md
 
 
 def doc_commands(doc: str) -> list[tuple[str, str]]:

@@ -12,14 +12,18 @@ class KSShiftDetector(Detector):
     """Every ``every`` seconds: KS test of the last ``recent`` seconds against the ``reference``
     seconds before them; active when p < ``alpha`` and the KS statistic D >= ``min_statistic``
     (effect-size floor: with thousands of samples any difference is "significant") for
-    ``persistence`` consecutive evaluations.
+    ``persistence`` consecutive evaluations. ``direction``: ``"down"``/``"up"`` also require the recent
+    median below/above the reference's (a verl run's reward rises while it learns: only a fall is news).
 
     Tested by tests/monitor/test_detectors.py::test_ks_shift.
     """
 
     def __init__(self, reference: float = 3600.0, recent: float = 600.0, every: float = 60.0,
                  alpha: float = 0.01, min_statistic: float = 0.3, persistence: int = 2,
-                 min_samples: int = 20) -> None:
+                 min_samples: int = 20, direction: str = "both") -> None:
+        if direction not in ("both", "down", "up"):
+            raise ValueError(f"direction must be 'both', 'down' or 'up', got {direction!r}")
+        self.direction = direction
         self.reference_s, self.recent_s, self.every_s = reference, recent, every
         self.alpha, self.min_statistic, self.persistence, self.min_samples = alpha, min_statistic, persistence, min_samples
         self.reset()
@@ -43,8 +47,10 @@ class KSShiftDetector(Detector):
             return self._last
         res = ks_2samp(rec, ref)
         p, d = float(res.pvalue), float(res.statistic)
-        self._streak = self._streak + 1 if (p < self.alpha and d >= self.min_statistic) else 0
+        before, after = float(np.median(ref)), float(np.median(rec))
+        sided = (self.direction == "both" or (self.direction == "down" and after < before)
+                 or (self.direction == "up" and after > before))
+        self._streak = self._streak + 1 if (p < self.alpha and d >= self.min_statistic and sided) else 0
         self._last = Finding(t, self._streak >= self.persistence, 1.0 - p,
-                             {"p_value": p, "statistic": d, "before": float(np.median(ref)),
-                              "after": float(np.median(rec)), "value": d})
+                             {"p_value": p, "statistic": d, "before": before, "after": after, "value": d})
         return self._last

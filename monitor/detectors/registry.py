@@ -43,6 +43,10 @@ def accepted_params(kind: str) -> set[str]:
     return set(inspect.signature(DETECTORS[kind]).parameters) - {"self"}
 
 
+def default_param(kind: str, name: str) -> Any:
+    return inspect.signature(DETECTORS[kind]).parameters[name].default
+
+
 def build(kind: str, params: dict[str, Any], spike_filter: int = 0) -> Detector:
     det = DETECTORS[kind](**params)
     return SpikeFilter(det, spike_filter) if spike_filter > 1 else det

@@ -1,4 +1,6 @@
-"""Recorded history for replay: Prometheus ``query_range`` JSON (matrix) or long CSV
+"""Recorded history for replay: Prometheus ``query_range`` JSON (matrix), volcengine verl's ``file``
+logger JSONL (``{"step": N, "data": {...}}`` per line; detected from the first line; record times
+reconstructed as the live tail does, see ``monitor/sources/verl_jsonl.py``) or long CSV
 ``timestamp,name,value[,label columns...]``. Loaded column-wise into numpy for speed."""
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.model import with_node
+from monitor.model import SourceBatch, with_node
+from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
 
 class InputError(ValueError):
@@ -49,9 +52,55 @@ def load_recording(path: str | Path) -> Recording:
         head = path.open("rb").read(1)
     except OSError as exc:
         raise InputError(f"input {path}: cannot read ({exc.strerror}); check the path") from exc
+    if head == b"{" and _is_verl_jsonl(path):
+        return _from_verl_jsonl(path)
     if head in (b"{", b"["):
         return _from_query_range(path)
     return _from_csv(path)
+
+
+def _is_verl_jsonl(path: Path) -> bool:
+    """verl's file logger: the first line alone is a JSON object with ``step`` (or a flat metrics
+    object, which a query_range response is not: that has ``status``/``data.resultType``)."""
+    with path.open("rb") as fh:
+        first = fh.readline(1 << 24)
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return False
+    if not isinstance(obj, dict):
+        return False
+    if "step" in obj:
+        return True
+    data = obj.get("data")
+    return "status" not in obj and not (isinstance(data, dict) and "resultType" in data) and "result" not in obj
+
+
+def read_records(path: str | Path, node: str | None = None) -> tuple[SourceBatch, int]:
+    """A whole finished verl JSONL file as one batch: times reconstructed back from its mtime."""
+    tail = JsonlTail(path, node, liveness=RunLiveness(writer_open=lambda: False))
+    batch = tail.poll(Path(path).stat().st_mtime)
+    tail.close()
+    batch.samples = [s for s in batch.samples if s.name != "up"]
+    return batch, sum(batch.errors.values())
+
+
+def _from_verl_jsonl(path: Path) -> Recording:
+    try:
+        batch, errors = read_records(path)
+    except OSError as exc:
+        raise InputError(f"input {path}: cannot read ({exc.strerror}); check the path") from exc
+    index: dict[tuple, int] = {}
+    columns: list[tuple[str, dict[str, str], list[float], list[float]]] = []
+    for s in batch.samples:
+        key = (s.name, tuple(sorted(s.labels.items())))
+        i = index.get(key)
+        if i is None:
+            i = index[key] = len(columns)
+            columns.append((s.name, dict(s.labels), [], []))
+        columns[i][2].append(s.t)
+        columns[i][3].append(s.value)
+    return from_columns(columns, errors)
 
 
 def from_columns(columns: list[tuple[str, dict[str, str], list[float], list[float]]], malformed: int) -> Recording:

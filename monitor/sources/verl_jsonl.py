@@ -1,113 +1,419 @@
-"""Tail of volcengine verl's ``file`` logger (``trainer.logger=[...,"file"]``): one JSON object per
-line, ``{"step": N, "data": {"actor/ppo_kl": ..., ...}}`` (flat ``{key: value}`` lines are accepted
-too). Keys are mapped onto our series names; unmapped numeric keys become ``verl_jsonl_<key>``.
-verl writes no timestamp, so a line is stamped with ``timestamp``/``_timestamp`` if present, else
-the clock time it was read at.
+"""Tail of volcengine verl's ``file`` logger (``trainer.logger=[...,"file"]``, ``verl/utils/tracking.py``).
+
+verl writes ``{"step": N, "data": {...}}`` per line (flat ``{key: value}`` lines are accepted too), with
+no timestamp; it opens the file with ``"w"`` (truncated on every restart); 0.6-0.7 write through
+Python's text buffer (8 KB bursts, NaN as ``NaN``), 0.8+ unbuffered with orjson (NaN as ``null``).
+
+Guarantees (issue 12.5, 14.2):
+
+- *Every record keeps its own sample.* Its time is its own ``timestamp``/``_timestamp``/``time`` field
+  when it has one (NaN/Inf rejected and counted ``nonfinite_timestamp``); otherwise it is reconstructed
+  from the run's own timers: the newest record of a read is anchored at the file's modification time
+  (minus one step when a half-written line follows it: the buffered writer flushed while writing the
+  next record) and each earlier one sits ``timing_s/step`` (+ ``testing``, ``save_checkpoint``) before
+  its successor. Reconstructed times stay strictly after the previous read's last record (compressed
+  proportionally if the timers claim more time than passed); records with no time information at all
+  are spread evenly in arrival order (a first backlog of such records: 1 s apart, ending at the mtime);
+  ``perf/time_per_step`` stands in for ``timing_s/step`` when only it is there. A backlog, a finished
+  file and a monitor restart therefore keep the run's spacing.
+- *Nothing skipped.* The open file is drained before a rename is followed (re-open by inode);
+  truncation (copytruncate, a verl restart) is noticed by size and by the file's first bytes; NUL
+  padding left by copytruncate under a non-appending writer is stripped; a half-written last line waits
+  for its newline; a line glued to a crashed writer's fragment is recovered from its own ``{``.
+- *The offset survives restarts*: an ``OffsetStore`` (the daemon's is ``jsonl-offsets.json`` next to its
+  state_db) keeps dev/inode, offset, head bytes and the last record time per path.
+- ``null``/NaN/Inf values are counted (``nonfinite_value``); a record with one in an ``actor/*`` or
+  ``critic/*`` key counts as a non-finite step: ``verl_nonfinite_steps_total`` feeds NonFiniteGradients.
+
+Liveness (TrainerDown for a JSONL source) lives in :class:`RunLiveness`, fed by the tail each poll.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
-import re
+import os
+import statistics
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
+
+import yaml
 
 from monitor.model import Sample, SourceBatch, with_node
+from monitor.sources import verl_keys
+from monitor.sources.tail_state import OffsetStore, writer_holds
 
-# verl key -> (our name, extra labels, factor). Documented in monitor/README.md.
-KEY_MAP: dict[str, tuple[str, dict[str, str], float]] = {
-    "actor/ppo_kl": ("verl_kl_divergence", {}, 1.0),
-    "actor/kl_loss": ("verl_kl_divergence", {"source": "kl_loss"}, 1.0),
-    "actor/reward_kl_penalty_coeff": ("verl_kl_coef", {}, 1.0),
-    "actor/kl_coef": ("verl_kl_coef", {}, 1.0),
-    "actor/entropy": ("verl_entropy", {}, 1.0),
-    "actor/pg_clipfrac": ("verl_clip_fraction", {}, 1.0),
-    "actor/pg_loss": ("verl_policy_loss", {}, 1.0),
-    "actor/grad_norm": ("verl_grad_norm", {"model": "actor"}, 1.0),
-    "critic/grad_norm": ("verl_grad_norm", {"model": "critic"}, 1.0),
-    "critic/vf_loss": ("verl_critic_loss", {}, 1.0),
-    "critic/score/mean": ("verl_reward_mean", {}, 1.0),
-    "critic/score/std": ("verl_reward_std", {}, 1.0),
-    "critic/advantages/var": ("verl_advantage_variance", {}, 1.0),
-    "perf/throughput": ("verl_actor_tokens_per_second", {}, 1.0),
-    "perf/max_memory_allocated_gb": ("verl_gpu_memory_used_bytes", {"gpu": "torch_max_allocated"}, 2.0**30),
-    "training/global_step": ("verl_global_step", {}, 1.0),
-}
-# timing_s/<verl stage> -> verl_stage_seconds{stage=<our stage>}; other stages keep their own name.
-STAGE_MAP = {"gen": "rollout", "reward": "reward", "ref": "reference", "values": "critic", "update_critic": "critic",
-             "update_actor": "actor_update", "save_checkpoint": "checkpoint", "testing": "validation"}
-
-_SAFE = re.compile(r"[^a-zA-Z0-9_]")
+JOB = "verl_jsonl"            # job label of every JSONL series (plumbing: never an alert label)
+TIME_KEYS = ("timestamp", "_timestamp", "time")
+HEAD_BYTES = 64
+_EPS = 1e-3                    # least spacing between two records (keeps samples distinct)
+UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 
 
-def map_record(record: dict, now: float, node: str | None, source: str, batch: SourceBatch) -> None:
-    data = record.get("data") if isinstance(record.get("data"), dict) else record
-    t = now
-    for key in ("timestamp", "_timestamp", "time"):
-        if isinstance(record.get(key), int | float):
-            t = float(record[key])
-            break
-    step = record.get("step", data.get("training/global_step"))
-    if isinstance(step, int | float) and "training/global_step" not in data:
-        batch.samples.append(Sample("verl_global_step", with_node({}, node), float(step), t))
-    for key, raw in data.items():
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            continue
+def _number(raw: object) -> float | None:
+    """The finite float of a JSON number; None for null/NaN/Inf/huge or non-numbers."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return None
+    try:
         value = float(raw)
-        if not math.isfinite(value):
-            batch.error("nonfinite_value")
-            continue
-        if key in KEY_MAP:
-            name, labels, factor = KEY_MAP[key]
-            value *= factor
-        elif key.startswith("timing_s/"):
-            stage = key.split("/", 1)[1]
-            name, labels = "verl_stage_seconds", {"stage": STAGE_MAP.get(stage, _SAFE.sub("_", stage))}
-        elif key in ("step", "timestamp", "_timestamp", "time"):
-            continue
-        else:
-            name, labels = "verl_jsonl_" + _SAFE.sub("_", key).strip("_").lower(), {}
-        batch.samples.append(Sample(name, with_node(labels, node), value, t))
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+class MappedRecord:
+    """One verl record's samples at time ``t``; counts its non-finite values."""
+
+    def __init__(self, record: dict, node: str | None) -> None:
+        self.data = record.get("data") if isinstance(record.get("data"), dict) else record
+        self.step = _number(record.get("step", self.data.get("training/global_step")))
+        self.node = node
+        self.interval = verl_keys.record_interval(self.data)
+
+    def samples(self, t: float, batch: SourceBatch) -> bool:
+        """Append this record's samples; True if it carried a non-finite actor/critic value."""
+        out, labels0 = batch.samples, {"job": JOB}
+        nonfinite = False
+        if self.step is not None:
+            out.append(Sample("verl_global_step", with_node(labels0, self.node), self.step, t))
+        for key, raw in self.data.items():
+            if key in TIME_KEYS or key == "step" or (key == "training/global_step" and self.step is not None):
+                continue
+            if raw is None or (isinstance(raw, int | float) and not isinstance(raw, bool)):
+                value = _number(raw)
+                if value is None:
+                    batch.error("nonfinite_value")
+                    nonfinite = nonfinite or key.startswith(verl_keys.NONFINITE_PREFIXES)
+                    continue
+                m = verl_keys.map_key(key)
+                if m is None:
+                    continue
+                out.append(Sample(m.name, with_node({**labels0, **m.labels}, self.node), value * m.factor, t))
+        return nonfinite
+
+
+class RunLiveness:
+    """Is the run behind a JSONL file alive, finished, or down?
+
+    ``up`` is 1 while the file keeps growing within ``max(down_after_s, down_after_steps x step
+    interval)`` (the step interval being the larger of verl's own step time and the typical gap between
+    writes: 0.6-0.7 flush only every 8 KB, i.e. every few steps); after that the run is *finished* (quiet for good) when its last step reached
+    ``total_steps`` or, with ``total_steps`` unknown, when no process holds the file open any more;
+    otherwise it is *down* (0): stopped before its last step, or the writer is alive but stuck. A
+    file already idle that long when the monitor starts, or one without a record yet, is not judged
+    (``up`` is None).
+    """
+
+    def __init__(self, total_steps: int | None = None, down_after_s: float = 600.0, down_after_steps: float = 3.0,
+                 writer_open: Callable[[], bool | None] | None = None, check_every_s: float = 30.0) -> None:
+        self.total_steps, self.down_after_s, self.down_after_steps = total_steps, down_after_s, down_after_steps
+        self.writer_open = writer_open or (lambda: None)
+        self.check_every_s = check_every_s
+        self.state = "waiting"         # waiting | live | finished | down | idle_at_start
+        self.last_arrival = -math.inf
+        self.last_step: float | None = None
+        self._intervals: deque[float] = deque(maxlen=16)
+        self._write_gaps: deque[float] = deque(maxlen=16)
+        self._checked_at = -math.inf
+        self._writer: bool | None = None
+
+    def window(self) -> float:
+        step = statistics.median(self._intervals) if self._intervals else 0.0
+        writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
+        return max(self.down_after_s, self.down_after_steps * max(step, writes))
+
+    def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
+        """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
+        self._intervals.extend(intervals)
+        if step is not None:
+            self.last_step = step
+        if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
+            self._write_gaps.append(arrival - self.last_arrival)
+        self.last_arrival = max(self.last_arrival, arrival)
+        if self.state != "waiting" and arrival >= self.last_arrival:
+            self.state = "live"  # new records after a finish or an outage: a (re)started run
+
+    def up(self, now: float) -> float | None:
+        if self.state == "waiting" and math.isfinite(self.last_arrival):
+            self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"
+        if self.state in ("waiting", "idle_at_start") or self.last_step is None:
+            return None  # nothing to judge before the first record (model loading, compilation, 8 KB buffer)
+        if self.state == "finished":
+            return 1.0
+        if self.total_steps is not None and self.last_step is not None and self.last_step >= self.total_steps:
+            self.state = "finished"
+            return 1.0
+        if now - self.last_arrival <= self.window():
+            self.state = "live"
+            return 1.0
+        if now - self._checked_at >= self.check_every_s:
+            self._checked_at = now
+            self._writer = self.writer_open()
+        if self.total_steps is None and self._writer is False:
+            self.state = "finished"  # the writer closed the file (verl's FileLogger.finish)
+            return 1.0
+        self.state = "down"
+        return 0.0
 
 
 class JsonlTail:
-    """Reads lines appended since the last poll; survives truncation/rotation (starts over)."""
+    """Follows one verl JSONL file; ``poll(now)`` returns what arrived since the last poll."""
 
-    def __init__(self, path: str | Path, node: str | None = None) -> None:
+    def __init__(self, path: str | Path, node: str | None = None, *, offsets: OffsetStore | None = None,
+                 liveness: RunLiveness | None = None, read_limit: int = 1 << 30,
+                 resolved_config: str | Path | None = None) -> None:
         self.path = Path(path)
+        self.resolved_config = Path(resolved_config) if resolved_config else None
+        self._config_mtime: float | None = None
         self.node = node
+        self.offsets = offsets or OffsetStore(None)
+        self.liveness = liveness or RunLiveness(writer_open=lambda: writer_holds(self.path))
+        self.read_limit = read_limit
+        self.source = f"jsonl:{self.path.name}"
+        self._fh: BinaryIO | None = None
+        self._ino: tuple[int, int] | None = None
         self._offset = 0
-        self._partial = ""
+        self._partial = b""
+        self._head = ""
+        self._t_last = -math.inf
+        self._nonfinite_steps = 0
+        self._intervals: deque[float] = deque(maxlen=32)
+        self._opened_mtime: float | None = None
+        self._saved = self.offsets.get(str(self.path.resolve()))
 
-    def poll(self, now: float) -> SourceBatch:
-        batch = SourceBatch(f"jsonl:{self.path.name}")
+    # -- file handling -------------------------------------------------------------------------------
+
+    def _head_of(self, fh: BinaryIO) -> str:
+        pos = fh.tell()
+        fh.seek(0)
+        head = fh.read(HEAD_BYTES)
+        fh.seek(pos)
+        return hashlib.sha1(head).hexdigest() if len(head) == HEAD_BYTES else ""
+
+    def _open(self, batch: SourceBatch) -> bool:
         try:
-            size = self.path.stat().st_size
-            if size < self._offset:
-                self._offset, self._partial = 0, ""
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read()
+            fh = self.path.open("rb")
         except FileNotFoundError:
             batch.error("file_missing")
-            return batch
+            return False
         except OSError:
             batch.error("read_error")
+            return False
+        st = os.fstat(fh.fileno())
+        self._fh, self._ino, self._offset, self._partial, self._head = fh, (st.st_dev, st.st_ino), 0, b"", ""
+        self._opened_mtime = st.st_mtime
+        saved, self._saved = self._saved, None
+        same_file = bool(saved) and (saved.get("dev"), saved.get("ino")) == self._ino  # type: ignore[union-attr]
+        if saved and same_file and st.st_size >= int(saved.get("offset", 0)) and (
+                not saved.get("head") or saved.get("head") == self._head_of(fh)):
+            self._offset = int(saved.get("offset", 0))
+            self._head = str(saved.get("head", ""))
+            t_last = saved.get("t_last")
+            self._t_last = float(t_last) if isinstance(t_last, int | float) else -math.inf
+            self._nonfinite_steps = int(saved.get("nonfinite_steps", 0))
+        fh.seek(self._offset)
+        return True
+
+    def _read(self, batch: SourceBatch) -> bytes:
+        """Everything new, following truncation and rotation; the old file is drained first."""
+        if self._fh is None and not self._open(batch):
+            return b""
+        assert self._fh is not None
+        chunks = []
+        st = os.fstat(self._fh.fileno())
+        head = self._head_of(self._fh) if self._head else ""
+        if st.st_size < self._offset or (self._head and head and head != self._head):
+            batch.error("truncated")  # copytruncate or a verl restart ("w"): start over
+            self._offset, self._partial, self._head = 0, b"", ""
+            self._fh.seek(0)
+        chunks.append(self._fh.read(self.read_limit))
+        try:
+            now_st = os.stat(self.path)
+            rotated = (now_st.st_dev, now_st.st_ino) != self._ino
+        except FileNotFoundError:
+            rotated = False  # renamed away, nothing new yet: keep the old file open
+        if rotated:
+            self._offset += len(chunks[0])
+            tail = self._partial + chunks[0]
+            self._fh.close()
+            self._fh = None
+            self._opened_mtime = None
+            chunks = [tail if tail.endswith(b"\n") or not tail else tail + b"\n"]
+            self._partial = b""
+            if self._open(batch):
+                assert self._fh is not None
+                self._fh.seek(0)
+                self._offset = 0
+                chunks.append(self._fh.read(self.read_limit))
+                self._offset = len(chunks[-1])
+            return b"".join(chunks)
+        self._offset += len(chunks[0])
+        return self._partial + chunks[0]
+
+    def _mtime(self) -> float | None:
+        try:
+            return os.fstat(self._fh.fileno()).st_mtime if self._fh else None
+        except OSError:
+            return None
+
+    # -- records -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _parse(line: bytes, batch: SourceBatch) -> dict | None:
+        line = line.strip(b"\x00 \t\r")
+        if not line:
+            return None
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            record = None
+            # a crashed writer's fragment glued to the next writer's first line: the outermost '{"' that
+            # parses is that line's start (a few tries only: a garbage line must stay cheap)
+            pos, tries = line.find(b'{"', 1), 0
+            while pos != -1 and tries < 8:
+                tries += 1
+                try:
+                    record = json.loads(line[pos:])
+                    break
+                except (ValueError, RecursionError):
+                    pos = line.find(b'{"', pos + 1)
+            batch.error("malformed_json")
+        if not isinstance(record, dict):
+            if record is not None:
+                batch.error("malformed_json")
+            return None
+        return record
+
+    def _times(self, records: list[MappedRecord], anchor: float) -> list[float]:
+        """Reconstructed times for records without their own time (see the module docstring)."""
+        k = len(records)
+        known = [r.interval for r in records if r.interval is not None] or list(self._intervals)
+        typical = statistics.median(known) if known else None
+        lower = self._t_last
+        if typical is None:
+            if math.isfinite(lower) and anchor > lower:
+                return [lower + (anchor - lower) * (i + 1) / k for i in range(k)]
+            if math.isfinite(lower):
+                base = max(anchor, lower + _EPS * k)
+                return [base - _EPS * (k - 1 - i) for i in range(k)]
+            # a first backlog with no timers at all: one second apart, ending at the anchor (a guess,
+            # but one that keeps every record and its order)
+            return [anchor - UNKNOWN_SPACING_S * (k - 1 - i) for i in range(k)]
+        gaps = [r.interval if r.interval is not None else typical for r in records]
+        ts = [anchor] * k
+        for i in range(k - 2, -1, -1):
+            ts[i] = ts[i + 1] - max(gaps[i + 1], _EPS)
+        if math.isfinite(lower) and ts[0] <= lower:
+            # the timers claim more time than passed since the last read: compress into (lower, anchor]
+            weights = [max(g, _EPS) for g in gaps]
+            total, acc = sum(weights), 0.0
+            span = max(anchor - lower, _EPS * k)
+            for i, w in enumerate(weights):
+                acc += w
+                ts[i] = lower + span * acc / total
+        return ts
+
+    def poll(self, now: float) -> SourceBatch:
+        batch = SourceBatch(self.source)
+        first_open = self._fh is None
+        offset_before = self._offset
+        try:
+            text = self._read(batch)
+        except OSError:  # stale NFS handle, EIO: reopen next poll at the same place
+            batch.error("read_error")
+            self._offset = offset_before
+            self._saved = self._state() if self._ino is not None else None
+            self.close()
+            self._partial = b""
             return batch
-        self._offset += len(chunk)
-        text = self._partial + chunk.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        self._partial = lines.pop()  # an unfinished last line waits for its newline
-        for line in lines:
-            if not line.strip():
+        grew = self._offset != offset_before and not first_open
+        lines = text.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted
+            batch.error("line_too_long")
+            self._partial = b""
+        own: list[tuple[int, MappedRecord, float]] = []
+        timeless: list[tuple[int, MappedRecord]] = []
+        for i, line in enumerate(lines):
+            record = self._parse(line, batch)
+            if record is None:
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                batch.error("malformed_json")
-                continue
-            if not isinstance(record, dict):
-                batch.error("malformed_json")
-                continue
-            map_record(record, now, self.node, batch.source, batch)
+            mapped = MappedRecord(record, self.node)
+            stamp = next((record[k] for k in TIME_KEYS if k in record and not isinstance(record[k], bool)), None)
+            if stamp is not None:
+                t = _number(stamp)
+                if t is None:
+                    batch.error("nonfinite_timestamp")
+                    continue
+                own.append((i, mapped, t))
+            else:
+                timeless.append((i, mapped))
+        mtime = self._mtime()
+        anchor = min(mtime if mtime is not None else now, now)
+        if self._partial and self._intervals:
+            anchor -= statistics.median(self._intervals)  # flushed mid-record: the last full one is older
+        stamped = [(i, m, t) for i, m, t in own]
+        if timeless:
+            times = self._times([m for _, m in timeless], anchor)
+            stamped += [(i, m, t) for (i, m), t in zip(timeless, times, strict=True)]
+        stamped.sort(key=lambda x: x[0])
+        last_step: float | None = None
+        for _, m, t in stamped:
+            if m.samples(t, batch):
+                self._nonfinite_steps += 1
+            batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
+                                        float(self._nonfinite_steps), t))
+            if m.interval is not None:
+                self._intervals.append(m.interval)
+            self._t_last = max(self._t_last, t)
+            last_step = m.step if m.step is not None else last_step
+        if stamped or grew or (first_open and self._opened_mtime is not None):
+            arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
+            self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
+        self._config_info(now, batch)
+        up = self.liveness.up(now) if self._ino is not None else None
+        if up is not None:
+            batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
+        self._save()
         return batch
+
+    def _config_info(self, now: float, batch: SourceBatch) -> None:
+        """The run's resolved config, as ``verl_config_info`` (read again when the file changes)."""
+        if self.resolved_config is None:
+            return
+        try:
+            mtime = self.resolved_config.stat().st_mtime
+            if mtime == self._config_mtime:
+                return
+            self._config_mtime = mtime
+            doc = yaml.safe_load(self.resolved_config.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            batch.error("config_unreadable")
+            return
+        labels, total = verl_keys.config_info(doc if isinstance(doc, dict) else {})
+        if total is not None and self.liveness.total_steps is None:
+            self.liveness.total_steps = total
+        batch.samples.append(Sample("verl_config_info", with_node({"job": JOB, **labels}, self.node), 1.0, now))
+
+    def _state(self) -> dict:
+        assert self._ino is not None
+        return {"dev": self._ino[0], "ino": self._ino[1], "offset": self._offset - len(self._partial),
+                "head": self._head, "t_last": self._t_last if math.isfinite(self._t_last) else None,
+                "nonfinite_steps": self._nonfinite_steps}
+
+    def _save(self) -> None:
+        if self._ino is None:
+            return
+        if self._fh is not None and not self._head:
+            self._head = self._head_of(self._fh)
+        self.offsets.put(str(self.path.resolve()), self._state())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            self._fh = None

@@ -27,6 +27,9 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
         assert "summary" in r.templates and "runbook" in r.templates, r.alert
 
 
+VERL_JSONL_LABELS = {"job", "stat"}
+
+
 def test_default_selectors_name_real_series() -> None:
     used = set()
     for r in load_rule_files(None):
@@ -36,8 +39,10 @@ def test_default_selectors_name_real_series() -> None:
                 used.add(s.name)
                 assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
                 spec = BY_NAME.get(s.name)
-                for m in s.matchers:  # label matchers only on labels the trainer exports
-                    assert spec is None or m.name in spec.labels or s.name == "up", (s.name, m.name)
+                for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the
+                    # verl JSONL source adds to its series (job="verl_jsonl", stat="peak" on torch peaks)
+                    assert (spec is None or m.name in spec.labels or s.name == "up"
+                            or m.name in VERL_JSONL_LABELS), (s.name, m.name)
     # both name families are covered for memory, temperature, XID and NVLink
     assert {"verl_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
             "DCGM_FI_DEV_XID_ERRORS"} <= used

@@ -75,20 +75,22 @@ def test_verl_jsonl_tail_maps_keys_and_survives_garbage(tmp_path: Path) -> None:
     tail = JsonlTail(f, node="gpu-08")
     b = tail.poll(1000.0)
     got = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in b.samples}
-    node = ("node", "gpu-08")
-    assert got[("verl_kl_divergence", (node,))] == 0.03
-    assert got[("verl_reward_mean", (node,))] == 0.4
-    assert got[("verl_actor_tokens_per_second", (node,))] == 11000.0
-    assert got[("verl_stage_seconds", (node, ("stage", "rollout")))] == 12.5
-    assert got[("verl_stage_seconds", (node, ("stage", "actor_update")))] == 3.0
-    assert got[("verl_grad_norm", (("model", "actor"), node))] == 1.5
-    assert got[("verl_global_step", (node,))] == 7
-    assert got[("verl_jsonl_response_length_mean", (node,))] == 210.0
+    node, job = ("node", "gpu-08"), ("job", "verl_jsonl")
+    # actor/ppo_kl is the size of one policy update, not the KL to the reference (issue 14)
+    assert got[("verl_jsonl_actor_ppo_kl", (job, node))] == 0.03
+    assert ("verl_kl_divergence", (job, node)) not in got
+    assert got[("verl_reward_mean", (job, node))] == 0.4
+    assert got[("verl_actor_tokens_per_second", (job, node, ("scope", "per_gpu")))] == 11000.0
+    assert got[("verl_stage_seconds", (job, node, ("stage", "rollout")))] == 12.5
+    assert got[("verl_stage_seconds", (job, node, ("stage", "actor_update")))] == 3.0
+    assert got[("verl_grad_norm", (job, ("model", "actor"), node))] == 1.5
+    assert got[("verl_global_step", (job, node))] == 7
+    assert got[("verl_jsonl_response_length_mean", (job, node))] == 210.0
     assert b.errors == {"malformed_json": 1}
     with f.open("a") as fh:  # the half-written line completes
         fh.write('kl": 0.05}}\n')
     b2 = tail.poll(1010.0)
-    assert [s.value for s in b2.samples if s.name == "verl_kl_divergence"] == [0.05]
+    assert [s.value for s in b2.samples if s.name == "verl_jsonl_actor_ppo_kl"] == [0.05]
 
 
 def test_query_range_is_chunked_and_counts_bad_responses() -> None:

@@ -15,6 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
+from verl.config.aliases import AliasConflict, alias_key, apply_aliases
 from verl.config.checks import CHOICES, RANGES
 from verl.config.safe_yaml import UnsafeYAML, did_you_mean, load_yaml_file, load_yaml_text, short
 from verl.config.schema import Config
@@ -65,6 +66,10 @@ def load_config(name_or_path: str | Path | None = None, overrides: typing.Sequen
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections and keys")
         raw = loaded or {}
+    try:
+        apply_aliases(raw)  # volcengine verl's spellings of shared keys (verl/config/aliases.py)
+    except AliasConflict as exc:
+        raise ConfigError(str(exc)) from None
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -73,7 +78,7 @@ def load_config(name_or_path: str | Path | None = None, overrides: typing.Sequen
             parsed = load_yaml_text(value, f"override {short(key.strip(), 60)}") if value.strip() else None
         except UnsafeYAML as exc:
             raise ConfigError(str(exc)) from None
-        _set_dotted(raw, key.strip(), parsed)
+        _set_dotted(raw, alias_key(key.strip()), parsed)
     config = _build(Config, raw, prefix="")
     validate(config)
     return config

@@ -1,0 +1,109 @@
+"""Windows in steps as well as seconds: detectors that follow the series' own sampling interval.
+
+A Prometheus scrape delivers a sample every few seconds, a verl ``file`` logger one per training step
+(15 s to 15 min). A rule sized in seconds (a 30-min leak window, a 10-min staleness gap) holds 360
+samples at 5 s and 2 at 15 min. A rule may therefore give, next to each duration parameter, a count of
+samples (``steps: {window: 24}``); the detector then runs with ``max(seconds, steps x interval)``,
+where the interval is the median of the series' last sample intervals. At scrape cadence the seconds
+win and nothing changes; at step cadence the steps do.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from monitor.detectors.base import Detector, Finding
+
+_REBUILD_RATIO = 1.25  # re-size when a scaled window is off by more than this factor
+_MIN_INTERVALS = 5     # intervals seen before the steps count
+
+
+class IntervalEstimate:
+    """Median of the last ``n`` sample intervals of one series (robust to a slow checkpoint step)."""
+
+    def __init__(self, n: int = 16) -> None:
+        self._last = -math.inf
+        self._gaps: deque[float] = deque(maxlen=n)
+
+    def add(self, t: float) -> None:
+        if math.isfinite(self._last) and t > self._last:
+            self._gaps.append(t - self._last)
+        self._last = t
+
+    def value(self) -> float | None:
+        return statistics.median(self._gaps) if len(self._gaps) >= _MIN_INTERVALS else None
+
+
+def scaled(params: dict[str, Any], steps: dict[str, float], interval: float | None) -> dict[str, Any]:
+    out = dict(params)
+    if interval is None:
+        return out
+    for key, n in steps.items():
+        out[key] = max(float(params.get(key, 0.0)), n * interval)
+    return out
+
+
+class CadenceScaled(Detector):
+    """Wraps one detector whose duration parameters follow the sampling interval (module docstring).
+
+    ``warmup_steps``: the first samples of the series are not shown to the detector (a verl run's first
+    steps compile kernels and fill caches: its memory peaks ratchet up then, and that is no leak). On a
+    re-size the new detector is replayed the retained samples (at most ``history``), so it decides on the
+    same data the old one had.
+    """
+
+    def __init__(self, factory: Callable[[dict[str, Any]], Detector], params: dict[str, Any],
+                 steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = 2048) -> None:
+        self.factory, self.params, self.steps, self.warmup_steps = factory, params, steps, warmup_steps
+        self.ticks = ticks
+        self._history_len = history
+        self.reset()
+
+    def reset(self) -> None:
+        self.interval = IntervalEstimate()
+        self.used: dict[str, Any] = self.params  # identity: "not scaled yet"
+        self._prev_t = math.inf
+        self._floor_gap = min((float(self.params.get(k, 0.0)) / n for k, n in self.steps.items()), default=0.0)
+        self.inner = self.factory(dict(self.params))
+        self._history: deque[tuple[float, float]] = deque(maxlen=self._history_len)
+        self._seen = 0
+        self._last = Finding(0.0, False)
+
+    def _needs_resize(self, want: dict[str, Any]) -> bool:
+        for key in self.steps:
+            old, new = float(self.used.get(key, 0.0)), float(want.get(key, 0.0))
+            if old <= 0 or new <= 0:
+                if old != new:
+                    return True
+                continue
+            if not 1 / _REBUILD_RATIO <= new / old <= _REBUILD_RATIO:
+                return True
+        return False
+
+    def update(self, t: float, value: float) -> Finding:
+        self._seen += 1
+        self.interval.add(t)
+        if self._seen <= self.warmup_steps:
+            return Finding(t, False)
+        self._history.append((t, value))
+        # fast path for scraped series (this runs on each of their samples): while unscaled and the gap is far
+        # below every seconds/steps ratio, the seconds win and nothing needs computing
+        gap = t - self._prev_t
+        self._prev_t = t
+        if self.steps and (self.used is not self.params or gap * 2.0 >= self._floor_gap):
+            want = scaled(self.params, self.steps, self.interval.value())
+            if self._needs_resize(want):
+                self.used = want if want != self.params else self.params
+                self.inner = self.factory(dict(want))
+                for ht, hv in list(self._history)[:-1]:
+                    self.inner.update(ht, hv)
+        self._last = self.inner.update(t, value)
+        return self._last
+
+    def tick(self, now: float) -> Finding:
+        tick = getattr(self.inner, "tick", None)
+        return tick(now) if tick is not None else self._last

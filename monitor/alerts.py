@@ -198,6 +198,15 @@ class AlertBook:
                 return  # already recorded before a restart: not a new event
         out.append(alert)
 
+    def prune(self, before: float) -> int:
+        """Forget resolved alerts and transition records older than ``before`` (the retention); the
+        firing ones stay, so a restart still restores them."""
+        if self._db is None:
+            return 0
+        with self._lock:
+            n = self._db.execute("DELETE FROM alerts WHERE status='resolved' AND updated_at<?", (before,)).rowcount
+            return n + self._db.execute("DELETE FROM alert_events WHERE at<?", (before,)).rowcount
+
     def firing(self) -> list[Alert]:
         with self._lock:
             return [s.to_alert() for s in self.states.values() if s.status == "firing"]

@@ -55,6 +55,9 @@ class Pipeline:
         self.enrich = enrich
         self.rejected: dict[str, int] = {}
         self._newest = -math.inf
+        # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
+        # once; the file follows within a second, long before a notification leaves group_wait).
+        self.plot_executor: Any = None
 
     # -- ingest ----------------------------------------------------------------------------------
 
@@ -169,15 +172,23 @@ class Pipeline:
         assert self.plots_dir is not None
         t, v = c.binding.series.window()
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{c.rule.alert}-{c.fp}-{int(self.clock.now())}") + ".png"
-        try:
-            path = render_fit(self.plots_dir / name, t, v, c.details,
-                              f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}")
-        except Exception as exc:  # a plot failure must not lose the alert
-            log.warning("plot for %s failed: %s", c.rule.alert, exc)
+        if len(t) == 0:
             return None
-        if path is None:
+        args = (self.plots_dir / name, t, v, dict(c.details),
+                f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}", c.rule.alert)
+        if self.plot_executor is not None:
+            self.plot_executor.submit(_render_quietly, *args)
+        elif _render_quietly(*args) is None:
             return None
-        return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(path)
+        return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(args[0])
 
     def close(self) -> None:
         self.book.close()
+
+
+def _render_quietly(path: Path, t: Any, v: Any, details: dict[str, float], title: str, alert: str) -> Path | None:
+    try:
+        return render_fit(path, t, v, details, title)
+    except Exception as exc:  # a plot failure must not lose the alert
+        log.warning("plot for %s failed: %s", alert, exc)
+        return None

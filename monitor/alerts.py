@@ -13,10 +13,11 @@ when neither side holds it any more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class AlertBook:
         self.restore_grace_s = restore_grace_s
         self.url_prefix = url_prefix  # generatorURL of own alerts: <url_prefix>/<fingerprint> (the monitor's API)
         self._db: sqlite3.Connection | None = None
+        self._in_batch = False
         if db_path is not None:
             Path(db_path).parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
@@ -177,8 +179,37 @@ class AlertBook:
             self._db.execute("UPDATE alerts SET external=?, generator_url=? WHERE fingerprint=?",
                              (int(st.external), st.generator_url, fp))
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction around many transitions (a 5000-alert webhook: one commit, not 5000)."""
+        with self._lock:
+            if self._db is None or self._in_batch:
+                yield
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_batch = True
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._db.execute("COMMIT")
+            finally:
+                self._in_batch = False
+
     def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
         alert = st.to_alert()
+        if self._db is not None and self._in_batch:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
+                "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
+            self._db.execute("INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?)",
+                             (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
+                              st.ends_at, st.value, now))
+            if cur.rowcount:
+                out.append(alert)
+            return
         if self._db is not None:
             self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
             try:

@@ -129,7 +129,8 @@ class Pipeline:
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
         """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
         now = self.clock.now()
-        out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
+        with self.book.batch():
+            out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
         if out:
             self._refresh_firing_gauge()
             self._emit(out)

@@ -258,6 +258,8 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
         if target.sample_limit and len(batch.samples) > target.sample_limit:
             batch = SourceBatch(target.name, errors=batch.errors)
             batch.error("sample_limit")
+        elif not batch.samples and batch.errors.get("malformed_line"):
+            pass  # nothing but garbage: the target answers, but not with exposition text (up stays 0)
         else:
             up = True
     except ScrapeFailed as exc:

@@ -61,6 +61,7 @@ class AlertEngine:
         self._pruned_at = float("-inf")
         self._written: dict[str, str] = {}  # what each state row holds now, so unchanged parts are not rewritten
         self._written_incidents: dict[str, str] = {}
+        self._incident_sigs: dict[str, tuple[Any, ...]] = {}
         self._workers: dict[str, threading.Thread] = {}
         self._wake: dict[str, threading.Event] = {}
         self._stopping = threading.Event()
@@ -338,8 +339,13 @@ class AlertEngine:
     # -- durability --------------------------------------------------------------------------------------
     def _save(self) -> None:
         """Write the parts of the state that changed since the last save (and only those)."""
-        corr = self.correlator.to_state()
-        incidents = corr.pop("incidents", {})
+        incidents = self.correlator.incidents
+        self.correlator.incidents = {}  # the snapshot without them; each incident has its own row
+        try:
+            corr = self.correlator.to_state()
+        finally:
+            self.correlator.incidents = incidents
+        corr.pop("incidents", None)
         snapshot = {"correlator": corr, "router": self.router.to_state(),
                     "limiters": {k: v.to_state() for k, v in self.dispatcher.limiters.items()}}
         text = json.dumps(snapshot, sort_keys=True)
@@ -347,14 +353,22 @@ class AlertEngine:
             save_state(self.conn, "engine", snapshot)
             self._written["engine"] = text
         upserts = []
-        for fp, doc in incidents.items():
-            row = json.dumps(doc, sort_keys=True)
+        for fp, inc in incidents.items():
+            # An incident changes by resolving or by gaining members (they are never removed): this
+            # signature spares re-serialising thousands of unchanged incidents on every save.
+            sig = (id(inc.alert), inc.alert.status, inc.alert.ends_at, len(inc.members))
+            if self._incident_sigs.get(fp) == sig:
+                continue
+            self._incident_sigs[fp] = sig
+            row = json.dumps({"rule": inc.rule, "alert": inc.alert.to_json(), "join_key": inc.join_key,
+                              "members": sorted(inc.members)}, sort_keys=True)  # Correlator.to_state's shape
             if self._written_incidents.get(fp) != row:
                 upserts.append((fp, row))
                 self._written_incidents[fp] = row
         gone = [fp for fp in self._written_incidents if fp not in incidents]
         for fp in gone:
             del self._written_incidents[fp]
+            self._incident_sigs.pop(fp, None)
         if upserts:
             self.conn.executemany("INSERT INTO incidents(fingerprint, value) VALUES(?,?) ON CONFLICT(fingerprint) "
                                   "DO UPDATE SET value=excluded.value", upserts)

@@ -158,7 +158,7 @@ class Daemon:
             samples = kept
         for reason, n in batch.errors.items():
             self.metrics.scrape_errors.labels(source, reason).inc(n)
-            self._log_once(source, reason, f"{n} input error(s)")
+            self._log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
         with self.lock:
             self.pipeline.ingest(samples, source)
 

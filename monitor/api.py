@@ -23,6 +23,7 @@ from monitor.sources.alertmanager import PayloadError, parse_webhook
 log = logging.getLogger("monitor.api")
 MAX_BODY = 4 * 1024 * 1024
 READ_DEADLINE_S = 10.0  # a request (headers and body) must arrive within this; slow senders are cut off
+WEBHOOK_PATH = "/api/v1/alertmanager/webhook"
 
 
 class BodyTooLarge(Exception):
@@ -145,6 +146,11 @@ class MonitorAPI:
         except ValueError as exc:
             raise PayloadError(f"body is not JSON ({str(exc).splitlines()[0][:120]})") from exc
 
+    def _count(self, path: str, reason: str) -> None:
+        """Rejected webhook deliveries count like any other source's bad input."""
+        if path == WEBHOOK_PATH:
+            self.daemon.metrics.scrape_errors.labels("alertmanager_webhook", reason).inc()
+
     def _authorized(self, h: BaseHTTPRequestHandler) -> bool:
         if not self.token:
             return True
@@ -167,11 +173,14 @@ class MonitorAPI:
                 return self._json(h, 401, {"error": "missing or wrong bearer token (Authorization: Bearer ...)"})
             self._api(h, method, path)
         except PayloadError as exc:
+            self._count(path, "bad_payload")
             self._json(h, 400, {"error": str(exc)})
         except BodyTooLarge as exc:
+            self._count(path, "body_too_large")
             h.close_connection = True  # the rest of the body is never read
             self._json(h, 413, {"error": str(exc)})
         except (TimeoutError, ConnectionError) as exc:  # read deadline passed or the client went away
+            self._count(path, "read_timeout" if isinstance(exc, TimeoutError) else "client_gone")
             h.close_connection = True
             log.info("API %s %s: client too slow or gone (%s)", method, path, type(exc).__name__)
         except Exception as exc:  # one broken request must not take the daemon down
@@ -192,7 +201,7 @@ class MonitorAPI:
             return self._json(h, 200, {"status": "success", "data": found[0]})
         if path == "/api/v1/incidents" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
-        if path == "/api/v1/alertmanager/webhook" and method == "POST":
+        if path == WEBHOOK_PATH and method == "POST":
             named = {httpx.URL(t.url).netloc.decode(): t.node for t in d.config.targets if t.node}
             accepted = d.submit_external(parse_webhook(self._body(h), d.config.cluster, named))
             return self._json(h, 200, {"status": "success", "accepted": accepted})

@@ -287,6 +287,8 @@ def test_malformed_webhook_bodies_get_400_with_one_line(api_daemon: RunningDaemo
         assert "\n" not in doc["error"] and "Traceback" not in doc["error"], what
     ok = {"alerts": [{"labels": {"alertname": "GPUXidError", "node": "gpu-1"}, "status": "firing"}]}
     assert post(port, json.dumps(ok).encode())[0] == 200
+    assert metric(api_daemon.url, "verl_monitor_scrape_errors_total", target="alertmanager_webhook",
+                  reason="bad_payload") == len(bad)
 
 
 def test_oversize_and_bogus_lengths_get_413(api_daemon: RunningDaemon) -> None:

@@ -215,7 +215,7 @@ class AlertEngine:
                     result = self.dispatcher.send(job)  # no lock held: only this receiver waits
                     with self.lock, self._transaction():
                         self.dispatcher.finish(job, result, self.clock.now())
-                        self._save()
+                        self._save_limiters()  # an outcome changes only the outbox row and the budgets
                         self.metrics.outbox_depth.set(self.outbox.depth())
                 if jobs:
                     continue
@@ -346,12 +346,12 @@ class AlertEngine:
         finally:
             self.correlator.incidents = incidents
         corr.pop("incidents", None)
-        snapshot = {"correlator": corr, "router": self.router.to_state(),
-                    "limiters": {k: v.to_state() for k, v in self.dispatcher.limiters.items()}}
+        snapshot = {"correlator": corr, "router": self.router.to_state()}
         text = json.dumps(snapshot, sort_keys=True)
         if self._written.get("engine") != text:
             save_state(self.conn, "engine", snapshot)
             self._written["engine"] = text
+        self._save_limiters()
         upserts = []
         for fp, inc in incidents.items():
             # An incident changes by resolving or by gaining members (they are never removed): this
@@ -375,6 +375,13 @@ class AlertEngine:
         if gone:
             self.conn.executemany("DELETE FROM incidents WHERE fingerprint=?", [(fp,) for fp in gone])
 
+    def _save_limiters(self) -> None:
+        limiters = {k: v.to_state() for k, v in self.dispatcher.limiters.items()}
+        text = json.dumps(limiters, sort_keys=True)
+        if self._written.get("limiters") != text:
+            save_state(self.conn, "limiters", limiters)
+            self._written["limiters"] = text
+
     def _restore(self) -> None:
         state = load_state(self.conn, "engine")
         rows = self.conn.execute("SELECT value FROM alerts ORDER BY seen_at").fetchall()
@@ -391,7 +398,8 @@ class AlertEngine:
             inc = self.correlator.incidents.get(fp)
             return inc.alert if inc else self.history.get(fp)
         self.router.load_state(state.get("router", {}), resolve)
-        for k, v in state.get("limiters", {}).items():
+        limiters = load_state(self.conn, "limiters") or state.get("limiters", {})  # older files: inside "engine"
+        for k, v in limiters.items():
             if k in self.dispatcher.limiters:
                 self.dispatcher.limiters[k].load_state(v)
 

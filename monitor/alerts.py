@@ -200,34 +200,33 @@ class AlertBook:
 
     def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
         alert = st.to_alert()
-        if self._db is not None and self._in_batch:
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
-                "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
-            self._db.execute("INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?)",
-                             (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
-                              st.ends_at, st.value, now))
-            if cur.rowcount:
-                out.append(alert)
-            return
         if self._db is not None:
-            self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
-            try:
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
-                    "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
-                self._db.execute(
-                    "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
-                    "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
-                     st.ends_at, st.value, now, st.generator_url, int(st.external)))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            if cur.rowcount == 0:
+            if self._in_batch:  # inside ``batch()``: its one transaction covers this transition
+                new = self._write(fp, st, alert, now)
+            else:
+                self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
+                try:
+                    new = self._write(fp, st, alert, now)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            if not new:
                 return  # already recorded before a restart: not a new event
         out.append(alert)
+
+    def _write(self, fp: str, st: AlertState, alert: Alert, now: float) -> bool:
+        """The event row and the current state; False when the event was already recorded."""
+        assert self._db is not None
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
+            "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
+        self._db.execute(
+            "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
+            "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
+             st.ends_at, st.value, now, st.generator_url, int(st.external)))
+        return cur.rowcount > 0
 
     def prune(self, before: float) -> int:
         """Forget resolved alerts and transition records older than ``before`` (the retention); the

@@ -122,7 +122,7 @@ def test_inhibition_work_is_linear_in_the_number_of_alerts(monkeypatch: pytest.M
 
 # -- 7. bounded state --------------------------------------------------------------------------------
 
-SINGLE_RULE = "rules:\n  - {name: Solo, severity: P1, window: 0s, all_of: [GPUXidError], join: [cluster, node]}\n"
+SINGLE_RULE = "rules:\n  - {name: Solo, severity: P1, window: 1s, all_of: [GPUXidError], join: [cluster, node]}\n"
 
 
 def solo_engine(tmp: Path, clock: SimulatedClock, retention_s: float) -> AlertEngine:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from alerting.config import AlertingConfig
@@ -14,9 +15,20 @@ from alerting.model import Notification
 from alerting.notifiers import Delivery, Notifier
 from alerting.outbox import Outbox, OutboxRow
 from alerting.ratelimit import RobotLimiter
-from alerting.templates import render
+from alerting.templates import Rendered, render
 
 log = logging.getLogger("verl.alerting")
+
+
+@dataclass
+class Job:
+    """One planned delivery: rows of one receiver, rendered, already charged to the robot's budget."""
+
+    notifier: Notifier
+    rows: list[OutboxRow]
+    rendered: Rendered
+    digest: bool
+    limiter: RobotLimiter | None
 
 
 class Dispatcher:
@@ -36,37 +48,44 @@ class Dispatcher:
         n = self.notifiers.get(receiver)
         return self.limiters.get(n.robot_id) if n else None
 
-    def run(self, now: float) -> int:
-        """Deliver what is due; returns the number of rows attempted."""
+    def run(self, now: float, receiver: str | None = None) -> int:
+        """Deliver what is due (of one receiver, or all); returns the number of rows attempted.
+        Synchronous: replay and tests on simulated time. The daemon's delivery workers call
+        ``plan``/``send``/``finish`` themselves, sending outside any lock."""
         attempted = 0
-        heads = self.outbox.heads_due(now)
+        for job in self.plan(now, receiver):
+            self.finish(job, self.send(job), now)
+            attempted += len(job.rows)
+        return attempted
+
+    def plan(self, now: float, receiver: str | None = None) -> list[Job]:
+        """The deliveries due now, rendered and charged to their robot's budget. Rows of receivers that
+        no longer exist are failed here (no HTTP)."""
+        jobs: list[Job] = []
         by_receiver: dict[str, list[OutboxRow]] = {}
-        for row in heads:
+        for row in self.outbox.heads_due(now, receiver):
             by_receiver.setdefault(row.receiver, []).append(row)
-        for receiver, rows in by_receiver.items():
-            notifier = self.notifiers.get(receiver)
+        for name, rows in by_receiver.items():
+            notifier = self.notifiers.get(name)
             if notifier is None:  # receiver removed from the config while rows were queued
-                self._finish(rows, Delivery.permanent(f"receiver {receiver!r} is no longer configured"), now)
-                attempted += len(rows)
+                self._finish(rows, Delivery.permanent(f"receiver {name!r} is no longer configured"), now)
                 continue
-            limiter = self.limiter(receiver)
+            limiter = self.limiter(name)
             budget = limiter.available(now) if limiter else len(rows) + 1
             if budget <= 0:
                 continue
             if limiter and len(rows) > budget:
-                batch = [r for head in rows for r in self.outbox.group_rows(receiver, head.group_key)]
-                self._deliver(notifier, batch, now, limiter, digest=True)
-                attempted += len(batch)
+                batch = [r for head in rows for r in self.outbox.group_rows(name, head.group_key)]
+                jobs.append(self._prepare(notifier, batch, now, limiter, digest=True))
                 continue
             for row in rows:
                 if limiter and limiter.available(now) < notifier.cost([row.notification], False):
                     break
-                self._deliver(notifier, [row], now, limiter, digest=False)
-                attempted += 1
-        return attempted
+                jobs.append(self._prepare(notifier, [row], now, limiter, digest=False))
+        return jobs
 
-    def _deliver(self, notifier: Notifier, rows: list[OutboxRow], now: float, limiter: RobotLimiter | None,
-                 digest: bool) -> None:
+    def _prepare(self, notifier: Notifier, rows: list[OutboxRow], now: float, limiter: RobotLimiter | None,
+                 digest: bool) -> Job:
         notes: list[Notification] = [r.notification for r in rows]
         cfg = notifier.cfg
         link = f"{self.config.monitor_url}/api/v1/alerts" if self.config.monitor_url else "verl-monitor /api/v1/alerts"
@@ -77,16 +96,22 @@ class Dispatcher:
             log.warning("receiver %s: template failed, used the built-in one: %s", cfg.name, rendered.error)
         if limiter:
             limiter.take(now, notifier.cost(notes, digest))
+        return Job(notifier, rows, rendered, digest, limiter)
+
+    def send(self, job: Job) -> Delivery:
+        """The HTTP call; touches no shared state, so it runs without the engine's lock."""
         try:
-            result = notifier.send(rendered, notes, digest=digest)
+            return job.notifier.send(job.rendered, [r.notification for r in job.rows], digest=job.digest)
         except Exception as exc:  # a notifier bug must not stop the monitor's loop; never retried blindly
-            log.error("receiver %s: notifier crashed (%s)", cfg.name, type(exc).__name__)
-            result = Delivery.permanent(f"{cfg.type} notifier error ({type(exc).__name__})")
-        if digest and result.ok:
-            self.metrics.digests.labels(cfg.name).inc()
-        if result.rate_limited and limiter:
-            limiter.overrun(now)
-        self._finish(rows, result, now, digest=digest, limiter=limiter)
+            log.error("receiver %s: notifier crashed (%s)", job.notifier.cfg.name, type(exc).__name__)
+            return Delivery.permanent(f"{job.notifier.cfg.type} notifier error ({type(exc).__name__})")
+
+    def finish(self, job: Job, result: Delivery, now: float) -> None:
+        if job.digest and result.ok:
+            self.metrics.digests.labels(job.notifier.cfg.name).inc()
+        if result.rate_limited and job.limiter:
+            job.limiter.overrun(now)
+        self._finish(job.rows, result, now, digest=job.digest, limiter=job.limiter)
 
     def _finish(self, rows: list[OutboxRow], result: Delivery, now: float, digest: bool = False,
                 limiter: RobotLimiter | None = None) -> None:
@@ -117,9 +142,9 @@ class Dispatcher:
                 rec["retry"] = result.retryable
             self.on_record(rec)
 
-    def next_due(self, now: float) -> float | None:
+    def next_due(self, now: float, receiver: str | None = None) -> float | None:
         """When the next delivery could happen: the outbox's retry times, held back by robot budgets."""
-        heads = self.outbox.heads_due(float("inf"))
+        heads = self.outbox.heads_due(float("inf"), receiver)
         times = []
         for row in heads:
             limiter = self.limiter(row.receiver)

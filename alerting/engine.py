@@ -1,17 +1,28 @@
 """The alerting pipeline behind one object: correlate -> route (group / inhibit / silence / repeat) ->
 outbox -> notifiers, durable in SQLite. The monitor calls ``submit`` with the alerts it evaluates and
 ``tick`` on its loop; replay and tests call ``drain`` to run simulated time forward until every
-notification is out."""
+notification is out.
+
+Delivery off the watch path: once ``start_delivery`` has run (the daemon does), ``tick`` only moves
+due groups into the durable outbox, and one delivery worker thread per receiver (Alertmanager's notify
+stage) sends from it, making its HTTP calls without holding the engine's lock. A hanging robot then
+delays only its own messages. A row is marked delivered only after its robot answered, so a kill -9
+re-sends at most the message that was in flight (at-least-once).
+
+Bounded state: resolved incidents, resolved alerts, finished outbox rows and expired silences are
+forgotten ``retention_s`` after they ended; each save rewrites only the parts that changed (one row per
+incident, one small snapshot of the rest)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from time import monotonic as _monotonic
 from typing import Any
 
 import httpx
@@ -32,6 +43,9 @@ from alerting.silence import SilenceStore
 from alerting.store import load_state, open_db, save_state
 
 HISTORY = 5000  # alerts kept for the JSON API; older resolved ones are dropped first
+RETENTION_S = 24 * 3600.0  # how long resolved incidents/alerts and finished notifications are kept
+PRUNE_EVERY_S = 60.0
+log = logging.getLogger("verl.alerting")
 
 
 class AlertEngine:
@@ -40,8 +54,17 @@ class AlertEngine:
     def __init__(self, config: AlertingConfig, db_path: str | Path, clock: Clock,
                  on_record: Callable[[dict], None] | None = None,
                  registry: prometheus_client.CollectorRegistry | None = None,
-                 transport: httpx.BaseTransport | None = None, sign_clock: Clock | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, sign_clock: Clock | None = None,
+                 retention_s: float = RETENTION_S) -> None:
         self.config = config
+        self.retention_s = retention_s
+        self._pruned_at = float("-inf")
+        self._written: dict[str, str] = {}  # what each state row holds now, so unchanged parts are not rewritten
+        self._written_incidents: dict[str, str] = {}
+        self._incident_sigs: dict[str, tuple[Any, ...]] = {}
+        self._workers: dict[str, threading.Thread] = {}
+        self._wake: dict[str, threading.Event] = {}
+        self._stopping = threading.Event()
         self.clock = clock
         self.on_record = on_record or (lambda rec: None)
         self.metrics = AlertingMetrics(registry)
@@ -116,12 +139,11 @@ class AlertEngine:
             self._save()
 
     def _muted_fn(self, now: float) -> Callable[[Alert], bool]:
-        active = self.router.active_alerts()
+        inhibited = self.inhibitor.muting(self.router.active_alerts())
         silences = [s for s in self.silences_store.all() if s.state(now) == "active"]
 
         def muted(a: Alert) -> bool:
-            return any(all(m.matches(a.labels) for m in s.matchers) for s in silences) or \
-                self.inhibitor.muted(a, active)
+            return any(all(m.matches(a.labels) for m in s.matchers) for s in silences) or inhibited(a)
         return muted
 
     def _flush(self, now: float) -> bool:
@@ -139,11 +161,104 @@ class AlertEngine:
         with self.lock:
             now = self.clock.now()
             with self._transaction():
-                if self._flush(now):  # a quiet tick (the common case in replay) writes nothing
+                changed = self._flush(now)
+                if now - self._pruned_at >= PRUNE_EVERY_S:
+                    changed = self.prune(now) or changed
+                if changed:  # a quiet tick (the common case in replay) writes nothing
                     self._save()
+            if self._workers:
+                if changed:
+                    for wake in self._wake.values():
+                        wake.set()
+                return  # the delivery workers send
             if self.dispatcher.run(now) > 0:  # each outcome is committed as it happens
                 self._save()
             self.metrics.outbox_depth.set(self.outbox.depth())
+
+    # -- delivery workers ---------------------------------------------------------------------------------
+    def start_delivery(self) -> None:
+        """One delivery thread per receiver from now on; ``tick`` stops sending itself."""
+        with self.lock:
+            if self._workers:
+                return
+            self._stopping.clear()
+            for name in self.notifiers:
+                self._wake[name] = threading.Event()
+                self._workers[name] = threading.Thread(target=self._deliver_loop, args=(name,),
+                                                       name=f"deliver-{name}", daemon=True)
+            for t in self._workers.values():
+                t.start()
+
+    def stop_delivery(self, timeout: float = 1.0) -> None:
+        """Ask the workers to stop and wait up to ``timeout`` in total; a worker stuck in a hanging HTTP
+        call is left behind (a daemon thread): its row stays pending and is sent again later."""
+        self._stopping.set()
+        for wake in self._wake.values():
+            wake.set()
+        deadline = _monotonic() + timeout
+        for t in self._workers.values():
+            t.join(max(0.0, deadline - _monotonic()))
+        with self.lock:
+            self._workers, self._wake = {}, {}
+
+    def _deliver_loop(self, receiver: str) -> None:
+        wake = self._wake[receiver]
+        failed_before = False
+        while not self._stopping.is_set():
+            wait = 1.0
+            try:
+                with self.lock:
+                    jobs = self.dispatcher.plan(self.clock.now(), receiver)
+                for job in jobs:
+                    if self._stopping.is_set():
+                        break
+                    result = self.dispatcher.send(job)  # no lock held: only this receiver waits
+                    with self.lock, self._transaction():
+                        self.dispatcher.finish(job, result, self.clock.now())
+                        self._save_limiters()  # an outcome changes only the outbox row and the budgets
+                        self.metrics.outbox_depth.set(self.outbox.depth())
+                if jobs:
+                    continue
+                with self.lock:
+                    now = self.clock.now()
+                    nxt = self.dispatcher.next_due(now, receiver)
+                if nxt is not None:
+                    wait = min(1.0, max(0.01, nxt - now))
+                failed_before = False
+            except Exception as exc:  # the worker must outlive any one failure (e.g. a locked database)
+                if self._stopping.is_set():
+                    return
+                if not failed_before:
+                    log.error("receiver %s: delivery worker error (%s: %s); retrying", receiver,
+                              type(exc).__name__, str(exc)[:200])
+                failed_before = True
+            wake.wait(wait)
+            wake.clear()
+
+    def oldest_undelivered(self) -> float | None:
+        """Queue time (engine clock) of the oldest notification not yet delivered."""
+        with self.lock:
+            return self.outbox.oldest_pending()
+
+    # -- retention -------------------------------------------------------------------------------------
+    def prune(self, now: float) -> bool:
+        """Forget what ended more than ``retention_s`` ago; True when something was removed."""
+        self._pruned_at = now
+        cutoff = now - self.retention_s
+        routed = {a.fingerprint for a in self.router.active_alerts()}
+        gone_inc = [fp for fp, inc in self.correlator.incidents.items()
+                    if not inc.open and (inc.alert.ends_at or inc.alert.starts_at) < cutoff and fp not in routed]
+        for fp in gone_inc:
+            del self.correlator.incidents[fp]
+        keep = self.correlator.referenced() | routed
+        gone = [fp for fp, a in self.history.items()
+                if a.status == "resolved" and (a.ends_at or a.starts_at) < cutoff and fp not in keep]
+        for fp in gone:
+            del self.history[fp]
+        self.conn.executemany("DELETE FROM alerts WHERE fingerprint=?", [(fp,) for fp in gone])
+        n = self.outbox.prune(cutoff)
+        n += self.conn.execute("DELETE FROM silences WHERE ends_at<?", (cutoff,)).rowcount
+        return bool(gone_inc or gone or n)
 
     def pending(self) -> bool:
         """Anything still to be sent: held alerts, groups with news, or queued notifications."""
@@ -223,27 +338,74 @@ class AlertEngine:
 
     # -- durability --------------------------------------------------------------------------------------
     def _save(self) -> None:
-        save_state(self.conn, "engine", {
-            "correlator": self.correlator.to_state(), "router": self.router.to_state(),
-            "limiters": {k: v.to_state() for k, v in self.dispatcher.limiters.items()},
-            "saved_at": time.time(),
-        })
+        """Write the parts of the state that changed since the last save (and only those)."""
+        incidents = self.correlator.incidents
+        self.correlator.incidents = {}  # the snapshot without them; each incident has its own row
+        try:
+            corr = self.correlator.to_state()
+        finally:
+            self.correlator.incidents = incidents
+        corr.pop("incidents", None)
+        snapshot = {"correlator": corr, "router": self.router.to_state()}
+        text = json.dumps(snapshot, sort_keys=True)
+        if self._written.get("engine") != text:
+            save_state(self.conn, "engine", snapshot)
+            self._written["engine"] = text
+        self._save_limiters()
+        upserts = []
+        for fp, inc in incidents.items():
+            # An incident changes by resolving or by gaining members (they are never removed): this
+            # signature spares re-serialising thousands of unchanged incidents on every save.
+            sig = (id(inc.alert), inc.alert.status, inc.alert.ends_at, len(inc.members))
+            if self._incident_sigs.get(fp) == sig:
+                continue
+            self._incident_sigs[fp] = sig
+            row = json.dumps({"rule": inc.rule, "alert": inc.alert.to_json(), "join_key": inc.join_key,
+                              "members": sorted(inc.members)}, sort_keys=True)  # Correlator.to_state's shape
+            if self._written_incidents.get(fp) != row:
+                upserts.append((fp, row))
+                self._written_incidents[fp] = row
+        gone = [fp for fp in self._written_incidents if fp not in incidents]
+        for fp in gone:
+            del self._written_incidents[fp]
+            self._incident_sigs.pop(fp, None)
+        if upserts:
+            self.conn.executemany("INSERT INTO incidents(fingerprint, value) VALUES(?,?) ON CONFLICT(fingerprint) "
+                                  "DO UPDATE SET value=excluded.value", upserts)
+        if gone:
+            self.conn.executemany("DELETE FROM incidents WHERE fingerprint=?", [(fp,) for fp in gone])
+
+    def _save_limiters(self) -> None:
+        limiters = {k: v.to_state() for k, v in self.dispatcher.limiters.items()}
+        text = json.dumps(limiters, sort_keys=True)
+        if self._written.get("limiters") != text:
+            save_state(self.conn, "limiters", limiters)
+            self._written["limiters"] = text
 
     def _restore(self) -> None:
         state = load_state(self.conn, "engine")
         rows = self.conn.execute("SELECT value FROM alerts ORDER BY seen_at").fetchall()
         self.history = {a.fingerprint: a for a in (alert_from_json(json.loads(r[0])) for r in rows)}
-        self.correlator.load_state(state.get("correlator", {}), self.history.get)
+        corr = dict(state.get("correlator", {}))
+        incidents = dict(corr.get("incidents", {}))  # snapshots before the incidents table held them inline
+        for fp, value in self.conn.execute("SELECT fingerprint, value FROM incidents"):
+            incidents[fp] = json.loads(value)
+            self._written_incidents[fp] = value
+        corr["incidents"] = incidents
+        self.correlator.load_state(corr, self.history.get)
 
         def resolve(fp: str) -> Alert | None:
             inc = self.correlator.incidents.get(fp)
             return inc.alert if inc else self.history.get(fp)
         self.router.load_state(state.get("router", {}), resolve)
-        for k, v in state.get("limiters", {}).items():
+        limiters = load_state(self.conn, "limiters") or state.get("limiters", {})  # older files: inside "engine"
+        for k, v in limiters.items():
             if k in self.dispatcher.limiters:
                 self.dispatcher.limiters[k].load_state(v)
 
     def close(self) -> None:
+        if self._workers:
+            self.stop_delivery()
         with self.lock:
             self._save()
             for n in self.notifiers.values():

@@ -55,11 +55,17 @@ class Outbox:
             (n.receiver, n.group_key, n.status, key, json.dumps(n.to_json()), now, now))
         return True
 
-    def heads_due(self, now: float) -> list[OutboxRow]:
-        """The oldest pending row of every (receiver, group) whose retry time has come, oldest first."""
-        rows = self.conn.execute(
-            f"SELECT {_COLS} FROM outbox WHERE id IN (SELECT MIN(id) FROM outbox WHERE state='pending' "
-            "GROUP BY receiver, group_key) AND next_attempt_at<=? ORDER BY id", (now,)).fetchall()
+    def heads_due(self, now: float, receiver: str | None = None) -> list[OutboxRow]:
+        """The oldest pending row of every (receiver, group) whose retry time has come, oldest first;
+        of one receiver when given (its delivery worker asks only for its own)."""
+        if receiver is None:
+            rows = self.conn.execute(
+                f"SELECT {_COLS} FROM outbox WHERE id IN (SELECT MIN(id) FROM outbox WHERE state='pending' "
+                "GROUP BY receiver, group_key) AND next_attempt_at<=? ORDER BY id", (now,)).fetchall()
+        else:
+            rows = self.conn.execute(
+                f"SELECT {_COLS} FROM outbox WHERE id IN (SELECT MIN(id) FROM outbox WHERE state='pending' "
+                "AND receiver=? GROUP BY group_key) AND next_attempt_at<=? ORDER BY id", (receiver, now)).fetchall()
         return [_row(r) for r in rows]
 
     def group_rows(self, receiver: str, group_key: str) -> list[OutboxRow]:
@@ -88,6 +94,14 @@ class Outbox:
 
     def depth(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM outbox WHERE state='pending'").fetchone()[0]
+
+    def oldest_pending(self) -> float | None:
+        """Queue time of the oldest undelivered notification (for /healthz)."""
+        return self.conn.execute("SELECT MIN(created_at) FROM outbox WHERE state='pending'").fetchone()[0]
+
+    def prune(self, before: float) -> int:
+        """Forget delivered and failed rows queued before ``before`` (retention); pending rows stay."""
+        return self.conn.execute("DELETE FROM outbox WHERE state!='pending' AND created_at<?", (before,)).rowcount
 
     def next_due(self) -> float | None:
         row = self.conn.execute("SELECT MIN(next_attempt_at) FROM outbox WHERE state='pending'").fetchone()

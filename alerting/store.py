@@ -1,5 +1,6 @@
 """SQLite (WAL) file holding the alerting state: the outbox, silences and a JSON snapshot of the
-in-memory stages (held alerts, incidents, groups, notification log, rate-limit windows)."""
+in-memory stages (held alerts, groups, notification log, rate-limit windows); incidents have a row each,
+so a change to one incident rewrites only that row."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS outbox_pending ON outbox(state, receiver, group_key, id);
+CREATE INDEX IF NOT EXISTS outbox_dedup ON outbox(dedup_key, state);
 CREATE TABLE IF NOT EXISTS silences (
     id TEXT PRIMARY KEY,
     matchers TEXT NOT NULL,
@@ -34,6 +36,7 @@ CREATE TABLE IF NOT EXISTS silences (
 );
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS alerts (fingerprint TEXT PRIMARY KEY, value TEXT NOT NULL, seen_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS incidents (fingerprint TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 

@@ -13,10 +13,11 @@ when neither side holds it any more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class AlertBook:
         self.restore_grace_s = restore_grace_s
         self.url_prefix = url_prefix  # generatorURL of own alerts: <url_prefix>/<fingerprint> (the monitor's API)
         self._db: sqlite3.Connection | None = None
+        self._in_batch = False
         if db_path is not None:
             Path(db_path).parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
@@ -177,26 +179,63 @@ class AlertBook:
             self._db.execute("UPDATE alerts SET external=?, generator_url=? WHERE fingerprint=?",
                              (int(st.external), st.generator_url, fp))
 
-    def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
-        alert = st.to_alert()
-        if self._db is not None:
-            self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction around many transitions (a 5000-alert webhook: one commit, not 5000)."""
+        with self._lock:
+            if self._db is None or self._in_batch:
+                yield
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_batch = True
             try:
-                cur = self._db.execute(
-                    "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
-                    "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
-                self._db.execute(
-                    "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
-                    "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
-                     st.ends_at, st.value, now, st.generator_url, int(st.external)))
-                self._db.execute("COMMIT")
+                yield
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-            if cur.rowcount == 0:
+            else:
+                self._db.execute("COMMIT")
+            finally:
+                self._in_batch = False
+
+    def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
+        alert = st.to_alert()
+        if self._db is not None:
+            if self._in_batch:  # inside ``batch()``: its one transaction covers this transition
+                new = self._write(fp, st, alert, now)
+            else:
+                self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
+                try:
+                    new = self._write(fp, st, alert, now)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            if not new:
                 return  # already recorded before a restart: not a new event
         out.append(alert)
+
+    def _write(self, fp: str, st: AlertState, alert: Alert, now: float) -> bool:
+        """The event row and the current state; False when the event was already recorded."""
+        assert self._db is not None
+        cur = self._db.execute(
+            "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
+            "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
+        self._db.execute(
+            "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
+            "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
+             st.ends_at, st.value, now, st.generator_url, int(st.external)))
+        return cur.rowcount > 0
+
+    def prune(self, before: float) -> int:
+        """Forget resolved alerts and transition records older than ``before`` (the retention); the
+        firing ones stay, so a restart still restores them."""
+        if self._db is None:
+            return 0
+        with self._lock:
+            n = self._db.execute("DELETE FROM alerts WHERE status='resolved' AND updated_at<?", (before,)).rowcount
+            return n + self._db.execute("DELETE FROM alert_events WHERE at<?", (before,)).rowcount
 
     def firing(self) -> list[Alert]:
         with self._lock:

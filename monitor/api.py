@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import threading
+import time
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,14 @@ from monitor.sources.alertmanager import PayloadError, parse_webhook
 
 log = logging.getLogger("monitor.api")
 MAX_BODY = 4 * 1024 * 1024
+READ_DEADLINE_S = 10.0  # a request (headers and body) must arrive within this; slow senders are cut off
+WEBHOOK_PATH = "/api/v1/alertmanager/webhook"
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
 _PLOT_RE = re.compile(r"^/api/v1/plots/([A-Za-z0-9_.-]+\.png)$")
 _ALERT_RE = re.compile(r"^/api/v1/alerts/([0-9a-f]{16})$")  # an alert's generatorURL
 
@@ -35,6 +44,7 @@ class MonitorAPI:
 
         class Handler(BaseHTTPRequestHandler):
             server_version = "verl-monitor"
+            timeout = READ_DEADLINE_S  # socket read deadline: a silent or dripping client cannot pin a thread
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("%s " + fmt, self.address_string(), *args)
@@ -74,14 +84,72 @@ class MonitorAPI:
     def _json(self, h: BaseHTTPRequestHandler, code: int, doc: Any) -> None:
         self._send(h, code, json.dumps(doc).encode())
 
-    def _body(self, h: BaseHTTPRequestHandler) -> Any:
-        n = int(h.headers.get("Content-Length") or 0)
+    @staticmethod
+    def _read_exact(h: BaseHTTPRequestHandler, n: int, deadline: float) -> bytes:
+        """n bytes or TimeoutError once the request's deadline passes (the socket timeout alone is per
+        read: a client dripping a byte every few seconds would hold the thread forever)."""
+        parts, left = [], n
+        while left > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("request body deadline passed")
+            h.connection.settimeout(remaining)
+            chunk = h.rfile.read1(min(left, 65536))
+            if not chunk:
+                raise ConnectionError("client closed the connection mid-body")
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def _read(self, h: BaseHTTPRequestHandler) -> bytes:
+        """The request body, at most MAX_BODY bytes, with a Content-Length or chunked; BodyTooLarge for
+        anything over the limit or a length that is not a non-negative integer (a negative one used to
+        switch the limit off)."""
+        deadline = time.monotonic() + READ_DEADLINE_S
+        if "chunked" in h.headers.get("Transfer-Encoding", "").lower():
+            parts, size = [], 0
+            while True:
+                line = h.rfile.readline(64)
+                try:
+                    n = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                except ValueError as exc:
+                    raise PayloadError("malformed chunked body (bad chunk size line)") from exc
+                if n < 0 or size + n > MAX_BODY:
+                    raise BodyTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
+                if n == 0:
+                    while h.rfile.readline(1024).strip():  # trailers
+                        pass
+                    return b"".join(parts)
+                parts.append(self._read_exact(h, n, deadline))
+                size += n
+                h.rfile.readline(8)  # the CRLF after each chunk
+        raw = h.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        text = raw.strip()
+        if not text.isdigit():
+            raise BodyTooLarge(f"Content-Length {raw[:40]!r} is not a byte count; send at most {MAX_BODY} bytes")
+        n = int(text)
         if n > MAX_BODY:
-            raise PayloadError(f"body of {n} bytes exceeds {MAX_BODY}")
-        try:
-            return json.loads(h.rfile.read(n) or b"null")
-        except json.JSONDecodeError as exc:
-            raise PayloadError(f"body is not JSON ({exc})") from exc
+            raise BodyTooLarge(f"body of {n} bytes exceeds {MAX_BODY}")
+        return self._read_exact(h, n, deadline)
+
+    def _body(self, h: BaseHTTPRequestHandler) -> Any:
+        raw = self._read(h)
+        try:  # deep nesting ends in RecursionError inside json; nested values where strings belong are
+            # refused field by field by the payload parsers
+            return json.loads(raw.decode("utf-8") or "null")
+        except UnicodeDecodeError as exc:
+            raise PayloadError(f"body is not UTF-8 (byte {exc.start})") from exc
+        except RecursionError as exc:
+            raise PayloadError("body is nested too deeply to be a webhook or API payload") from exc
+        except ValueError as exc:
+            raise PayloadError(f"body is not JSON ({str(exc).splitlines()[0][:120]})") from exc
+
+    def _count(self, path: str, reason: str) -> None:
+        """Rejected webhook deliveries count like any other source's bad input."""
+        if path == WEBHOOK_PATH:
+            self.daemon.metrics.scrape_errors.labels("alertmanager_webhook", reason).inc()
 
     def _authorized(self, h: BaseHTTPRequestHandler) -> bool:
         if not self.token:
@@ -95,7 +163,8 @@ class MonitorAPI:
         path = h.path.split("?", 1)[0]
         try:
             if path == "/healthz" and method == "GET":
-                return self._json(h, 200, {"status": "ok", **self.daemon.health()})
+                doc = self.daemon.health()
+                return self._json(h, 503 if doc.get("reasons") else 200, doc)
             if path == "/metrics" and method == "GET":
                 return self._send(h, 200, generate_latest(self.daemon.metrics.registry), CONTENT_TYPE_LATEST)
             if not path.startswith("/api/"):
@@ -104,7 +173,16 @@ class MonitorAPI:
                 return self._json(h, 401, {"error": "missing or wrong bearer token (Authorization: Bearer ...)"})
             self._api(h, method, path)
         except PayloadError as exc:
+            self._count(path, "bad_payload")
             self._json(h, 400, {"error": str(exc)})
+        except BodyTooLarge as exc:
+            self._count(path, "body_too_large")
+            h.close_connection = True  # the rest of the body is never read
+            self._json(h, 413, {"error": str(exc)})
+        except (TimeoutError, ConnectionError) as exc:  # read deadline passed or the client went away
+            self._count(path, "read_timeout" if isinstance(exc, TimeoutError) else "client_gone")
+            h.close_connection = True
+            log.info("API %s %s: client too slow or gone (%s)", method, path, type(exc).__name__)
         except Exception as exc:  # one broken request must not take the daemon down
             log.exception("API %s %s failed", method, path)
             self._json(h, 500, {"error": f"{type(exc).__name__}: {exc}"})
@@ -123,7 +201,7 @@ class MonitorAPI:
             return self._json(h, 200, {"status": "success", "data": found[0]})
         if path == "/api/v1/incidents" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
-        if path == "/api/v1/alertmanager/webhook" and method == "POST":
+        if path == WEBHOOK_PATH and method == "POST":
             named = {httpx.URL(t.url).netloc.decode(): t.node for t in d.config.targets if t.node}
             accepted = d.submit_external(parse_webhook(self._body(h), d.config.cluster, named))
             return self._json(h, 200, {"status": "success", "accepted": accepted})

@@ -24,8 +24,11 @@ jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger 
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
+retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 ```
+Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none) and
+``sample_limit`` (samples per scrape; default 0 = none); exceeding either fails that scrape (``up`` 0).
 
 ``default_config`` is what ``verl-monitor run`` uses without ``--config``: the trainer's documented
 port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
@@ -45,11 +48,12 @@ from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console"}
+            "console", "retention"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
-    "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env"},
+    "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env",
+                "body_size_limit", "sample_limit"},
     "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
     "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
     "dmon": {"path", "command", "node"},
@@ -57,6 +61,7 @@ SECTION_KEYS = {
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after"},
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
 
 
 class ConfigError(ValueError):
@@ -110,6 +115,7 @@ class MonitorConfig:
     nvml: bool = False
     nvml_interval: float = 5.0
     limits: StoreLimits = field(default_factory=StoreLimits)
+    retention: float = 24 * 3600.0
     console: bool | None = None  # None: print alerts to stdout when they are not sent anywhere
     from_file: bool = True  # False for `verl-monitor run` without --config
     target_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # target name -> trainer API token
@@ -258,6 +264,28 @@ def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
     return p
 
 
+def _size(raw: Any, key: str) -> int:
+    """Bytes: an integer or a number with B/KB/MB/GB/KiB/MiB/GiB (Prometheus' body_size_limit units)."""
+    if isinstance(raw, bool):
+        raise ConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}")
+    text = str(raw).strip()
+    num = text.rstrip("BbKkMmGgIi")
+    unit = text[len(num):].upper()
+    try:
+        value = float(num) * _SIZE_UNITS[unit]
+    except (KeyError, ValueError):
+        raise ConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}") from None
+    if value < 0 or value != value or value > 2**40:
+        raise ConfigError(f"{key}: must be between 0 (no limit) and 1TiB, got {raw!r}")
+    return int(value)
+
+
+def _count(raw: Any, key: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise ConfigError(f"{key}: expected a whole number >= 0 (0 = no limit), got {raw!r}")
+    return raw
+
+
 def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
     text = str(raw) if isinstance(raw, (str, int)) else ""
     host, _, port = text.rpartition(":")
@@ -346,7 +374,9 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         interval = _dur(raw.get("interval", 5), f"{key}.interval")
         timeout = _dur(raw.get("timeout", min(interval, 3.0)), f"{key}.timeout")
         node = _text(raw["node"], f"{key}.node") if raw.get("node") is not None else None
-        cfg.targets.append(Target(name, raw["url"], node, _text(raw.get("job", "verl"), f"{key}.job"), interval, timeout))
+        cfg.targets.append(Target(name, raw["url"], node, _text(raw.get("job", "verl"), f"{key}.job"), interval, timeout,
+                                  _size(raw.get("body_size_limit", "32MiB"), f"{key}.body_size_limit"),
+                                  _count(raw.get("sample_limit", 0), f"{key}.sample_limit")))
         token = _token(raw, f"{key}.api_token")
         if token:
             cfg.target_tokens[name] = token
@@ -378,6 +408,9 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
     cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")
     cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")
+    cfg.retention = _dur(doc.get("retention", "24h"), "retention")
+    if cfg.retention <= 0:
+        raise ConfigError("retention: must be > 0, e.g. 24h")
     lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")
     cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
                              _int(lim.get("max_series", 20000), "limits.max_series"),

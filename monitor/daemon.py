@@ -3,6 +3,13 @@
 One asyncio loop drives every source (scrapes run concurrently; a hanging target only waits out its
 own timeout) and the evaluation tick; the HTTP server runs in its own threads. ``lock`` serialises
 access to the pipeline between the two.
+
+Never blind: every source loop survives any input (an exception in one scrape or poll is counted in
+``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target, reason), sets the
+source's ``up`` to 0 and the next round runs on schedule). Nothing slow runs in the evaluation tick:
+notifications go to the alerting engine's per-receiver delivery workers, plots render in a worker
+thread and the trainer's reward outliers are fetched by their own loop into a cache. ``/healthz``
+answers 503 naming the reason when a loop stopped completing or a notification is stuck.
 """
 
 from __future__ import annotations
@@ -11,24 +18,27 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import sqlite3
 import sys
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 
 from alerting.clock import Clock, SystemClock
+from alerting.logsafe import setup_logging
 from alerting.model import Alert
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
 from monitor.evaluator import Candidate
 from monitor.metrics import MonitorMetrics
-from monitor.model import SourceBatch
+from monitor.model import Sample, SourceBatch, with_node
 from monitor.pipeline import Pipeline
 from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
@@ -38,6 +48,12 @@ from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, OffsetStore, RunLiveness, writer_holds
 
 log = logging.getLogger("monitor.daemon")
+FUTURE_LIMIT_S = 600.0   # samples stamped further ahead are refused one by one (Prometheus: 10 min)
+LOG_EVERY_S = 60.0       # one log line per (source, reason) per minute, however often it fails
+STALE_LOOPS = 3          # /healthz degrades when a loop has not completed for this many intervals
+STUCK_NOTIFICATION_S = 300.0
+SHUTDOWN_S = 4.5         # SIGTERM: a clean stop gets this long, then the process exits regardless
+OUTLIERS_EVERY_S = 10.0
 
 
 def scrape_offset(url: str, interval: float) -> float:
@@ -64,12 +80,19 @@ class Daemon:
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
                                  engine=self.engine, enrich=self._enrich if config.reward_outliers else None,
                                  limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None)
+        if self.engine is not None:
+            self.engine.retention_s = config.retention
+        self._want_outliers = config.reward_outliers and any(r.alert == "RewardDistributionDrift" for r in rules)
+        self._outliers: dict[str, list[str]] = {}  # target name -> top prompt lines, filled by _outliers_loop
         self.api: MonitorAPI | None = None
         self._stop = asyncio.Event()
         self.started = time.time()
         self._frozen_at = 0
         self._jsonl_offsets: OffsetStore | None = None
         self._verl_export: VerlSeriesExport | None = None
+        self._progress: dict[str, tuple[float, float]] = {}  # loop -> (monotonic of last completion, interval)
+        self._logged: dict[tuple[str, str], float] = {}
+        self._pruned_at = -float("inf")
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
@@ -78,8 +101,46 @@ class Daemon:
     # -- API helpers -----------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        return {"series": len(self.pipeline.store), "firing": len(self.pipeline.book.firing()),
+        """``reasons`` is non-empty (and the API answers 503) when a source or the evaluation loop has not
+        completed for STALE_LOOPS intervals, or the oldest undelivered notification is over 5 min old."""
+        reasons = []
+        mono = time.monotonic()
+        for name, (last, interval) in sorted(self._progress.items()):
+            if mono - last > STALE_LOOPS * interval:
+                reasons.append(f"{name}: no completed round for {mono - last:.0f}s (interval {interval:g}s)")
+        engine = self.engine
+        oldest = engine.oldest_undelivered() if engine is not None else None
+        if oldest is not None and self.clock.now() - oldest > STUCK_NOTIFICATION_S:
+            reasons.append(f"outbox: oldest undelivered notification queued {self.clock.now() - oldest:.0f}s ago")
+        return {"status": "degraded" if reasons else "ok", "reasons": reasons,
+                "series": len(self.pipeline.store), "firing": len(self.pipeline.book.firing()),
                 "uptime_s": round(time.time() - self.started, 1)}
+
+    def _done(self, loop: str, interval: float) -> None:
+        self._progress[loop] = (time.monotonic(), interval)
+
+    def _log_once(self, source: str, reason: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._logged.get((source, reason), -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._logged[(source, reason)] = now
+            log.warning("%s: %s (%s); counted in verl_monitor_scrape_errors_total, logged at most once a minute",
+                        source, message, reason)
+
+    def _source_failed(self, source: str, exc: BaseException, job: str, node: str | None = None,
+                       instance: str | None = None) -> None:
+        """A round of ``source`` raised: count it, log it once, mark the source down, carry on."""
+        reason = type(exc).__name__.lower()
+        self.metrics.scrape_errors.labels(source, reason).inc()
+        self.metrics.target_up.labels(source).set(0)
+        self._log_once(source, reason, f"round failed: {str(exc)[:200]}")
+        labels = {"job": job, "target": source}
+        if instance:
+            labels["instance"] = instance
+        try:
+            with self.lock:
+                self.pipeline.ingest([Sample("up", with_node(labels, node), 0.0, self.clock.now())], source)
+        except Exception:  # noqa: BLE001 - marking down is best effort; the counter above already moved
+            pass
 
     def alerts(self) -> list[dict[str, Any]]:
         own = [dict(a.to_json(), state="firing") for a in self.pipeline.book.firing()]
@@ -91,36 +152,30 @@ class Daemon:
             return len(self.pipeline.submit_external(alerts))
 
     def ingest(self, batch: SourceBatch, target: str | None = None) -> None:
+        source = target or batch.source
+        samples = batch.samples
+        limit = self.clock.now() + FUTURE_LIMIT_S
+        if any(s.t > limit for s in samples):  # a far-future stamp would make every later sample "out of order"
+            kept = [s for s in samples if s.t <= limit]
+            batch.error("future_timestamp", len(samples) - len(kept))
+            samples = kept
         for reason, n in batch.errors.items():
-            self.metrics.scrape_errors.labels(target or batch.source, reason).inc(n)
+            self.metrics.scrape_errors.labels(source, reason).inc(n)
+            self._log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
         with self.lock:
-            self.pipeline.ingest(batch.samples, target or batch.source)
+            self.pipeline.ingest(samples, source)
 
     # -- enrichment: RewardDistributionDrift gets the trainer's top-3 anomalous prompts -------------
 
     def _enrich(self, c: Candidate, ann: dict[str, str]) -> dict[str, str]:
+        """Runs inside the evaluation tick, so it only reads the cache ``_outliers_loop`` fills."""
         if c.rule.alert != "RewardDistributionDrift":
             return ann
         node = c.labels.get("node")
         for tg in self.config.targets:
             if tg.job != "verl" or (tg.node and tg.node != node):
                 continue
-            base = str(httpx.URL(tg.url).copy_with(path="/api/v1/reward_outliers", query=b"k=3"))
-            try:
-                token = self.config.target_tokens.get(tg.name)
-                headers = {"Authorization": f"Bearer {token}"} if token else None
-                doc = httpx.get(base, timeout=min(tg.timeout, 2.0), headers=headers).json()
-            except (httpx.HTTPError, ValueError):
-                continue
-            items = doc.get("outliers", doc.get("data", [])) if isinstance(doc, dict) else doc
-            lines = []
-            for it in (items or [])[:3]:
-                if isinstance(it, dict):
-                    reward = it.get("reward", it.get("score"))
-                    prompt = str(it.get("prompt", it.get("text", "")))[:200]
-                    lines.append(f"{reward}: {prompt}" if reward is not None else prompt)
-                else:
-                    lines.append(str(it)[:200])
+            lines = self._outliers.get(tg.name)
             if lines:
                 ann["top_prompts"] = "\n".join(lines)
                 ann["description"] = (ann.get("description", "") + "\nTop anomalous prompts:\n"
@@ -128,19 +183,57 @@ class Daemon:
                 break
         return ann
 
+    async def _fetch_outliers(self, client: httpx.AsyncClient, tg: Target) -> None:
+        url = str(httpx.URL(tg.url).copy_with(path="/api/v1/reward_outliers", query=b"k=3"))
+        token = self.config.target_tokens.get(tg.name)
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        try:
+            resp = await asyncio.wait_for(client.get(url, timeout=min(tg.timeout, 2.0), headers=headers),
+                                          min(tg.timeout, 2.0))
+            doc = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, asyncio.TimeoutError, RecursionError):
+            return
+        items = doc.get("outliers", doc.get("data", [])) if isinstance(doc, dict) else doc
+        lines = []
+        for it in (items if isinstance(items, list) else [])[:3]:
+            if isinstance(it, dict):
+                reward = it.get("reward", it.get("score"))
+                prompt = str(it.get("prompt", it.get("text", "")))[:200]
+                lines.append(f"{reward}: {prompt}" if reward is not None else prompt)
+            else:
+                lines.append(str(it)[:200])
+        self._outliers[tg.name] = lines
+
+    async def _refresh_outliers(self, client: httpx.AsyncClient) -> None:
+        await asyncio.gather(*(self._fetch_outliers(client, tg) for tg in self.config.targets if tg.job == "verl"),
+                             return_exceptions=True)
+
+    async def _outliers_loop(self, client: httpx.AsyncClient) -> None:
+        while not self._stop.is_set():
+            await self._sleep(OUTLIERS_EVERY_S)
+            await self._refresh_outliers(client)
+
     # -- loops -----------------------------------------------------------------------------------
 
     async def _scrape_loop(self, client: httpx.AsyncClient, target: Target) -> None:
         # Spread targets over the interval (a fixed phase per URL, like Prometheus' own scrape offsets):
         # started together, 250 targets' bodies arrive in one burst and queue behind each other's parse.
         due = time.monotonic() + scrape_offset(target.url, target.interval)
+        loop_name = f"target {target.name}"
+        budget = max(target.interval, target.timeout)
+        self._progress[loop_name] = (due, budget)
         await self._sleep(due - time.monotonic())
         while not self._stop.is_set():
-            batch, duration, up = await scrape(client, target, self.clock.now())
-            self.metrics.scrape_duration.labels(target.name).set(duration)
-            self.metrics.target_up.labels(target.name).set(1 if up else 0)
-            self.ingest(batch, target.name)
-            self._freeze_if_grown()
+            try:
+                batch, duration, up = await scrape(client, target, self.clock.now())
+                self.metrics.scrape_duration.labels(target.name).set(duration)
+                self.metrics.target_up.labels(target.name).set(1 if up else 0)
+                self.ingest(batch, target.name)
+                self._freeze_if_grown()
+            except Exception as exc:  # any input, any bug: this round is lost, the loop is not
+                self._source_failed(target.name, exc, target.job, target.node,
+                                    httpx.URL(target.url).netloc.decode())
+            self._done(loop_name, budget)
             due += target.interval
             if due < time.monotonic():  # overran (slow target or starved loop): skip, keep the phase
                 due += target.interval * ((time.monotonic() - due) // target.interval + 1)
@@ -159,14 +252,23 @@ class Daemon:
         cfg = self.config.prometheus
         assert cfg is not None
         last = self.clock.now() - cfg.lookback
+        self._done("prometheus", cfg.interval + cfg.timeout)
         with httpx.Client() as client:
             while not self._stop.is_set():
                 now = self.clock.now()
+                ok = True
                 for q in cfg.queries:
-                    batch = await asyncio.to_thread(prom_api.query_range, client, cfg.url, q, last, now,
-                                                    cfg.step, cfg.chunk, cfg.timeout)
-                    self.ingest(batch, "prometheus")
+                    try:
+                        batch = await asyncio.to_thread(prom_api.query_range, client, cfg.url, q, last, now,
+                                                        cfg.step, cfg.chunk, cfg.timeout)
+                        self.ingest(batch, "prometheus")
+                    except Exception as exc:
+                        ok = False
+                        self._source_failed("prometheus", exc, "prometheus")
+                if ok:
+                    self.metrics.target_up.labels("prometheus").set(1)
                 last = now + cfg.step
+                self._done("prometheus", cfg.interval + cfg.timeout)
                 await self._sleep(cfg.interval)
 
     def _jsonl_tail(self, j: Any) -> JsonlTail:
@@ -177,20 +279,27 @@ class Daemon:
                                     writer_open=lambda: writer_holds(tail.path))
         return tail
 
-    async def _jsonl_loop(self, tail: JsonlTail, export: bool = False) -> None:
+    async def _jsonl_loop(self, tail: JsonlTail, name: str, node: str | None, export: bool = False) -> None:
         if export and self._verl_export is None:
             self._verl_export = VerlSeriesExport()
             self.metrics.registry.register(self._verl_export)
+        self._done(name, 1.0)
         while not self._stop.is_set():
-            batch = tail.poll(self.clock.now())
-            if export and self._verl_export is not None:
-                self._verl_export.update(batch.samples)
-            self.ingest(batch)
+            try:
+                batch = tail.poll(self.clock.now())
+                if export and self._verl_export is not None:
+                    self._verl_export.update(batch.samples)
+                self.ingest(batch, name)
+                self.metrics.target_up.labels(name).set(1)
+            except Exception as exc:
+                self._source_failed(name, exc, "jsonl", node)
+            self._done(name, 1.0)
             await self._sleep(1.0)
         tail.close()
 
     async def _dmon_file_loop(self, path: str, parser: DmonParser) -> None:
         offset = 0
+        self._done(parser.source, 1.0)
         while not self._stop.is_set():
             try:
                 with open(path, encoding="utf-8", errors="replace") as fh:
@@ -198,8 +307,13 @@ class Daemon:
                     text = fh.read()
                     offset = fh.tell()
                 self.ingest(parser.feed(text.splitlines(), self.clock.now()))
+                self.metrics.target_up.labels(parser.source).set(1)
             except OSError:
                 self.metrics.scrape_errors.labels(parser.source, "read_error").inc()
+                self.metrics.target_up.labels(parser.source).set(0)
+            except Exception as exc:
+                self._source_failed(parser.source, exc, "dmon", parser.node)
+            self._done(parser.source, 1.0)
             await self._sleep(1.0)
 
     async def _dmon_command_loop(self, command: list[str], parser: DmonParser) -> None:
@@ -217,7 +331,13 @@ class Daemon:
                     line = await proc.stdout.readline()
                     if not line:
                         break
-                    self.ingest(parser.feed([line.decode(errors="replace")], self.clock.now()))
+                    try:
+                        self.ingest(parser.feed([line.decode(errors="replace")], self.clock.now()))
+                    except Exception as exc:
+                        self._source_failed(parser.source, exc, "dmon", parser.node)
+                    self._done(parser.source, 5.0)
+            except Exception as exc:  # e.g. a line longer than the stream limit: restart the command
+                self._source_failed(parser.source, exc, "dmon", parser.node)
             finally:  # also on cancellation at shutdown: never leave nvidia-smi running
                 if proc.returncode is None:
                     proc.terminate()
@@ -230,22 +350,41 @@ class Daemon:
         if not NvmlSampler.available():
             log.info("nvml: no GPU visible; local NVML sampling off")
             return
-        sampler = NvmlSampler()
+        try:
+            sampler = NvmlSampler()
+        except Exception as exc:
+            self._source_failed("nvml", exc, "nvml")
+            return
+        interval = self.config.nvml_interval
+        self._done("nvml", interval)
         try:
             while not self._stop.is_set():
-                self.ingest(await asyncio.to_thread(sampler.poll, self.clock.now()))
-                await self._sleep(self.config.nvml_interval)
+                try:
+                    self.ingest(await asyncio.to_thread(sampler.poll, self.clock.now()), "nvml")
+                    self.metrics.target_up.labels("nvml").set(1)
+                except Exception as exc:
+                    self._source_failed("nvml", exc, "nvml")
+                self._done("nvml", interval)
+                await self._sleep(interval)
         finally:
-            sampler.close()
+            with contextlib.suppress(Exception):
+                sampler.close()
 
     async def _eval_loop(self) -> None:
+        interval = self.config.eval_interval
+        self._done("evaluation", max(interval, 1.0))
         while not self._stop.is_set():
             with self.lock:
                 try:
                     self.pipeline.tick()
+                    now = self.clock.now()
+                    if now - self._pruned_at >= 60.0:
+                        self._pruned_at = now
+                        self.pipeline.book.prune(now - self.config.retention)
                 except Exception:  # evaluation must go on; the error is logged with its cause
                     log.exception("evaluation tick failed")
-            await self._sleep(self.config.eval_interval)
+            self._done("evaluation", max(interval, 1.0))
+            await self._sleep(interval)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -260,13 +399,21 @@ class Daemon:
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
         self.pipeline.set_base_url(base)  # plots and alert links are served by our API
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
-        limits = httpx.Limits(max_connections=max(10, 2 * len(self.config.targets)))
+        self.pipeline.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
+        if self.engine is not None:
+            self.engine.start_delivery()
+        limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))
         async with httpx.AsyncClient(limits=limits) as client:
             tasks = [asyncio.create_task(self._scrape_loop(client, t)) for t in self.config.targets]
+            if self._want_outliers:
+                await self._refresh_outliers(client)  # bounded by each target's 2 s cap
+                tasks.append(asyncio.create_task(self._outliers_loop(client)))
             if self.config.prometheus:
                 tasks.append(asyncio.create_task(self._prom_loop()))
             for j in self.config.jsonl:
-                tasks.append(asyncio.create_task(self._jsonl_loop(self._jsonl_tail(j), j.export)))
+                tail = self._jsonl_tail(j)
+                tasks.append(asyncio.create_task(
+                    self._jsonl_loop(tail, f"jsonl:{tail.path.name}", j.node, j.export)))
             for i, dm in enumerate(self.config.dmon):
                 parser = DmonParser(dm.node, f"dmon{i}")
                 tasks.append(asyncio.create_task(
@@ -295,6 +442,9 @@ class Daemon:
         if self.api is not None:
             self.api.stop()
             self.api = None
+        plots = getattr(self, "_plots", None)
+        if plots is not None:
+            plots.shutdown(wait=False, cancel_futures=True)
         with self.lock:
             if self.engine is not None:
                 self.engine.close()
@@ -303,7 +453,7 @@ class Daemon:
 
 
 def serve(config: MonitorConfig) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.INFO)
     try:
         daemon = Daemon(config)
     except RuleError as exc:
@@ -326,12 +476,26 @@ def serve(config: MonitorConfig) -> int:
         daemon.close()
         return 2
 
+    def on_signal() -> None:
+        daemon.stop()
+        # Whatever is running (a hanging Prometheus query in a worker thread, a receiver mid-request),
+        # the process is gone within 5 s of SIGTERM; SQLite (WAL) and the outbox are crash-safe.
+        timer = threading.Timer(SHUTDOWN_S, _forced_exit)
+        timer.daemon = True
+        timer.start()
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, daemon.stop)
+            loop.add_signal_handler(sig, on_signal)
         await daemon.run()
 
     asyncio.run(main())
     return 0
 
+
+
+def _forced_exit() -> None:
+    log.warning("shutdown took longer than %.1fs; exiting now (state is in SQLite, nothing is lost)", SHUTDOWN_S)
+    logging.shutdown()
+    os._exit(0)

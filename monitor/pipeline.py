@@ -60,6 +60,9 @@ class Pipeline:
         self._newest = -math.inf
         self.config_info: dict[str, dict[str, str]] = {}  # node -> the run's settings (verl_config_info)
         self.verl_nodes: set[str] = set()  # nodes whose series came from volcengine verl (vocabulary)
+        # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
+        # once; the file follows within a second, long before a notification leaves group_wait).
+        self.plot_executor: Any = None
 
     # -- ingest ----------------------------------------------------------------------------------
 
@@ -149,7 +152,8 @@ class Pipeline:
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
         """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
         now = self.clock.now()
-        out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
+        with self.book.batch():
+            out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
         if out:
             self._refresh_firing_gauge()
             self._emit(out)
@@ -193,15 +197,23 @@ class Pipeline:
         assert self.plots_dir is not None
         t, v = c.binding.series.window()
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{c.rule.alert}-{c.fp}-{int(self.clock.now())}") + ".png"
-        try:
-            path = render_fit(self.plots_dir / name, t, v, c.details,
-                              f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}")
-        except Exception as exc:  # a plot failure must not lose the alert
-            log.warning("plot for %s failed: %s", c.rule.alert, exc)
+        if len(t) == 0:
             return None
-        if path is None:
+        args = (self.plots_dir / name, t, v, dict(c.details),
+                f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}", c.rule.alert)
+        if self.plot_executor is not None:
+            self.plot_executor.submit(_render_quietly, *args)
+        elif _render_quietly(*args) is None:
             return None
-        return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(path)
+        return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(args[0])
 
     def close(self) -> None:
         self.book.close()
+
+
+def _render_quietly(path: Path, t: Any, v: Any, details: dict[str, float], title: str, alert: str) -> Path | None:
+    try:
+        return render_fit(path, t, v, details, title)
+    except Exception as exc:  # a plot failure must not lose the alert
+        log.warning("plot for %s failed: %s", alert, exc)
+        return None

@@ -17,14 +17,18 @@ from alerting.config import ReceiverConfig
 from alerting.model import Notification
 from alerting.templates import Rendered
 
-_SECRETY = re.compile(r"(access_token|key|sign|timestamp|token)=[^&\s]+", re.I)
+# Query parameters that carry robot credentials (DingTalk access_token/timestamp/sign, WeCom key,
+# Feishu/others token/secret), and the userinfo part of any URL (http://user:pass@host).
+_SECRETY = re.compile(r"(?<![A-Za-z0-9])(access_token|key|sign|timestamp|token|secret)=[^&\s\"'<>]+", re.I)
+_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@\"'<>]+@", re.I)
 
 
 def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with the given secrets, credential query values and URL userinfo replaced by ``***``."""
     for s in secrets:
         if s:
             text = text.replace(s, "***")
-    return _SECRETY.sub(r"\1=***", text)
+    return _USERINFO.sub(r"\1***@", _SECRETY.sub(r"\1=***", text))
 
 
 @dataclass

@@ -38,17 +38,33 @@ def _time(text: Any) -> float | None:
     return datetime.fromisoformat(s).timestamp()
 
 
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    """Labels/annotations: a JSON object of scalars (Alertmanager sends strings; numbers are tolerated)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PayloadError(f"{where}: expected an object of name: string, got {type(value).__name__}")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, dict | list):
+            raise PayloadError(f"{where}.{str(k)[:40]}: expected a string, got {type(v).__name__}")
+        out[str(k)] = "" if v is None else str(v)
+    return out
+
+
 def parse_webhook(payload: Any, cluster: str, node_of_instance: dict[str, str] | None = None) -> list[Alert]:
     """``node_of_instance`` maps a target address the monitor scrapes itself (``host:port``) to the
     ``node:`` configured for it: Prometheus, not knowing that name, labels the same trainer with the host
-    part of its address, and without the mapping one outage would be two alerts."""
+    part of its address, and without the mapping one outage would be two alerts. Raises PayloadError
+    (one line, the offending field) for anything but a webhook payload."""
     if not isinstance(payload, dict) or not isinstance(payload.get("alerts"), list):
         raise PayloadError("expected an Alertmanager webhook payload with an 'alerts' list (version 4)")
     out = []
     for i, a in enumerate(payload["alerts"]):
         if not isinstance(a, dict) or not isinstance(a.get("labels"), dict) or "alertname" not in a["labels"]:
             raise PayloadError(f"alerts[{i}]: needs labels with an alertname")
-        labels = {str(k): str(v) for k, v in a["labels"].items()}
+        labels = _str_map(a["labels"], f"alerts[{i}].labels")
+        annotations = _str_map(a.get("annotations"), f"alerts[{i}].annotations")
         sev = labels.get("severity", "")
         if sev not in SEVERITIES:
             labels["severity"] = CATALOGUE.get(labels["alertname"], _GENERIC.get(sev.lower(), "P3"))
@@ -61,12 +77,15 @@ def parse_webhook(payload: Any, cluster: str, node_of_instance: dict[str, str] |
         # job, instance, prometheus, pod, ...: how Prometheus scraped it, not what is wrong; the monitor's
         # own alerts never carry them, and with them one outage would be two alerts (and two pages)
         labels = identity_labels(labels)
+        for key in ("startsAt", "endsAt", "status", "generatorURL"):
+            if a.get(key) is not None and not isinstance(a[key], str):
+                raise PayloadError(f"alerts[{i}].{key}: expected a string, got {type(a[key]).__name__}")
         try:
             starts, ends = _time(a.get("startsAt")), _time(a.get("endsAt"))
-        except ValueError as exc:
+        except (ValueError, OverflowError, OSError) as exc:
             raise PayloadError(f"alerts[{i}].startsAt/endsAt: not RFC 3339 ({exc})") from exc
         status = "resolved" if a.get("status") == "resolved" else "firing"
-        out.append(Alert(labels=labels, annotations={str(k): str(v) for k, v in (a.get("annotations") or {}).items()},
+        out.append(Alert(labels=labels, annotations=annotations,
                          starts_at=starts or 0.0, ends_at=ends if status == "resolved" else None, status=status,
-                         generator_url=str(a.get("generatorURL", ""))))
+                         generator_url=str(a.get("generatorURL") or "")))
     return out

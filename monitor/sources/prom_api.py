@@ -39,28 +39,39 @@ def query_range(client: httpx.Client, url: str, query: str, start: float, end: f
             continue
         try:
             doc = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             batch.error("bad_response")
             continue
         if not isinstance(doc, dict) or doc.get("status") != "success":
             batch.error("bad_response")
             continue
-        for series in doc.get("data", {}).get("result", []):
-            metric = dict(series.get("metric") or {})
+        data = doc.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list):
+            batch.error("bad_response")
+            continue
+        for series in result:
+            metric = series.get("metric") if isinstance(series, dict) else None
+            values = series.get("values") if isinstance(series, dict) else None
+            if not isinstance(metric, dict | None) or not isinstance(values, list | None):
+                batch.error("bad_response")
+                continue
+            metric = {str(k): str(v) for k, v in (metric or {}).items()}
             name = metric.pop("__name__", None)
             if not name:
                 batch.error("unnamed_series")
                 continue
             labels = with_node(metric)
-            for ts, raw in series.get("values") or []:
-                try:
-                    v = float(raw)
-                except (TypeError, ValueError):
+            for pair in values or []:
+                try:  # odd JSON (a huge integer, a string time, a short pair) costs only its point
+                    ts, raw = pair
+                    t, v = float(ts), float(raw)
+                except (TypeError, ValueError, OverflowError):
                     batch.error("malformed_value")
                     continue
-                if not math.isfinite(v):
+                if not math.isfinite(v) or not math.isfinite(t):
                     batch.error("nonfinite_value")
                     continue
-                batch.samples.append(Sample(name, labels, v, float(ts)))
+                batch.samples.append(Sample(name, labels, v, t))
     batch.samples.sort(key=lambda s: s.t)
     return batch

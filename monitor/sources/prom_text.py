@@ -24,7 +24,9 @@ class Target:
     node: str | None = None
     job: str = "verl"
     interval: float = 5.0
-    timeout: float = 3.0
+    timeout: float = 3.0              # deadline for the whole request: connect, headers and body
+    body_size_limit: int = 32 * 1024 * 1024  # bytes of body a scrape may read; 0 = no limit
+    sample_limit: int = 0             # samples one scrape may yield (Prometheus' sample_limit); 0 = no limit
 
 
 # Why our own parser: at 1000 GPUs (250 targets, ~52 500 samples per 5 s round) prometheus_client's
@@ -171,14 +173,16 @@ def _number(s: str) -> float | None:
 
 
 def _parse_line_prometheus_client(line: str) -> RawSample | None:
+    # The conversion sits inside the try too: prometheus_client keeps a 400-digit integer as an int,
+    # and float() of it raises OverflowError (it used to end the target's scrape loop).
     try:
         fams = list(text_string_to_metric_families(line + "\n"))
+        if len(fams) != 1 or len(fams[0].samples) != 1:
+            return None
+        s = fams[0].samples[0]
+        return s.name, dict(s.labels), float(s.value), float(s.timestamp) if s.timestamp is not None else None
     except Exception:
         return None
-    if len(fams) != 1 or len(fams[0].samples) != 1:
-        return None
-    s = fams[0].samples[0]
-    return s.name, dict(s.labels), float(s.value), float(s.timestamp) if s.timestamp is not None else None
 
 
 def _families_prometheus_client(text: str, batch: SourceBatch) -> list[_Family]:
@@ -195,33 +199,77 @@ def _families_prometheus_client(text: str, batch: SourceBatch) -> list[_Family]:
                 fams.extend(text_string_to_metric_families(line + "\n"))
             except Exception:
                 batch.error("malformed_line")
-    return [_Family(f.name, f.type, [(s.name, dict(s.labels), float(s.value),
-                                      float(s.timestamp) if s.timestamp is not None else None)
-                                     for s in f.samples]) for f in fams]
+    out = []
+    for f in fams:
+        samples: list[RawSample] = []
+        for s in f.samples:
+            try:
+                samples.append((s.name, dict(s.labels), float(s.value),
+                                float(s.timestamp) if s.timestamp is not None else None))
+            except (OverflowError, TypeError, ValueError):
+                batch.error("malformed_value")
+        out.append(_Family(f.name, f.type, samples))
+    return out
+
+
+class ScrapeFailed(Exception):
+    """A scrape that must count as failed (``up`` 0); ``reason`` is the error counter's label."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def _fetch(client: httpx.AsyncClient, target: Target) -> tuple[bytes, str | None]:
+    """Body and charset of one GET; raises ScrapeFailed. The caller bounds it with the deadline."""
+    async with client.stream("GET", target.url, headers={"Accept": ACCEPT}, timeout=target.timeout) as resp:
+        if resp.status_code != 200:
+            raise ScrapeFailed(f"http_{resp.status_code}")
+        limit = target.body_size_limit
+        declared = resp.headers.get("Content-Length", "")
+        if limit and declared.isdigit() and int(declared) > limit:
+            raise ScrapeFailed("body_size_limit")
+        chunks, size = [], 0
+        async for chunk in resp.aiter_bytes():
+            size += len(chunk)
+            if limit and size > limit:
+                raise ScrapeFailed("body_size_limit")
+            chunks.append(chunk)
+        return b"".join(chunks), resp.charset_encoding
 
 
 async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple[SourceBatch, float, bool]:
-    """One scrape: (batch, duration seconds, up). Also yields the synthetic ``up`` series."""
+    """One scrape: (batch, duration seconds, up). Also yields the synthetic ``up`` series.
+
+    ``target.timeout`` bounds the whole request (connect, headers and body), as Prometheus' scrape
+    timeout does: httpx's own timeouts are per read, so a target dripping a byte a second would never
+    time out by them alone."""
     started = time.perf_counter()
     # `instance` as Prometheus attaches it: without a configured node, every series of the target gets
     # the host part as its `node` (resolve_node), as Prometheus' relabelling in prometheus.yml does
     instance = httpx.URL(target.url).netloc.decode()
     extra = {"job": target.job, "target": target.name, "instance": instance}
     up = False
+    batch = SourceBatch(target.name)
     try:
-        resp = await client.get(target.url, timeout=target.timeout, headers={"Accept": ACCEPT})
-        if resp.status_code != 200:
-            batch = SourceBatch(target.name)
-            batch.error(f"http_{resp.status_code}")
+        body, charset = await asyncio.wait_for(_fetch(client, target), timeout=target.timeout)
+        batch = parse_exposition(body.decode(charset or "utf-8", errors="replace"), now, target.name,
+                                 target.node, extra)
+        if target.sample_limit and len(batch.samples) > target.sample_limit:
+            batch = SourceBatch(target.name, errors=batch.errors)
+            batch.error("sample_limit")
+        elif not batch.samples and batch.errors.get("malformed_line"):
+            pass  # nothing but garbage: the target answers, but not with exposition text (up stays 0)
         else:
-            batch = parse_exposition(resp.text, now, target.name, target.node, extra)
             up = True
-    except httpx.TimeoutException:
-        batch = SourceBatch(target.name)
+    except ScrapeFailed as exc:
+        batch.error(exc.reason)
+    except (asyncio.TimeoutError, httpx.TimeoutException):
         batch.error("timeout")
     except httpx.HTTPError as exc:
-        batch = SourceBatch(target.name)
         batch.error(type(exc).__name__.lower())
+    except LookupError:  # an unknown charset in Content-Type
+        batch.error("bad_charset")
     batch.samples.append(Sample("up", with_node(dict(extra), target.node), 1.0 if up else 0.0, now))
     return batch, time.perf_counter() - started, up
 

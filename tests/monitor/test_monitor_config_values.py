@@ -152,7 +152,18 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
         cfg = load_config(write(tmp_path, BASE + f"targets: [{{name: trainer, url: 'http://127.0.0.1:{server.server_address[1]}"
                                                  "/metrics', api_token_env: I13_TRAINER_TOKEN}]\n"))
         candidate = SimpleNamespace(rule=SimpleNamespace(alert="RewardDistributionDrift"), labels={})
-        ann = Daemon._enrich(SimpleNamespace(config=cfg), candidate, {})
+        daemon = SimpleNamespace(config=cfg, _outliers={})
+
+        async def fetch() -> None:  # the outliers loop fills a cache; the evaluation tick only reads it
+            import httpx
+
+            async with httpx.AsyncClient() as client:
+                await Daemon._fetch_outliers(daemon, client, cfg.targets[0])  # type: ignore[arg-type]
+
+        import asyncio
+
+        asyncio.run(fetch())
+        ann = Daemon._enrich(daemon, candidate, {})  # type: ignore[arg-type]
         assert seen == ["Bearer t0k"] and ann["top_prompts"] == "9.5: p1"
     finally:
         server.shutdown()

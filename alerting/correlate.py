@@ -4,11 +4,17 @@ Alerts that can be members of a rule are held for the rule's window before routi
 members are all present (same ``join`` labels), they are folded into an incident ``Alert`` whose
 annotations carry ``root_cause`` and ``suggestion`` rendered from the members and the live
 ``verl_config_info``; the members then travel only inside the incident. Held alerts that never form an
-incident are released to routing when their window ends."""
+incident are released to routing when their window ends, but stay candidates for as long as they fire:
+members that arrive minutes apart still correlate.
+
+A rule that names diagnosis procedures (``diagnose:``, see ``alerting/diagnose.py``) gets its root cause
+and suggestion from them, read from live evidence (``set_evidence``), instead of its templates; and when
+a procedure measured a cause, one member alert is enough to form the incident."""
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +23,9 @@ from typing import Any
 from jinja2 import TemplateError
 
 from alerting.config import ConfigError, parse_duration
+from alerting.diagnose import PROCEDURES, TRIGGERS, diagnose
+from alerting.diagnosis import Case
+from alerting.evidence import EvidenceReader, NoEvidence
 from alerting.model import SEVERITIES, Alert, alert_from_json
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 from alerting.templates import sandbox
@@ -38,6 +47,8 @@ class CorrelationRule:
     suggestion: str = ""
     runbook: str = ""
     when: str = ""
+    diagnose: list[str] = field(default_factory=list)
+    require_cause: bool = False  # form only when a procedure measured a cause (the name claims one)
 
     @property
     def members(self) -> set[str]:
@@ -55,7 +66,7 @@ class CorrelationRule:
 
 
 RULE_KEYS = {"name", "severity", "window", "all_of", "any_of", "min_any", "join", "summary", "root_cause",
-             "suggestion", "runbook", "when"}
+             "suggestion", "runbook", "when", "diagnose", "require_cause"}
 
 
 def _names(value: Any, key: str) -> list[str]:
@@ -103,6 +114,13 @@ def load_rules(paths: list[Path]) -> list[CorrelationRule]:
             if sev not in SEVERITIES:
                 raise ConfigError(f"{key}.severity: {short(sev)!r} is not one of {', '.join(SEVERITIES)}")
             all_of, any_of = _names(r.get("all_of"), f"{key}.all_of"), _names(r.get("any_of"), f"{key}.any_of")
+            paths = _names(r.get("diagnose"), f"{key}.diagnose")
+            unknown = [p for p in paths if p not in PROCEDURES]
+            if unknown:
+                raise ConfigError(f"{key}.diagnose: unknown procedure {short(unknown[0])!r}; use one of "
+                                  + ", ".join(sorted(PROCEDURES)))
+            if not isinstance(r.get("require_cause", False), bool):
+                raise ConfigError(f"{key}.require_cause: expected true or false, got {short(r.get('require_cause'))}")
             if not all_of and not any_of:
                 raise ConfigError(f"{key}: give all_of and/or any_of member alertnames")
             try:
@@ -116,7 +134,8 @@ def load_rules(paths: list[Path]) -> list[CorrelationRule]:
             rule = CorrelationRule(
                 name=str(r["name"]), severity=sev, window_s=window_s,
                 all_of=all_of, any_of=any_of, min_any=min_any,
-                join=_names(r.get("join"), f"{key}.join") or ["cluster", "node"],
+                join=_names(r.get("join"), f"{key}.join") or ["cluster", "node"], diagnose=paths,
+                require_cause=bool(r.get("require_cause", False)),
                 **{k: str(r.get(k) or "") for k in ("summary", "root_cause", "suggestion", "runbook", "when")},
             )
             for k in ("root_cause", "suggestion"):
@@ -140,6 +159,7 @@ class Incident:
     alert: Alert
     join_key: list[str]
     members: dict[str, Alert] = field(default_factory=dict)
+    revision: int = 0  # > 0: re-diagnosed after a member joined (the record is an update, not a new incident)
 
     @property
     def open(self) -> bool:
@@ -162,30 +182,38 @@ def _render(text: str, ctx: dict[str, Any]) -> str:
         return f"(template failed: {exc})"
 
 
-class _HeldMap(dict[str, Held]):
-    """Held alerts by fingerprint that also count them by alertname, so a rule whose required members
-    are not held at all is ruled out without scanning every held alert (a 5000-alert webhook made that
-    scan quadratic)."""
+class _NamedMap(dict[str, Any]):
+    """Alerts (or holds) by fingerprint that also count them by alertname, so a rule whose required
+    members are not there at all is ruled out without scanning every alert (a 5000-alert webhook made
+    that scan quadratic)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.names: dict[str, int] = {}
 
-    def __setitem__(self, fp: str, held: Held) -> None:
+    @staticmethod
+    def _name(value: Any) -> str:
+        return value.alert.name if isinstance(value, Held) else value.name
+
+    def __setitem__(self, fp: str, value: Any) -> None:
         old = self.get(fp)
         if old is not None:
-            self._count(old.alert.name, -1)
-        super().__setitem__(fp, held)
-        self._count(held.alert.name, 1)
+            self._count(self._name(old), -1)
+        super().__setitem__(fp, value)
+        self._count(self._name(value), 1)
 
     def __delitem__(self, fp: str) -> None:
-        self._count(self[fp].alert.name, -1)
+        self._count(self._name(self[fp]), -1)
         super().__delitem__(fp)
 
     def pop(self, fp: str, *default: Any) -> Any:  # type: ignore[override]
         if fp in self:
-            self._count(self[fp].alert.name, -1)
+            self._count(self._name(self[fp]), -1)
         return super().pop(fp, *default)
+
+    def update(self, *args: Any, **kw: Any) -> None:  # type: ignore[override]
+        for fp, value in dict(*args, **kw).items():
+            self[fp] = value
 
     def _count(self, name: str, d: int) -> None:
         n = self.names.get(name, 0) + d
@@ -195,13 +223,20 @@ class _HeldMap(dict[str, Held]):
             self.names.pop(name, None)
 
 
+REDIAGNOSE_S = 5.0  # how often members still waiting for evidence are diagnosed again
+
+
 class Correlator:
     def __init__(self, rules: list[CorrelationRule]) -> None:
         self.rules = rules
-        self.held: dict[str, Held] = _HeldMap()
+        self.held: dict[str, Held] = _NamedMap()
+        self.live: dict[str, Alert] = _NamedMap()  # firing members outside incidents, held or already routed alone
+        self.released: set[str] = set()   # members routed alone: their updates keep reaching routing
         self.incidents: dict[str, Incident] = {}
         self.member_of: dict[str, str] = {}  # member fingerprint -> incident fingerprint (open incidents)
         self.config_info: dict[str, dict[str, str]] = {}
+        self.evidence: EvidenceReader = NoEvidence()
+        self._next_diagnosis = -math.inf
 
     def _rules_for(self, name: str) -> list[CorrelationRule]:
         return [r for r in self.rules if name in r.members]
@@ -217,6 +252,10 @@ class Correlator:
     def observe(self, alert: Alert, now: float) -> tuple[list[Alert], list[Incident]]:
         """Returns alerts to route now and incidents formed or resolved by this alert."""
         fp = alert.fingerprint
+        alone = [alert] if fp in self.released else []  # routing already knows it: keep it current
+        if alert.status != "firing":
+            self.live.pop(fp, None)
+            self.released.discard(fp)
         if fp in self.member_of:
             inc = self.incidents[self.member_of[fp]]
             inc.members[fp] = alert
@@ -224,62 +263,117 @@ class Correlator:
                 inc.alert.status, inc.alert.ends_at = "resolved", now
                 for m in inc.members:
                     self.member_of.pop(m, None)
-                return [inc.alert], [inc]
-            return [], []
+                return alone + [inc.alert], [inc]
+            return alone, []
         rules = self._rules_for(alert.name)
         if not rules:
             return [alert], []
         if fp in self.held:
             self.held[fp].alert = alert
         elif alert.status == "firing":
+            self.live[fp] = alert
             for inc in self.incidents.values():
                 rule = next((r for r in rules if r.name == inc.rule), None)
                 if inc.open and rule and [alert.labels.get(k, "") for k in rule.join] == inc.join_key:
-                    inc.members[fp] = alert
-                    self.member_of[fp] = inc.alert.fingerprint
-                    return [], []
-            self.held[fp] = Held(alert, now + max(r.window_s for r in rules))
+                    paged = inc.alert.annotations.get("diagnosis", "").split(",")  # causes the page named
+                    self._absorb(inc, alert)
+                    changed = self._update(inc, rule)
+                    if rule.diagnose and not alone and not any(alert.name in TRIGGERS.get(c, ()) for c in paged):
+                        # the page already sent does not explain this member: it pages on its own as well
+                        self.released.add(fp)
+                        alone = [alert]
+                    if changed:
+                        return alone + [inc.alert], [inc]
+                    return alone, []
+            if not alone:
+                self.held[fp] = Held(alert, now + max(r.window_s for r in rules))
         else:
             return [alert], []  # resolved without ever being held: nothing to fold it into
+        if alert.status == "firing":
+            self.live[fp] = alert
         formed = [inc for r in rules if (inc := self._try_form(r, alert, now))]
-        return [i.alert for i in formed], formed
+        return alone + [i.alert for i in formed], formed
+
+    def _absorb(self, inc: Incident, alert: Alert) -> None:
+        inc.members[alert.fingerprint] = alert
+        self.member_of[alert.fingerprint] = inc.alert.fingerprint
+        self.held.pop(alert.fingerprint, None)
+        self.live.pop(alert.fingerprint, None)
 
     def _try_form(self, rule: CorrelationRule, trigger: Alert, now: float) -> Incident | None:
-        names = getattr(self.held, "names", None)
-        if names is not None and (any(n not in names for n in rule.all_of)
-                                  or sum(n in names for n in set(rule.any_of)) < rule.min_any):
-            return None  # a required member is not held at all: no need to look at the held alerts
+        names = getattr(self.live, "names", None)
+        if names is not None:
+            together = all(n in names for n in rule.all_of) and sum(n in names for n in set(rule.any_of)) >= rule.min_any
+            diagnosable = any(n in names for p in rule.diagnose for n in TRIGGERS.get(p, ()))
+            if not together and not diagnosable:
+                return None  # neither the members nor a procedure's trigger fire: no need to look further
         key = [trigger.labels.get(k, "") for k in rule.join]
         members = rule.members
-        cands = [h.alert for h in self.held.values() if h.alert.name in members and h.alert.status == "firing"
-                 and [h.alert.labels.get(k, "") for k in rule.join] == key]
+        cands = [a for a in self.live.values() if a.name in members and a.status == "firing"
+                 and [a.labels.get(k, "") for k in rule.join] == key]
+        if not cands:
+            return None
         present = {a.name for a in cands}
-        if not set(rule.all_of) <= present or len(present & set(rule.any_of)) < rule.min_any:
-            return None  # checked before the context is built: most alerts of a big batch stop here
         labels = dict(zip(rule.join, key, strict=True))
         last = {a.name: a for a in cands}  # one view per member name (the last one seen), as before
         ctx = {"labels": labels, "present": sorted(present), "members": {n: _view(a) for n, a in last.items()},
                "config": self._config_for(labels.get("node", trigger.labels.get("node", "")))}
-        if not rule.satisfied(present, ctx):
+        diag = diagnose(rule.diagnose, Case(cands, ctx["config"], self.evidence)) if rule.diagnose else None
+        caused = diag is not None and diag.cause
+        if not caused and (rule.require_cause or not rule.satisfied(present, ctx)):
             return None
         inc_labels = {"alertname": rule.name, "severity": rule.severity, **{k: v for k, v in labels.items() if v}}
-        annotations = {k: v for k, v in {
-            "summary": _render(rule.summary, ctx), "root_cause": _render(rule.root_cause, ctx),
-            "suggestion": _render(rule.suggestion, ctx), "runbook": rule.runbook,
-            "description": "Correlated: " + ", ".join(sorted(present)),
-        }.items() if v}
-        inc = Incident(rule.name, Alert(labels=inc_labels, annotations=annotations,
+        annotations = {"summary": _render(rule.summary, ctx), "runbook": rule.runbook,
+                       "description": "Correlated: " + ", ".join(sorted(present))}
+        if diag is not None:
+            annotations.update(diag.annotations())
+        else:
+            annotations.update(root_cause=_render(rule.root_cause, ctx), suggestion=_render(rule.suggestion, ctx))
+        inc = Incident(rule.name, Alert(labels=inc_labels, annotations={k: v for k, v in annotations.items() if v},
                                         starts_at=min(a.starts_at or now for a in cands)), key)
-        for a in cands:
-            inc.members[a.fingerprint] = a
-            self.member_of[a.fingerprint] = inc.alert.fingerprint
-            del self.held[a.fingerprint]
         self.incidents[inc.alert.fingerprint] = inc
+        for a in cands:
+            self._absorb(inc, a)
         return inc
+
+    def _update(self, inc: Incident, rule: CorrelationRule) -> bool:
+        """Diagnose an open incident again with its new member; True when its texts changed."""
+        if not rule.diagnose:
+            return False
+        firing = [a for a in inc.members.values() if a.status == "firing"]
+        config = self._config_for(inc.alert.labels.get("node", firing[0].labels.get("node", "") if firing else ""))
+        diag = diagnose(rule.diagnose, Case(firing, config, self.evidence))
+        ann = diag.annotations()
+        ann["description"] = "Correlated: " + ", ".join(sorted({a.name for a in inc.members.values()}))
+        if not diag.cause and inc.alert.annotations.get("diagnosis", "undetermined") != "undetermined":
+            return False  # never replace a measured cause by "not determined"
+        if all(inc.alert.annotations.get(k) == v for k, v in ann.items()):
+            return False
+        inc.alert.annotations.update(ann)
+        inc.revision += 1
+        return True
+
+    def rediagnose(self, now: float) -> list[Incident]:
+        """Members still waiting (held or routed alone) are diagnosed again as evidence arrives: the
+        kl_coef gauge may be scraped a few seconds after the KL alert fired."""
+        if now < self._next_diagnosis or not self.live:
+            return []
+        self._next_diagnosis = now + REDIAGNOSE_S
+        formed = []
+        for rule in (r for r in self.rules if r.diagnose):
+            seen: set[tuple[str, ...]] = set()
+            for a in list(self.live.values()):
+                k = tuple(a.labels.get(j, "") for j in rule.join)
+                if a.name in rule.members and k not in seen and a.fingerprint in self.live:
+                    seen.add(k)
+                    if (inc := self._try_form(rule, a, now)) is not None:
+                        formed.append(inc)
+        return formed
 
     def expire(self, now: float) -> list[Alert]:
         """Held alerts whose window ended without an incident: route them on their own."""
         due = [fp for fp, h in self.held.items() if h.until <= now]
+        self.released.update(fp for fp in due if self.held[fp].alert.status == "firing")
         return [self.held.pop(fp).alert for fp in due]
 
     def next_due(self) -> float | None:
@@ -295,16 +389,21 @@ class Correlator:
         """Member and held alerts by fingerprint (they live in the engine's alert table)."""
         return {
             "held": {fp: h.until for fp, h in self.held.items()},
+            "live": sorted(self.live), "released": sorted(self.released),
             "incidents": {fp: {"rule": i.rule, "alert": i.alert.to_json(), "join_key": i.join_key,
                                "members": sorted(i.members)} for fp, i in self.incidents.items()},
             "config_info": self.config_info,
         }
 
     def load_state(self, state: dict[str, Any], resolve: Callable[[str], Alert | None]) -> None:
-        self.held = _HeldMap()
+        self.held = _NamedMap()
         for fp, until in state.get("held", {}).items():
             if (a := resolve(fp)) is not None:
                 self.held[fp] = Held(a, float(until))
+        self.live = _NamedMap()
+        self.live.update({fp: a for fp in state.get("live", []) if (a := resolve(fp)) is not None})
+        self.live.update({fp: h.alert for fp, h in self.held.items() if h.alert.status == "firing"})
+        self.released = set(state.get("released", []))
         self.incidents, self.member_of = {}, {}
         for fp, i in state.get("incidents", {}).items():
             members = {m: a for m in i["members"] if (a := resolve(m)) is not None}
@@ -315,4 +414,4 @@ class Correlator:
         self.config_info = {k: dict(v) for k, v in state.get("config_info", {}).items()}
 
     def referenced(self) -> set[str]:
-        return set(self.held) | set(self.member_of)
+        return set(self.held) | set(self.member_of) | set(self.live)

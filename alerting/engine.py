@@ -32,6 +32,7 @@ from alerting.clock import Clock
 from alerting.config import AlertingConfig, ConfigError, load_config
 from alerting.correlate import Correlator, load_rules
 from alerting.dispatch import Dispatcher
+from alerting.evidence import EvidenceReader
 from alerting.inhibit import Inhibitor
 from alerting.matchers import matcher_from_json
 from alerting.metrics import AlertingMetrics
@@ -106,6 +107,11 @@ class AlertEngine:
                 self.correlator.config_info[node] = info
                 self._save()
 
+    def set_evidence(self, reader: EvidenceReader) -> None:
+        """Where the diagnosis stage reads live series (the monitor's store; alerting/evidence.py)."""
+        with self.lock:
+            self.correlator.evidence = reader
+
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Stage changes and their snapshot commit together, so a crash cannot queue a notification
@@ -129,7 +135,7 @@ class AlertEngine:
                 self.history[alert.fingerprint] = alert
                 routed, incidents = self.correlator.observe(alert, now)
                 for inc in incidents:
-                    if inc.open:
+                    if inc.open and not inc.revision:
                         self.metrics.incidents.labels(inc.rule).inc()
                     self._record(inc.record())
                 for a in routed:
@@ -148,6 +154,11 @@ class AlertEngine:
 
     def _flush(self, now: float) -> bool:
         """Expire holds and flush due groups into the outbox; True when state changed."""
+        formed = self.correlator.rediagnose(now)  # diagnosis hook: members whose evidence arrived since
+        for inc in formed:
+            self.metrics.incidents.labels(inc.rule).inc()
+            self._record(inc.record())
+            self.router.add(inc.alert, now)
         released = self.correlator.expire(now)
         for a in released:
             self.router.add(a, now)
@@ -155,7 +166,7 @@ class AlertEngine:
         for n in notes:
             self.outbox.put(n, now)
         self.metrics.outbox_depth.set(self.outbox.depth())
-        return bool(released or notes)
+        return bool(formed or released or notes)
 
     def tick(self) -> None:
         with self.lock:

@@ -9,6 +9,9 @@ batch at a few points of each run with what a broken reward model returns:
     noise    the batch's spread ×5 plus N(0, 0.3) noise: a model answering at random
     zeros3   three scores set to 0.0 (inside the reward's range: the hard case)
 
+The guard sees each batch's responses as the trainer passes them: empty answers take no part in its
+judgement (their 0.0 is honest), so a fault that zeroes the scores of real answers stays visible.
+
     python benchmarks/reward_guard.py --json                 # 3 seeds × 300 steps, ~4 min on 2 cores
     python benchmarks/reward_guard.py --seeds 1 --steps 100  # quick look
 """
@@ -29,8 +32,12 @@ FAULTS = ("scale", "corrupt", "noise", "zeros3")
 INJECT_AT = (0.3, 0.6, 0.9)  # fractions of the run
 
 
-def record_rewards(seed: int, steps: int, overrides: list[str]) -> list[list[float]]:
-    """The rewards the guard would judge at every step of one ppo_tiny run, guard switched off."""
+Batch = tuple[list[float], list[str]]  # rewards and the responses they score
+
+
+def record_rewards(seed: int, steps: int, overrides: list[str]) -> list[Batch]:
+    """The rewards (and their responses) the guard would judge at every step of one ppo_tiny run, guard
+    switched off."""
     import transformers
 
     from verl.trainer import RLTrainer
@@ -41,11 +48,11 @@ def record_rewards(seed: int, steps: int, overrides: list[str]) -> list[list[flo
                                                "guard.extreme_ratio=0.99", *overrides])
     guard = trainer.data_guards.reward
     judge = guard.check
-    seen: list[list[float]] = []
+    seen: list[Batch] = []
 
-    def recording(rewards, prompts=None, step=None):  # noqa: ANN001, ANN202 - RewardGuard.check's signature
-        seen.append([float(r) for r in rewards])
-        return judge(rewards, prompts, step)
+    def recording(rewards, prompts=None, step=None, responses=None):  # noqa: ANN001, ANN202 - RewardGuard.check's signature
+        seen.append(([float(r) for r in rewards], [str(x) for x in (responses or [""] * len(rewards))]))
+        return judge(rewards, prompts, step, responses=responses)
 
     guard.check = recording
     try:
@@ -68,7 +75,7 @@ def inject(kind: str, batch: list[float], rng: np.random.Generator) -> list[floa
     return b.tolist()
 
 
-def judge(runs: list[list[list[float]]]) -> dict:
+def judge(runs: list[list[Batch]]) -> dict:
     from verl.data.guards import RewardGuard
 
     rng = np.random.default_rng(0)
@@ -78,16 +85,17 @@ def judge(runs: list[list[list[float]]]) -> dict:
     trials = 0
     for rewards in runs:
         guard = RewardGuard()
-        verdicts = [guard.check(b) for b in rewards]
+        verdicts = [guard.check(b, responses=r) for b, r in rewards]
         pauses.append(sum(v.skip for v in verdicts))
         reasons.update(v.reason for v in verdicts if v.skip)
         for at in (int(f * len(rewards)) for f in INJECT_AT):
             trials += 1
             warmed = RewardGuard()
-            for b in rewards[:at]:
-                warmed.check(b)
-            for kind in FAULTS:  # each fault meets the same guard state
-                caught[kind] += copy.deepcopy(warmed).check(inject(kind, rewards[at], rng)).skip
+            for b, r in rewards[:at]:
+                warmed.check(b, responses=r)
+            batch, responses = rewards[at]
+            for kind in FAULTS:  # each fault meets the same guard state; the responses stay what they were
+                caught[kind] += copy.deepcopy(warmed).check(inject(kind, batch, rng), responses=responses).skip
     steps = sum(len(r) for r in runs)
     return {"healthy_steps": steps, "false_pauses": sum(pauses), "false_pauses_per_run": pauses,
             "false_pause_rate": round(sum(pauses) / steps, 4), "false_pause_reasons": dict(reasons),

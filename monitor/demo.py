@@ -70,17 +70,23 @@ class Injection:
     overrides: tuple[str, ...]
     at_step: int | None  # None: active from the start
     expects: tuple[str, ...]
+    # regexes a chat message must match to count as the diagnosis of this fault: (cause, fix)
+    diagnosis: tuple[str, str] = ("", "")
 
 
 DEMO_PLAN: tuple[Injection, ...] = (
     Injection("leak", "simulated GPU-memory leak (300 MB/min)", ("faults.gpu_leak_mb_per_min=300",), None,
-              ("MemoryLeakSuspected",)),
+              ("MemoryLeakSuspected",),
+              # a simulated leak with the buffer bounded: the right page says "a leak" with its slope
+              (r"memory rising [\d.]+ MB/min.*a leak", r"tensors kept across steps")),
     Injection("dataflow", "reward-model OOM + rollout-worker crash (buffer drains)",
               # a backlog of 4 batches in the rollout buffer: the reward OOM makes the trainer shed it
               ("rollout.prefetch_batches=4", "faults.reward_oom_at_step=60",
                "faults.kill_rollout_worker_at_steps=[60,61]"), 60,
-              ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop")),
-    Injection("kl", "KL drift (kl_coef forced to 0)", ("faults.kl_drift_at_step=120",), 120, ("KLDriftDetected",)),
+              ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"),
+              (r"Reward Model OOM on node", r"reward_batch_size from \d+ to \d+")),
+    Injection("kl", "KL drift (kl_coef forced to 0)", ("faults.kl_drift_at_step=120",), 120, ("KLDriftDetected",),
+              (r"kl_coef = 0\.0 since step \d+ \(verl_kl_coef; config says 0\.2\)", r"Set kl_coef back to 0\.2")),
 )
 
 
@@ -153,6 +159,36 @@ def write_configs(workdir: Path, robot: RobotStandIn, kind: str, trainer_url: st
     path = workdir / "monitor.yaml"
     path.write_text(yaml.safe_dump(monitor, sort_keys=False))
     return path
+
+
+# Root-cause phrases of each diagnosis path (alerting/diagnose.py): a message of the demo may use one only
+# when the fault behind it was injected; otherwise it names something that was not measured.
+CLAIMS: dict[str, str] = {
+    "reward model fails to load": "",  # the demo injects no reward-scoring fault
+    "unbounded, verl_config_info": "",
+    "data loading starves": "",
+    "kl_coef = 0.0": "kl",
+    "a leak": "leak",
+    "Reward Model OOM": "dataflow",
+}
+
+
+def first_diagnosis(journal: Journal, inj: Injection, since: float | None) -> float | None:
+    """Journal time of the first chat message naming this fault's cause and fix, or None."""
+    cause, fix = inj.diagnosis
+    if not cause or since is None:
+        return None
+    for ev in journal.of("message"):
+        if ev["t"] >= since and re.search(cause, ev["text"], re.S) and re.search(fix, ev["text"], re.S):
+            return float(ev["t"])
+    return None
+
+
+def unmeasured_claims(journal: Journal, plan: Sequence[Injection]) -> list[str]:
+    """Claims in the chat messages that no injected fault accounts for."""
+    injected = {inj.key for inj in plan}
+    return sorted({phrase for ev in journal.of("message") for phrase, key in CLAIMS.items()
+                   if phrase in ev["text"] and key not in injected})
 
 
 # ---- the event journal --------------------------------------------------------------------------------
@@ -455,6 +491,7 @@ class FaultOutcome:
     injection: str
     injected_at: float | None
     alerts: dict[str, dict[str, Any]]  # alertname -> {detected, delivered (s since start), deliveries}
+    diagnosed: float | None = None  # first message naming the right cause and fix (s since start)
 
     @property
     def ok(self) -> bool:
@@ -486,11 +523,15 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
             alerts[name] = {"detected": det[0] if det else None,
                             "delivered": delivered_fp.get(det[1]) if det else None,
                             "deliveries": deliveries.get(det[1], 0) if det else 0}
-        outcomes.append(FaultOutcome(inj.name, at, alerts))
+        outcomes.append(FaultOutcome(inj.name, at, alerts, first_diagnosis(journal, inj, at)))
     expected = {n for inj in plan for n in inj.expects}
     return {
         "faults": [{"injection": o.injection, "injected_at": o.injected_at, "ok": o.ok,
-                    "alerts": o.alerts} for o in outcomes],
+                    "alerts": o.alerts, "diagnosed": o.diagnosed,
+                    "time_to_diagnosis_s": None if o.diagnosed is None or o.injected_at is None
+                    else round(o.diagnosed - o.injected_at, 1)} for o in outcomes],
+        "all_diagnosed": all(o.diagnosed is not None for o in outcomes),
+        "unmeasured_claims": unmeasured_claims(journal, plan),
         "unexpected_alerts": sorted(set(fired) - expected),
         "incidents": [{"alertname": e["alertname"], "t": e["t"]} for e in incidents],
         "messages_received": len(journal.of("message")),
@@ -511,13 +552,23 @@ def print_summary(summary: dict[str, Any], wall_s: float) -> None:
         for name, v in f["alerts"].items():
             times = "" if v["deliveries"] in (0, 1) else f"  ({v['deliveries']} deliveries)"
             print(f"   {name:22s} detected {at(v['detected'], ref):18s} delivered {at(v['delivered'], ref)}{times}")
+        print(f"   {'diagnosed (cause+fix)':22s} {at(f['diagnosed'], ref)}"
+              + ("" if f["time_to_diagnosis_s"] is None else f"  time to diagnosis {f['time_to_diagnosis_s']:.1f}s"))
     for inc in summary["incidents"]:
         print(f"incident  {inc['alertname']} at {inc['t']:.1f}s")
     if summary["unexpected_alerts"]:
         print("also fired (not injected): " + ", ".join(summary["unexpected_alerts"]))
     print(f"chat messages received by the stand-in: {summary['messages_received']}")
+    claims = summary.get("unmeasured_claims") or []
+    print("messages name only measured causes" if not claims else
+          "MESSAGES CLAIM CAUSES NO INJECTED FAULT EXPLAINS: " + ", ".join(claims))
     verdict = "every injected fault detected and delivered" if summary["all_detected_and_delivered"] \
         else "SOME INJECTED FAULTS WERE NOT DETECTED/DELIVERED (see MISSED above)"
+    verdict += ", and diagnosed (a page named its cause and fix)" if summary.get("all_diagnosed") \
+        else "; SOME WERE NOT DIAGNOSED (no page named the cause and fix)"
+    if not summary["faults"]:  # --faults none
+        verdict = ("healthy run: no fault injected, no alert fired" if not summary["unexpected_alerts"]
+                   else "healthy run: ALERTS FIRED WITHOUT AN INJECTED FAULT (see above)")
     print(f"{verdict}; wall time {wall_s:.0f}s")
 
 
@@ -550,8 +601,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         while time.monotonic() < deadline:
             time.sleep(1.0)
             s = summarize(stack.journal, plan, stack.trainer.step_times, trainer_started)
-            if s["all_detected_and_delivered"]:
-                break
+            if plan and s["all_detected_and_delivered"] and s["all_diagnosed"]:
+                break  # (with no fault planned, a healthy run: watch it for the whole --duration)
             if not stack.trainer.alive():
                 stack.journal.add("trainer", f"trainer exited with code {stack.trainer.proc.returncode}")
                 # let in-flight detections and deliveries finish, then stop
@@ -570,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linger", type=float, default=15.0, help="seconds to wait for deliveries after the trainer exits")
     p.add_argument("--max-steps", type=int, default=100000, help="trainer.total_steps")
     p.add_argument("--faults", default=",".join(i.key for i in DEMO_PLAN),
-                   help="comma-separated subset of the fault plan: " + ", ".join(i.key for i in DEMO_PLAN))
+                   help="comma-separated subset of the fault plan: " + ", ".join(i.key for i in DEMO_PLAN)
+                   + "; 'none' runs a healthy trainer for --duration (every alert is then unexpected)")
     p.add_argument("--correlation-window", default=DEMO_CORRELATION_WINDOW,
                    help="how long alerts wait for their incident partners (production: 2m)")
     p.add_argument("--robot", choices=sorted(STANDINS), default="wecom", help="which robot stand-in receives")
@@ -581,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration <= 0:
         print(f"demo: --duration {args.duration}: must be > 0 seconds", file=sys.stderr)
         return 2
-    unknown = set(args.faults.split(",")) - {i.key for i in DEMO_PLAN}
+    unknown = set(args.faults.split(",")) - {i.key for i in DEMO_PLAN} - {"none"}
     if unknown:
         print(f"demo: --faults {args.faults}: unknown fault {sorted(unknown)[0]!r}; choose from "
               + ", ".join(i.key for i in DEMO_PLAN), file=sys.stderr)

@@ -2,6 +2,8 @@
 
 samples -> SeriesStore -> Evaluator (detectors per rule binding) -> AlertBook (state machine, SQLite)
         -> annotate (templates, plots, enrichment) -> records + alerting.engine.AlertEngine
+
+The engine's diagnosis stage reads the same store through ``monitor.evidence.StoreEvidence``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from alerting.model import Alert
 from alerting.vocabulary import Vocabulary
 from monitor.alerts import AlertBook
 from monitor.evaluator import Candidate, Evaluator
+from monitor.evidence import NonFiniteLog, StoreEvidence
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
 from monitor.plots import render_fit
@@ -63,6 +66,11 @@ class Pipeline:
         # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
         # once; the file follows within a second, long before a notification leaves group_wait).
         self.plot_executor: Any = None
+        self.nonfinite = NonFiniteLog()
+        self.evidence = StoreEvidence(self.store, clock, self.nonfinite)
+        set_evidence = getattr(engine, "set_evidence", None)
+        if set_evidence is not None:
+            set_evidence(self.evidence)
 
     # -- ingest ----------------------------------------------------------------------------------
 
@@ -112,6 +120,7 @@ class Pipeline:
         """Fast path for one sample of a known series; False if rejected (non-finite, out of order,
         or a repeat of the last timestamp, e.g. an exporter's explicit timestamp scraped twice)."""
         if not math.isfinite(value):
+            self.nonfinite.add(series, t)  # not stored, but "reward mean is NaN" is evidence
             self._reject(source, "nonfinite_value")
             return False
         if t <= series.last_t:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from alerting.clock import SimulatedClock
+from alerting.model import rfc3339
 from monitor.pipeline import Pipeline
 from monitor.rules import Rule
 from monitor.sources.recorded import Recording, load_recording
@@ -58,6 +59,21 @@ def feed(pipe: Pipeline, rec: Recording, clock: SimulatedClock, tick_s: float = 
     pipe.tick()
 
 
+def stamp(record: dict[str, Any], now: float, fired_at: dict[str, str]) -> dict[str, Any]:
+    """Add when the record happened on the replayed clock: ``firedAt`` on alerts and incidents (when it
+    would have fired; ``startsAt`` follows Prometheus and is when the condition began, before any
+    ``for``/window), kept on its resolved record; ``at`` on notifications (when it would have paged)."""
+    kind, fp = record.get("kind"), str(record.get("fingerprint", ""))
+    if kind in ("alert", "incident"):
+        if record.get("status") == "firing":
+            fired_at.setdefault(fp, rfc3339(now))
+            return {**record, "firedAt": fired_at[fp]}
+        return {**record, "firedAt": fired_at.pop(fp, rfc3339(None))}
+    if kind == "notification":
+        return {**record, "at": rfc3339(now)}
+    return record
+
+
 def replay(input_path: str | Path, rules: list[Rule], out: IO[str], **kwargs: Any) -> ReplayResult:
     return run_recording(load_recording(input_path), rules, out, **kwargs)
 
@@ -68,8 +84,10 @@ def run_recording(rec: Recording, rules: list[Rule], out: IO[str], *, plots_dir:
     start = float(rec.t[0]) if len(rec) else 0.0
     clock = SimulatedClock(start)
     counts = {"records": 0, "alerts": 0}
+    fired_at: dict[str, str] = {}
 
     def write(record: dict[str, Any]) -> None:
+        record = stamp(record, clock.now(), fired_at)
         counts["records"] += 1
         counts["alerts"] += record.get("kind") == "alert"
         out.write(json.dumps(record, ensure_ascii=False) + "\n")

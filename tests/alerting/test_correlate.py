@@ -76,12 +76,15 @@ def test_late_member_is_absorbed_and_incident_resolves_with_its_members() -> Non
 def test_training_divergence_names_kl_coef_and_workers() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
     c.config_info["trainer"] = {"kl_coef": "0.0", "rollout_worker_num": "4"}
-    c.observe(alert("KLDriftDetected", severity="P2"), 0)
-    _, incs = c.observe(alert("RolloutBacklog", severity="P2"), 5)
+    _, incs = c.observe(alert("KLDriftDetected", severity="P2"), 0)  # the config value alone is a cause
+    assert incs and "kl_coef = 0.0 (verl_config_info" in incs[0].alert.annotations["root_cause"]
+    backlog = alert("RolloutBacklog", severity="P2")
+    backlog.value = 2400.0  # the alert's own measurement: buffer age in seconds
+    _, incs = c.observe(backlog, 5)  # joins the open incident, which is diagnosed again
     ann = incs[0].alert.annotations
-    assert incs[0].alert.labels["severity"] == "P1"
-    assert "kl_coef (now 0.0, expected 0.1-0.5)" in ann["suggestion"]
-    assert "rollout_worker_num (now 4)" in ann["suggestion"]
+    assert incs[0].alert.labels["severity"] == "P1" and incs[0].revision == 1
+    assert "Set kl_coef to 0.1-0.5 (now 0.0)" in ann["suggestion"]
+    assert "Raise rollout_worker_num from 4 to 8" in ann["suggestion"]
 
 
 def test_data_loading_rule_uses_config_condition() -> None:

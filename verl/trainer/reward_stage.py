@@ -68,10 +68,11 @@ class RewardStage:
         taken_at = self.clock.now()
         batch = self.buffer.take(batch_size)
         valid = [r for r in batch if not r.extra.get("dropped")]
-        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan)) for r in valid],
-                               self.ctx)
-        scores = [score for ranked in pairs for _, score in ranked]
-        verdict = self.guards.reward.check(scores, [p for ranked in pairs for p, _ in ranked], step)
+        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan), r.response)
+                                for r in valid], self.ctx)
+        scores = [score for ranked in pairs for _, score, _ in ranked]
+        verdict = self.guards.reward.check(scores, [p for ranked in pairs for p, _, _ in ranked], step,
+                                           responses=[resp for ranked in pairs for _, _, resp in ranked])
         pause = any_across_ranks(verdict.skip, self.ctx)
         return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import re
@@ -104,11 +105,15 @@ def demo_rules(host_leak: bool) -> dict[str, Any]:
     for rule in doc["rules"]:
         name = rule["alert"]
         if name in DEMO_DETECTORS:
-            rule["detector"] = {**rule["detector"], **DEMO_DETECTORS[name]}
+            # the demo's windows are seconds on purpose: a `steps:` floor (windows of at least N samples,
+            # for slow verl runs) would stretch the 60 s KL window past the demo's whole run
+            rule["detector"] = {k: v for k, v in {**rule["detector"], **DEMO_DETECTORS[name]}.items() if k != "steps"}
         if name in DEMO_KEEP_FIRING:
             rule["keep_firing_for"] = DEMO_KEEP_FIRING[name]
         if name == "MemoryLeakSuspected" and host_leak:
-            host = dict(rule, select=HOST_LEAK_SELECTOR, plot=True)
+            # a deep copy: a detector dict shared by two rules would be dumped as a YAML alias, which the
+            # monitor's safe rules loader refuses
+            host = dict(copy.deepcopy(rule), select=HOST_LEAK_SELECTOR, plot=True)
             host["summary"] = ("Trainer memory on {{ labels.node }} rising {{ (details.slope_per_min / 1e6) "
                                "| round(1) }} MB/min (no GPU here: host memory stands in for GPU memory)")
             extra.append(host)

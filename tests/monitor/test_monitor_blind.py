@@ -1,7 +1,7 @@
 """Issue 12, monitor side: source loops survive any input, Prometheus scrape semantics (whole-request
 deadline, body/sample limits, future samples), a hardened receiver/API, honest /healthz, redacted logs."""
 
-from __future__ import annotations
+from __future__ import contextlib
 
 import asyncio
 import json
@@ -236,10 +236,9 @@ def test_limits_and_retention_are_validated(tmp_path: Path) -> None:
 
 def raw_request(port: int, head: bytes, payload: bytes = b"", timeout: float = 10.0) -> tuple[int, bytes]:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        try:
+        # the server may answer 413 and close before it has read an oversize payload
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(head + payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the server may answer 413 and close before it has read an oversize payload
         data = b""
         while True:
             try:

@@ -1,9 +1,10 @@
 """Issue 12, monitor side: source loops survive any input, Prometheus scrape semantics (whole-request
 deadline, body/sample limits, future samples), a hardened receiver/API, honest /healthz, redacted logs."""
 
-from __future__ import contextlib
+from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket

@@ -33,7 +33,8 @@ def prompts(tmp_path: Path) -> Path:
     return path
 
 
-def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = False) -> list[str]:
+def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = False,
+            resume_flag: str = "--resume") -> list[str]:
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
                 if ranks > 1 else [sys.executable])
     overrides = ["trainer.total_steps=8", "checkpoint.interval=3", f"data.prompt_dataset={data}",
@@ -41,7 +42,7 @@ def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = Fals
     if ranks > 1:
         overrides += ["data.batch_size=8", "actor.ppo_mini_batch_size=4"]
     return [*launcher, "-m", "verl.cli.train", "--config", "ppo_tiny", *overrides, *extra,
-            "--checkpoint-dir", str(ckpt), *(["--resume"] if resume else [])]
+            "--checkpoint-dir", str(ckpt), *([resume_flag] if resume else [])]
 
 
 def start(cmd: list[str]) -> subprocess.Popen[str]:
@@ -99,8 +100,10 @@ def run_chain(ranks: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert reference.returncode == 0, out_ref[-3000:]
 
     # 2: SIGKILL while the async save of step 6 is still being written
+    # --resume-or-start: on a loaded machine the kill at step 5 can land before step 3's async save commits,
+    # and plain --resume then (rightly) refuses to start over
     second = start(command(ranks, data, dir_, "faults.kill_trainer_at_step=7", "faults.checkpoint_write_delay_s=3",
-                           resume=True))
+                           resume=True, resume_flag="--resume-or-start"))
     out = finish(second)
     assert second.returncode != 0 and "step 6/8" in out and "step 7/8" not in out, out[-3000:]
     assert "checkpoint global_step_6 complete" not in out  # staged, then killed while being written

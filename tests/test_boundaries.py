@@ -39,3 +39,16 @@ def test_checker_sees_a_crossing(tmp_path: Path) -> None:
     bad = tmp_path / "x.py"
     bad.write_text("import os\nfrom monitor.detectors import base\n")
     assert imported_packages(bad) == {"os", "monitor"}
+
+
+def _without_module_docstring(path: Path) -> str:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant):
+        tree.body = tree.body[1:]
+    return ast.dump(tree)
+
+
+def test_one_clock_interface() -> None:
+    """alerting/clock.py is the model, verl/utils/clock.py its checked copy (verl may not import alerting)."""
+    assert _without_module_docstring(ROOT / "verl/utils/clock.py") == _without_module_docstring(
+        ROOT / "alerting/clock.py"), "verl/utils/clock.py drifted from alerting/clock.py: copy the model over"

@@ -77,7 +77,7 @@ def build_rollout(cfg: Config, models: PPOModels, clock: Clock, registry: Any) -
     """The in-process engine, or supervised worker processes when ``rollout_worker_num > 0`` (hf)."""
     if cfg.rollout_worker_num <= 0 or cfg.rollout.engine != "hf":
         return make_rollout_engine(cfg, models.actor, models.tokenizer, clock)
-    from verl.rollout.workers import ModelSpec, WorkerRolloutEngine
+    from verl.rollout.worker_engine import ModelSpec, WorkerRolloutEngine
 
     gen = {"response_length": cfg.rollout.response_length, "max_prompt_length": cfg.data.max_prompt_length,
            "temperature": cfg.rollout.temperature, "seed": cfg.trainer.seed}

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from alerting.standin import STANDINS, Received, RobotStandIn
+from harness.standin import STANDINS, Received, RobotStandIn
 
 RULES_DIR = Path(__file__).parent / "rules"
 CORRELATION_RULES = Path(__file__).parents[1] / "alerting" / "rules" / "correlation.yaml"

@@ -146,11 +146,8 @@ class AlertEngine:
 
     def _muted_fn(self, now: float) -> Callable[[Alert], bool]:
         inhibited = self.inhibitor.muting(self.router.active_alerts())
-        silences = [s for s in self.silences_store.all() if s.state(now) == "active"]
-
-        def muted(a: Alert) -> bool:
-            return any(all(m.matches(a.labels) for m in s.matchers) for s in silences) or inhibited(a)
-        return muted
+        silenced = self.silences_store.muting(now)
+        return lambda a: silenced(a) or inhibited(a)
 
     def _flush(self, now: float) -> bool:
         """Expire holds and flush due groups into the outbox; True when state changed."""

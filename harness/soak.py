@@ -38,7 +38,8 @@ from typing import Any
 
 import httpx
 
-from monitor.demo import Stack, StackOptions, Trainer, free_port
+from harness.profile import free_port
+from harness.stack import Stack, StackOptions, Trainer
 from monitor.sources.prom_text import parse_exposition
 
 KINDS = ("reward_hang", "worker_kill", "critic_oom")

@@ -155,7 +155,7 @@ class AlertEngine:
         for inc in formed:
             self.metrics.incidents.labels(inc.rule).inc()
             self._record(inc.record())
-            self.router.add(inc.alert, now)
+            self.dispatcher.add(inc.alert, now)
         released = self.correlator.expire(now)
         for a in released:
             self.dispatcher.add(a, now)

@@ -1,4 +1,4 @@
-# Two entry points for a fresh clone: `make demo` and `make test`. Both create .venv when missing.
+# Entry points for a fresh clone: `make demo`, `make soak` and `make test`. Both create .venv when missing.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,7 +6,12 @@ STAMP := $(VENV)/.installed
 # torch first and pinned: on these machines 2.13.0 is a local CPU wheel; an unpinned torch pulls a CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test test-fast demo lint promtool clean
+.PHONY: setup test test-fast demo soak lint promtool clean
+
+# `make soak DURATION=300 SEED=0 OUTPUT=report.json`: the fault-injection soak (harness/soak.py)
+DURATION ?= 300
+SEED ?= 0
+OUTPUT ?= soak-report.json
 
 setup: $(STAMP)
 
@@ -35,10 +40,13 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m 'not slow'
 
 demo: $(STAMP)
-	$(PY) -m monitor.demo
+	$(PY) -m harness.demo
+
+soak: $(STAMP)
+	$(PY) -m harness.cli soak --duration $(DURATION) --seed $(SEED) --output $(OUTPUT)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check verl monitor alerting dashboards tests benchmarks
+	$(VENV)/bin/ruff check verl monitor alerting harness dashboards tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

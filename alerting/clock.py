@@ -1,5 +1,10 @@
 """Injected time. Every stage asks a clock, never ``time.time()``, so replay, tests and benchmarks run
-on simulated time and the daemon on wall time, through the same code."""
+on simulated time and the daemon on wall time, through the same code.
+
+This file is the model of the project's one clock interface. ``verl/utils/clock.py`` is a checked copy
+(``verl`` may not import ``alerting``, SPEC §2): ``tests/test_boundaries.py`` fails when the two differ in
+anything but their module docstrings.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,10 @@ from typing import Protocol
 
 class Clock(Protocol):
     def now(self) -> float:
-        """Unix seconds."""
+        """Unix seconds (for timestamps that leave the process)."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (for durations)."""
 
     def sleep(self, seconds: float) -> None:
         """Wait; a simulated clock advances instead."""
@@ -20,12 +28,16 @@ class SystemClock:
     def now(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.perf_counter()
+
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
 
 class SimulatedClock:
-    """A clock that moves only when told: ``set`` to a sample's timestamp, or ``advance``/``sleep``."""
+    """A clock that moves only when told: ``set`` to a sample's timestamp, or ``advance``/``sleep``.
+    Its monotonic time is its time (it never goes back)."""
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
@@ -35,6 +47,9 @@ class SimulatedClock:
         with self._lock:
             return self._now
 
+    def monotonic(self) -> float:
+        return self.now()
+
     def set(self, t: float) -> None:
         with self._lock:
             if t < self._now:
@@ -42,7 +57,10 @@ class SimulatedClock:
             self._now = float(t)
 
     def advance(self, seconds: float) -> None:
-        self.set(self.now() + seconds)
+        if seconds < 0:
+            raise ValueError(f"simulated clock cannot go back by {seconds}")
+        with self._lock:
+            self._now += seconds
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(0.0, seconds))

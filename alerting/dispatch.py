@@ -1,153 +1,156 @@
-"""Delivery stage: take due outbox rows, respect each robot's send budget, render, send, and record
-the outcome. When a receiver has more due notifications than its robot accepts right now, they are
-folded into one digest message -- never dropped."""
+"""Dispatch stage, named as in Alertmanager (its ``dispatch`` package: route tree + aggregation groups):
+match alerts down the route tree, keep them in
+aggregation groups by ``group_by``, and flush each group on its timers -- first after ``group_wait``,
+then every ``group_interval`` when something changed, and again after ``repeat_interval`` when nothing
+did. A notification log per group decides what is new, so a restart does not notify twice."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from alerting.config import AlertingConfig
-from alerting.metrics import AlertingMetrics
-from alerting.model import Notification
-from alerting.notifiers import Delivery, Notifier
-from alerting.outbox import Outbox, OutboxRow
-from alerting.ratelimit import RobotLimiter
-from alerting.templates import Rendered, render
+from alerting.config import ReceiverConfig, RouteConfig
+from alerting.matchers import all_match
+from alerting.model import Alert, Notification
 
-log = logging.getLogger("verl.alerting")
+
+def match_routes(route: RouteConfig, labels: dict[str, str]) -> list[RouteConfig]:
+    """Depth-first: the deepest matching routes; siblings after a match only with ``continue``."""
+    if not all_match(route.matchers, labels):
+        return []
+    found: list[RouteConfig] = []
+    for child in route.routes:
+        hit = match_routes(child, labels)
+        if hit:
+            found.extend(hit)
+            if not child.continue_:
+                break
+    return found or [route]
 
 
 @dataclass
-class Job:
-    """One planned delivery: rows of one receiver, rendered, already charged to the robot's budget."""
+class Group:
+    key: str
+    route_path: str
+    receiver: str
+    labels: dict[str, str]
+    alerts: dict[str, Alert] = field(default_factory=dict)
+    next_flush: float = 0.0
 
-    notifier: Notifier
-    rows: list[OutboxRow]
-    rendered: Rendered
-    digest: bool
-    limiter: RobotLimiter | None
+
+@dataclass
+class NotifyLog:
+    firing: list[str]
+    resolved: list[str]
+    at: float
 
 
 class Dispatcher:
-    def __init__(self, config: AlertingConfig, outbox: Outbox, notifiers: dict[str, Notifier],
-                 metrics: AlertingMetrics, on_record: Callable[[dict[str, Any]], None]) -> None:
-        self.config = config
-        self.outbox = outbox
-        self.notifiers = notifiers
-        self.metrics = metrics
-        self.on_record = on_record
-        self.limiters: dict[str, RobotLimiter] = {}
-        for n in notifiers.values():
-            if n.limits and n.robot_id not in self.limiters:
-                self.limiters[n.robot_id] = RobotLimiter(list(n.limits), n.throttle_s)
+    def __init__(self, route: RouteConfig, receivers: dict[str, ReceiverConfig]) -> None:
+        self.root = route
+        self.receivers = receivers
+        self.routes = {r.path: r for r in _walk(route)}
+        self.groups: dict[str, Group] = {}
+        self.nflog: dict[str, NotifyLog] = {}
 
-    def limiter(self, receiver: str) -> RobotLimiter | None:
-        n = self.notifiers.get(receiver)
-        return self.limiters.get(n.robot_id) if n else None
+    def add(self, alert: Alert, now: float) -> None:
+        for route in match_routes(self.root, alert.labels):
+            if "..." in route.group_by:
+                labels = dict(alert.labels)
+            else:
+                labels = {k: alert.labels[k] for k in route.group_by if k in alert.labels}
+            key = f"{route.path}/{route.receiver}:" + ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+            group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = Group(key, route.path, route.receiver, labels,
+                                                 next_flush=now + route.group_wait_s)
+            group.alerts[alert.fingerprint] = alert
 
-    def run(self, now: float, receiver: str | None = None) -> int:
-        """Deliver what is due (of one receiver, or all); returns the number of rows attempted.
-        Synchronous: replay and tests on simulated time. The daemon's delivery workers call
-        ``plan``/``send``/``finish`` themselves, sending outside any lock."""
-        attempted = 0
-        for job in self.plan(now, receiver):
-            self.finish(job, self.send(job), now)
-            attempted += len(job.rows)
-        return attempted
+    def active_alerts(self) -> list[Alert]:
+        return [a for g in self.groups.values() for a in g.alerts.values()]
 
-    def plan(self, now: float, receiver: str | None = None) -> list[Job]:
-        """The deliveries due now, rendered and charged to their robot's budget. Rows of receivers that
-        no longer exist are failed here (no HTTP)."""
-        jobs: list[Job] = []
-        by_receiver: dict[str, list[OutboxRow]] = {}
-        for row in self.outbox.heads_due(now, receiver):
-            by_receiver.setdefault(row.receiver, []).append(row)
-        for name, rows in by_receiver.items():
-            notifier = self.notifiers.get(name)
-            if notifier is None:  # receiver removed from the config while rows were queued
-                self._finish(rows, Delivery.permanent(f"receiver {name!r} is no longer configured"), now)
+    def _plan(self, group: Group, now: float, muted: Callable[[Alert], bool]) -> tuple[list[Alert], bool]:
+        log = self.nflog.get(group.key)
+        notified_firing = set(log.firing) if log else set()
+        notified_resolved = set(log.resolved) if log else set()
+        live = [a for a in group.alerts.values() if not muted(a)]
+        firing = [a for a in live if a.status == "firing"]
+        resolved = [a for a in live if a.status == "resolved" and a.fingerprint not in notified_resolved]
+        if not self.receivers[group.receiver].send_resolved:
+            resolved = []
+        repeat = self._repeat_s(group)
+        needs = bool({a.fingerprint for a in firing} - notified_firing) or bool(resolved) or (
+            bool(firing) and log is not None and now >= log.at + repeat)
+        return firing + resolved, needs
+
+    def _repeat_s(self, group: Group) -> float:
+        """An Alertmanager receiver gets its firing alerts again every ``resend_interval`` (as from
+        Prometheus), or Alertmanager would resolve them while they still fire; others every repeat_interval."""
+        repeat = self.routes[group.route_path].repeat_interval_s
+        resend = self.receivers[group.receiver].resend_interval_s
+        return min(repeat, resend) if resend else repeat
+
+    def flush_due(self, now: float, muted: Callable[[Alert], bool],
+                  expand: Callable[[Alert], list[str]]) -> list[Notification]:
+        out: list[Notification] = []
+        for key in sorted(self.groups, key=lambda k: (self.groups[k].next_flush, k)):
+            group = self.groups[key]
+            if group.next_flush > now:
                 continue
-            limiter = self.limiter(name)
-            budget = limiter.available(now) if limiter else len(rows) + 1
-            if budget <= 0:
-                continue
-            if limiter and len(rows) > budget:
-                batch = [r for head in rows for r in self.outbox.group_rows(name, head.group_key)]
-                jobs.append(self._prepare(notifier, batch, now, limiter, digest=True))
-                continue
-            for row in rows:
-                if limiter and limiter.available(now) < notifier.cost([row.notification], False):
-                    break
-                jobs.append(self._prepare(notifier, [row], now, limiter, digest=False))
-        return jobs
+            alerts, needs = self._plan(group, now, muted)
+            if needs:
+                firing = [a.fingerprint for a in alerts if a.status == "firing"]
+                old = self.nflog.get(key)
+                self.nflog[key] = NotifyLog(firing, sorted(set(old.resolved if old else []) |
+                                                           {a.fingerprint for a in alerts if a.status == "resolved"}), now)
+                fps = [fp for a in alerts for fp in expand(a)]
+                out.append(Notification(group.receiver, key, dict(group.labels),
+                                        "firing" if firing else "resolved", list(alerts), fps, now))
+            interval = self.routes[group.route_path].group_interval_s
+            resend = self.receivers[group.receiver].resend_interval_s
+            group.next_flush = now + (min(interval, resend) if resend else interval)
+            for fp in [fp for fp, a in group.alerts.items() if a.status == "resolved"]:
+                del group.alerts[fp]
+            if not group.alerts:
+                del self.groups[key]
+                self.nflog.pop(key, None)
+        return out
 
-    def _prepare(self, notifier: Notifier, rows: list[OutboxRow], now: float, limiter: RobotLimiter | None,
-                 digest: bool) -> Job:
-        notes: list[Notification] = [r.notification for r in rows]
-        cfg = notifier.cfg
-        link = f"{self.config.monitor_url}/api/v1/alerts" if self.config.monitor_url else "verl-monitor /api/v1/alerts"
-        rendered = render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
-                          max_bytes=notifier.max_bytes, runbook_base=self.config.runbook_base_url)
-        if rendered.fell_back:
-            self.metrics.template_failures.labels(cfg.name).inc()
-            log.warning("receiver %s: template failed, used the built-in one: %s", cfg.name, rendered.error)
-        if limiter:
-            limiter.take(now, notifier.cost(notes, digest))
-        return Job(notifier, rows, rendered, digest, limiter)
+    def next_due(self, muted: Callable[[Alert], bool]) -> float | None:
+        """Earliest flush that would send something new (repeats excluded), for ``drain``."""
+        return min((g.next_flush for g in self.groups.values() if self._has_news(g, muted)), default=None)
 
-    def send(self, job: Job) -> Delivery:
-        """The HTTP call; touches no shared state, so it runs without the engine's lock."""
-        try:
-            return job.notifier.send(job.rendered, [r.notification for r in job.rows], digest=job.digest)
-        except Exception as exc:  # a notifier bug must not stop the monitor's loop; never retried blindly
-            log.error("receiver %s: notifier crashed (%s)", job.notifier.cfg.name, type(exc).__name__)
-            return Delivery.permanent(f"{job.notifier.cfg.type} notifier error ({type(exc).__name__})")
+    def _has_news(self, group: Group, muted: Callable[[Alert], bool]) -> bool:
+        log = self.nflog.get(group.key)
+        firing, resolved = (set(log.firing), set(log.resolved)) if log else (set(), set())
+        send_resolved = self.receivers[group.receiver].send_resolved
+        return any(not muted(a) and ((a.status == "firing" and a.fingerprint not in firing) or
+                                     (a.status == "resolved" and send_resolved and a.fingerprint not in resolved))
+                   for a in group.alerts.values())
 
-    def finish(self, job: Job, result: Delivery, now: float) -> None:
-        if job.digest and result.ok:
-            self.metrics.digests.labels(job.notifier.cfg.name).inc()
-        if result.rate_limited and job.limiter:
-            job.limiter.overrun(now)
-        self._finish(job.rows, result, now, digest=job.digest, limiter=job.limiter)
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "groups": {k: {"route_path": g.route_path, "receiver": g.receiver, "labels": g.labels,
+                           "next_flush": g.next_flush,
+                           "alerts": list(g.alerts)}
+                       for k, g in self.groups.items()},
+            "nflog": {k: {"firing": v.firing, "resolved": v.resolved, "at": v.at} for k, v in self.nflog.items()},
+        }
 
-    def _finish(self, rows: list[OutboxRow], result: Delivery, now: float, digest: bool = False,
-                limiter: RobotLimiter | None = None) -> None:
-        receiver = rows[0].receiver
-        if result.ok:
-            self.outbox.delivered(rows)
-            status = "delivered"
-        elif result.retryable:
-            not_before = limiter.next_free(now) if limiter and result.rate_limited else 0.0
-            self.outbox.retry(rows, now, result.error, not_before)
-            self.metrics.retries.labels(receiver).inc(len(rows))
-            status = "failed"
-        else:
-            self.outbox.failed(rows, result.error)
-            log.error("receiver %s: notification failed permanently: %s", receiver, result.error)
-            status = "failed"
-        for row in rows:
-            self.metrics.notifications.labels(receiver, status).inc()
-            rec: dict[str, Any] = {"kind": "notification", "receiver": receiver, "status": status,
-                                   "fingerprints": list(row.notification.fingerprints),
-                                   "attempts": row.attempts + 1, "group": row.group_key,
-                                   "notification_status": row.notification.status}
-            if digest:
-                rec["digest"] = True
-            if result.error:
-                rec["error"] = result.error
-            if status == "failed":
-                rec["retry"] = result.retryable
-            self.on_record(rec)
+    def load_state(self, state: dict[str, Any], resolve: Callable[[str], Alert | None]) -> None:
+        """``resolve`` finds an alert by fingerprint in the engine's alert table (the state holds only
+        fingerprints, so saving stays cheap however many alerts a group has)."""
+        self.groups = {}
+        for k, g in state.get("groups", {}).items():
+            if g["route_path"] not in self.routes or g["receiver"] not in self.receivers:
+                continue  # the config changed under a restart; its alerts come back with the next evaluation
+            alerts = [a for a in map(resolve, g["alerts"]) if a is not None]
+            self.groups[k] = Group(k, g["route_path"], g["receiver"], dict(g["labels"]),
+                                   {a.fingerprint: a for a in alerts}, float(g["next_flush"]))
+        self.nflog = {k: NotifyLog(list(v["firing"]), list(v["resolved"]), float(v["at"]))
+                      for k, v in state.get("nflog", {}).items()}
 
-    def next_due(self, now: float, receiver: str | None = None) -> float | None:
-        """When the next delivery could happen: the outbox's retry times, held back by robot budgets."""
-        heads = self.outbox.heads_due(float("inf"), receiver)
-        times = []
-        for row in heads:
-            limiter = self.limiter(row.receiver)
-            t = max(row.next_attempt_at, now)
-            times.append(max(t, limiter.next_free(t)) if limiter else t)
-        return min(times, default=None)
+
+def _walk(route: RouteConfig) -> list[RouteConfig]:
+    return [route] + [r for c in route.routes for r in _walk(c)]

@@ -38,8 +38,8 @@ from alerting.matchers import matcher_from_json
 from alerting.metrics import AlertingMetrics
 from alerting.model import Alert, alert_from_json
 from alerting.notifiers import Notifier, build_notifier
+from alerting.notify import NotifyStage
 from alerting.outbox import Outbox
-from alerting.route import Router
 from alerting.silence import SilenceStore
 from alerting.store import load_state, open_db, save_state
 
@@ -76,7 +76,7 @@ class AlertEngine:
             raise ConfigError(f"{db_path}: cannot open the alerting state database ({exc}); "
                               "pass a writable path") from None
         self.correlator = Correlator(load_rules(config.correlation_files))
-        self.router = Router(config.route, config.receivers)
+        self.dispatcher = Dispatcher(config.route, config.receivers)
         self.inhibitor = Inhibitor(config.inhibit_rules)
         self.silences_store = SilenceStore(self.conn)
         self.outbox = Outbox(self.conn, config.outbox)
@@ -86,7 +86,7 @@ class AlertEngine:
         for n in self.notifiers.values():
             if hasattr(n, "external_url"):
                 n.external_url = config.monitor_url  # type: ignore[attr-defined]
-        self.dispatcher = Dispatcher(config, self.outbox, self.notifiers, self.metrics, self._record)
+        self.notify = NotifyStage(config, self.outbox, self.notifiers, self.metrics, self._record)
         self.history: dict[str, Alert] = {}
         self._restore()
 
@@ -139,18 +139,15 @@ class AlertEngine:
                         self.metrics.incidents.labels(inc.rule).inc()
                     self._record(inc.record())
                 for a in routed:
-                    self.router.add(a, now)
+                    self.dispatcher.add(a, now)
             self._trim_history()
             self._flush(now)
             self._save()
 
     def _muted_fn(self, now: float) -> Callable[[Alert], bool]:
-        inhibited = self.inhibitor.muting(self.router.active_alerts())
-        silences = [s for s in self.silences_store.all() if s.state(now) == "active"]
-
-        def muted(a: Alert) -> bool:
-            return any(all(m.matches(a.labels) for m in s.matchers) for s in silences) or inhibited(a)
-        return muted
+        inhibited = self.inhibitor.muting(self.dispatcher.active_alerts())
+        silenced = self.silences_store.muting(now)
+        return lambda a: silenced(a) or inhibited(a)
 
     def _flush(self, now: float) -> bool:
         """Expire holds and flush due groups into the outbox; True when state changed."""
@@ -158,11 +155,11 @@ class AlertEngine:
         for inc in formed:
             self.metrics.incidents.labels(inc.rule).inc()
             self._record(inc.record())
-            self.router.add(inc.alert, now)
+            self.dispatcher.add(inc.alert, now)
         released = self.correlator.expire(now)
         for a in released:
-            self.router.add(a, now)
-        notes = self.router.flush_due(now, self._muted_fn(now), self.correlator.expand)
+            self.dispatcher.add(a, now)
+        notes = self.dispatcher.flush_due(now, self._muted_fn(now), self.correlator.expand)
         for n in notes:
             self.outbox.put(n, now)
         self.metrics.outbox_depth.set(self.outbox.depth())
@@ -182,7 +179,7 @@ class AlertEngine:
                     for wake in self._wake.values():
                         wake.set()
                 return  # the delivery workers send
-            if self.dispatcher.run(now) > 0:  # each outcome is committed as it happens
+            if self.notify.run(now) > 0:  # each outcome is committed as it happens
                 self._save()
             self.metrics.outbox_depth.set(self.outbox.depth())
 
@@ -219,20 +216,20 @@ class AlertEngine:
             wait = 1.0
             try:
                 with self.lock:
-                    jobs = self.dispatcher.plan(self.clock.now(), receiver)
+                    jobs = self.notify.plan(self.clock.now(), receiver)
                 for job in jobs:
                     if self._stopping.is_set():
                         break
-                    result = self.dispatcher.send(job)  # no lock held: only this receiver waits
+                    result = self.notify.send(job)  # no lock held: only this receiver waits
                     with self.lock, self._transaction():
-                        self.dispatcher.finish(job, result, self.clock.now())
+                        self.notify.finish(job, result, self.clock.now())
                         self._save_limiters()  # an outcome changes only the outbox row and the budgets
                         self.metrics.outbox_depth.set(self.outbox.depth())
                 if jobs:
                     continue
                 with self.lock:
                     now = self.clock.now()
-                    nxt = self.dispatcher.next_due(now, receiver)
+                    nxt = self.notify.next_due(now, receiver)
                 if nxt is not None:
                     wait = min(1.0, max(0.01, nxt - now))
                 failed_before = False
@@ -256,7 +253,7 @@ class AlertEngine:
         """Forget what ended more than ``retention_s`` ago; True when something was removed."""
         self._pruned_at = now
         cutoff = now - self.retention_s
-        routed = {a.fingerprint for a in self.router.active_alerts()}
+        routed = {a.fingerprint for a in self.dispatcher.active_alerts()}
         gone_inc = [fp for fp, inc in self.correlator.incidents.items()
                     if not inc.open and (inc.alert.ends_at or inc.alert.starts_at) < cutoff and fp not in routed]
         for fp in gone_inc:
@@ -275,7 +272,7 @@ class AlertEngine:
         """Anything still to be sent: held alerts, groups with news, or queued notifications."""
         with self.lock:
             now = self.clock.now()
-            return bool(self.correlator.held or self.router.next_due(self._muted_fn(now)) is not None
+            return bool(self.correlator.held or self.dispatcher.next_due(self._muted_fn(now)) is not None
                         or self.outbox.depth())
 
     def drain(self, max_wait_s: float) -> bool:
@@ -286,8 +283,8 @@ class AlertEngine:
             self.tick()
             with self.lock:
                 now = self.clock.now()
-                times = [t for t in (self.correlator.next_due(), self.router.next_due(self._muted_fn(now)),
-                                     self.dispatcher.next_due(now)) if t is not None]
+                times = [t for t in (self.correlator.next_due(), self.dispatcher.next_due(self._muted_fn(now)),
+                                     self.notify.next_due(now)) if t is not None]
             if not times:
                 return True
             nxt = max(min(times), now)
@@ -300,7 +297,7 @@ class AlertEngine:
     # -- JSON API for the monitor ----------------------------------------------------------------------
     def _trim_history(self) -> None:
         if len(self.history) > HISTORY:
-            keep = self.correlator.referenced() | {a.fingerprint for a in self.router.active_alerts()}
+            keep = self.correlator.referenced() | {a.fingerprint for a in self.dispatcher.active_alerts()}
             old = sorted((a for a in self.history.values() if a.fingerprint not in keep),
                          key=lambda a: (a.status == "firing", a.ends_at or a.starts_at))
             gone = old[: len(self.history) - HISTORY]
@@ -357,7 +354,7 @@ class AlertEngine:
         finally:
             self.correlator.incidents = incidents
         corr.pop("incidents", None)
-        snapshot = {"correlator": corr, "router": self.router.to_state()}
+        snapshot = {"correlator": corr, "router": self.dispatcher.to_state()}
         text = json.dumps(snapshot, sort_keys=True)
         if self._written.get("engine") != text:
             save_state(self.conn, "engine", snapshot)
@@ -387,7 +384,7 @@ class AlertEngine:
             self.conn.executemany("DELETE FROM incidents WHERE fingerprint=?", [(fp,) for fp in gone])
 
     def _save_limiters(self) -> None:
-        limiters = {k: v.to_state() for k, v in self.dispatcher.limiters.items()}
+        limiters = {k: v.to_state() for k, v in self.notify.limiters.items()}
         text = json.dumps(limiters, sort_keys=True)
         if self._written.get("limiters") != text:
             save_state(self.conn, "limiters", limiters)
@@ -408,11 +405,11 @@ class AlertEngine:
         def resolve(fp: str) -> Alert | None:
             inc = self.correlator.incidents.get(fp)
             return inc.alert if inc else self.history.get(fp)
-        self.router.load_state(state.get("router", {}), resolve)
+        self.dispatcher.load_state(state.get("router", {}), resolve)
         limiters = load_state(self.conn, "limiters") or state.get("limiters", {})  # older files: inside "engine"
         for k, v in limiters.items():
-            if k in self.dispatcher.limiters:
-                self.dispatcher.limiters[k].load_state(v)
+            if k in self.notify.limiters:
+                self.notify.limiters[k].load_state(v)
 
     def close(self) -> None:
         if self._workers:

@@ -103,6 +103,3 @@ class Outbox:
         """Forget delivered and failed rows queued before ``before`` (retention); pending rows stay."""
         return self.conn.execute("DELETE FROM outbox WHERE state!='pending' AND created_at<?", (before,)).rowcount
 
-    def next_due(self) -> float | None:
-        row = self.conn.execute("SELECT MIN(next_attempt_at) FROM outbox WHERE state='pending'").fetchone()
-        return row[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,5 +62,7 @@ class SilenceStore:
                                  "ORDER BY created_at, id").fetchall()
         return [Silence(r[0], [parse_matcher(m) for m in json.loads(r[1])], r[2], r[3], r[4], r[5]) for r in rows]
 
-    def muted(self, alert: Alert, now: float) -> bool:
-        return any(s.state(now) == "active" and all_match(s.matchers, alert.labels) for s in self.all())
+    def muting(self, now: float) -> Callable[[Alert], bool]:
+        """The one silence matcher: reads the active silences once, then answers per alert (flush time)."""
+        active = [s for s in self.all() if s.state(now) == "active"]
+        return lambda alert: any(all_match(s.matchers, alert.labels) for s in active)

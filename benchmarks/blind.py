@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from alerting.standin import WebhookStandIn  # noqa: E402
+from harness.standin import WebhookStandIn  # noqa: E402
 from monitor.config import load_config  # noqa: E402
 from monitor.daemon import Daemon  # noqa: E402
 

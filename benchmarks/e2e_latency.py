@@ -4,14 +4,14 @@
 
 One real trainer (``python -m verl.cli.train --config ppo_tiny``, CPU) runs a staggered fault schedule;
 the monitor daemon scrapes it and delivers through the alerting engine to a WeCom stand-in on loopback
-(``monitor.demo.Stack``). Per alert type: ``detect_s`` = first firing - injection, ``deliver_s`` = first
+(``harness.stack.Stack``). Per alert type: ``detect_s`` = first firing - injection, ``deliver_s`` = first
 delivered notification carrying that alert (alone or inside its incident) - injection. The injection
 time of a fault at step N is when the trainer logged step N-1 (the fault acts during step N); of the
 leak (active from the start) the trainer's first step.
 
 Settings that dominate the figures and are reported with them: the scrape interval, the demo rules
 profile for the detectors that need hours of history in production (leak 30 min -> 2 min window, KL
-drift 1 h -> 60 s; see monitor/demo.py), the correlation hold (production 2 min) and group_wait 1 s.
+drift 1 h -> 60 s; see harness/profile.py), the correlation hold (production 2 min) and group_wait 1 s.
 Faults that the trainer does not act on yet simply show ``null``.
 
 Time to diagnosis (issue 15): for the faults with a diagnosis path (article §4 and §3.3), ``diagnose_s`` =
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from monitor.demo import Stack, StackOptions  # noqa: E402
+from harness.stack import Stack, StackOptions  # noqa: E402
 
 # (alert, overrides, injection step; None = from the start). kill_trainer last: it ends the run.
 SCHEDULE: list[tuple[str, tuple[str, ...], int | None]] = [

@@ -1,11 +1,10 @@
-"""``verl-monitor``: subcommands ``run`` (daemon), ``replay`` (backtest) and ``soak``. Bad input exits 2
-with one line naming the file/key and the fix. Subcommands register in ``SUBCOMMANDS`` (or
-``LAZY_SUBCOMMANDS`` when they live in their own module); ``--help`` text is written for users."""
+"""``verl-monitor``: subcommands ``run`` (daemon) and ``replay`` (backtest); the soak drives the trainer
+too, so it is ``verl-ops soak`` in the harness. Bad input exits 2 with one line naming the file/key and the
+fix. Subcommands register in ``SUBCOMMANDS``; ``--help`` text is written for users."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -117,13 +116,6 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 SUBCOMMANDS["run"] = ("watch a training run and send alerts (works without a config)", _run_args, cmd_run)
 SUBCOMMANDS["replay"] = ("backtest the alert rules over recorded metrics", _replay_args, cmd_replay)
 
-# Subcommands living in their own module (``add_args(parser)`` and ``main(args) -> int``), imported only
-# when chosen, so a heavy or broken one never slows down or breaks the others.
-LAZY_SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "soak": ("fault-injection soak: ETTR, recovery, alert delivery", "monitor.soak"),
-}
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="verl-monitor", description=DESCRIPTION,
@@ -133,12 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=help_text)
         add_args(p)
         p.set_defaults(func=func)
-    for name, (help_text, module) in LAZY_SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        if argv[:1] == [name]:
-            mod = importlib.import_module(module)
-            mod.add_args(p)
-            p.set_defaults(func=mod.main)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -10,6 +10,9 @@ source's ``up`` to 0 and the next round runs on schedule). Nothing slow runs in 
 notifications go to the alerting engine's per-receiver delivery workers, plots render in a worker
 thread and the trainer's reward outliers are fetched by their own loop into a cache. ``/healthz``
 answers 503 naming the reason when a loop stopped completing or a notification is stuck.
+
+Over 450 lines on purpose: ``Daemon`` is one object because every source loop shares its lock, its
+per-loop health marks and its log-once table; split apart, each loop would take all three as arguments.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
@@ -156,5 +155,3 @@ class Evaluator:
             b.joint_since = now
         return b.joint_since
 
-    def describe(self) -> dict[str, Any]:
-        return {"bindings": sum(len(v) for v in self._by_series.values()), "hot": len(self._hot)}

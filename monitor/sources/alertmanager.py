@@ -9,17 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from alerting.catalogue import severities
 from alerting.model import SEVERITIES, Alert, identity_labels
 from monitor.model import resolve_node
 
-CATALOGUE = {
-    "TrainingStalled": "P0", "TrainerDown": "P0", "RewardModelOOM": "P1", "RolloutWorkerCrash": "P1",
-    "RolloutBufferDrop": "P1", "RewardModelCircuitOpen": "P1", "MemoryLeakSuspected": "P1",
-    "CheckpointStale": "P1", "NonFiniteGradients": "P1", "GPUXidError": "P1", "GPUOverTemperature": "P1",
-    "RewardModelTimeout": "P2", "KLDriftDetected": "P2", "RewardDistributionDrift": "P2",
-    "RewardVarianceSpike": "P2", "ThroughputDrop": "P2", "RolloutBacklog": "P2", "NVLinkErrors": "P2",
-    "CPUBoundBottleneck": "P3", "UnusualTrainingMetric": "P3",
-}
+CATALOGUE = severities()  # alertname -> severity, from alerting/catalogue.yaml
 _GENERIC = {"critical": "P1", "page": "P1", "error": "P2", "warning": "P2"}
 
 

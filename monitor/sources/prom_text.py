@@ -272,7 +272,3 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
         batch.error("bad_charset")
     batch.samples.append(Sample("up", with_node(dict(extra), target.node), 1.0 if up else 0.0, now))
     return batch, time.perf_counter() - started, up
-
-
-async def scrape_all(client: httpx.AsyncClient, targets: list[Target], now: float) -> list[tuple[SourceBatch, float, bool]]:
-    return list(await asyncio.gather(*(scrape(client, tg, now) for tg in targets)))

@@ -16,7 +16,7 @@ from alerting.engine import AlertEngine
 from alerting.inhibit import Inhibitor
 from alerting.matchers import parse_matcher
 from alerting.model import Alert
-from alerting.standin import WebhookStandIn
+from harness.standin import WebhookStandIn
 from tests.alerting.helpers import T0, alert
 
 

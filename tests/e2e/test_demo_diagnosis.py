@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(200)
 def test_kl_fault_pages_live_kl_coef_and_nothing_unmeasured(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
-    proc = subprocess.run([sys.executable, "-m", "monitor.demo", "--workdir", str(tmp_path / "work"), "--faults", "kl",
+    proc = subprocess.run([sys.executable, "-m", "harness.demo", "--workdir", str(tmp_path / "work"), "--faults", "kl",
                            "--duration", "150", "--summary-json", str(summary_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=190)
     out = proc.stdout + proc.stderr

@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m monitor.demo`` (the ``make demo`` orchestrator), short version: the
+"""Smoke test of ``python -m harness.demo`` (the ``make demo`` orchestrator), short version: the
 reward-model OOM + rollout-worker crash faults in a real trainer subprocess, the monitor, the alerting
 engine and the WeCom stand-in. Plus: Ctrl-C stops everything, no orphan trainer."""
 
@@ -26,7 +26,7 @@ def _sigint_default() -> None:
 
 
 def _demo(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "monitor.demo", "--workdir", str(tmp_path / "work"), *extra],
+    return subprocess.Popen([sys.executable, "-m", "harness.demo", "--workdir", str(tmp_path / "work"), *extra],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=_sigint_default)  # noqa: PLW1509 - only resets a signal disposition
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.soak import EVIDENCE, plan_faults, productive_seconds
+from harness.soak import EVIDENCE, plan_faults, productive_seconds
 
 
 def test_plan_is_seeded_about_one_per_interval_and_kills_every_fourth() -> None:
@@ -51,7 +51,7 @@ def test_ettr_from_first_step_counts_the_first_step_and_never_exceeds_one(tmp_pa
     import argparse
     from types import SimpleNamespace
 
-    from monitor.soak import Soak
+    from harness.soak import Soak
 
     soak = Soak(argparse.Namespace(duration=60, fault_interval=20, seed=0, correlation_window="20s", quiet=True),
                 tmp_path)

@@ -18,7 +18,7 @@ CONTRACT = ("ettr", "faults_injected", "faults_recovered", "prompts_lost", "prom
 @pytest.mark.timeout(240)
 def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, "-m", "monitor.soak", "--duration", "60", "--fault-interval", "20",
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "soak", "--duration", "60", "--fault-interval", "20",
                            "--drain", "15", "--seed", "1", "--output", str(out), "--workdir", str(tmp_path / "work"), "--quiet"],
                           cwd=ROOT, capture_output=True, text=True, timeout=220)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -36,6 +36,6 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
 
 
 def test_bad_duration_is_a_usage_error(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "monitor.soak", "--duration", "0", "--output",
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "soak", "--duration", "0", "--output",
                            str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--duration" in proc.stderr

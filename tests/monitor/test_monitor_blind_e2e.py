@@ -19,7 +19,7 @@ import pytest
 import yaml
 from monitor_http import GOOD, metric, wait_for
 
-from alerting.standin import WebhookStandIn
+from harness.standin import WebhookStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERSIZED = ('verl_global_step{x="1", y="2"} ' + "1" * 400 + "\n").encode()

@@ -148,9 +148,3 @@ def test_notify_config_errors_are_one_line(tmp_path: Path, capsys: pytest.Captur
     assert main(["replay", "--input", str(inp), "--notify-config", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "alerting.yaml" in err
-
-
-def test_lazy_subcommand_is_registered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`verl-monitor soak` (monitor/soak.py) is imported only when chosen; bad input still exits 2."""
-    assert main(["soak", "--duration", "0", "--output", str(tmp_path / "r.json")]) == 2
-    assert "--duration" in capsys.readouterr().err

@@ -25,7 +25,7 @@ import httpx
 import pytest
 import yaml
 
-from alerting.standin import WebhookStandIn
+from harness.standin import WebhookStandIn
 from tests.test_docs_commands import all_commands
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,21 +15,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # dashboards/ is a tool directory next to the packages, not installed
 
+from alerting.catalogue import severities  # noqa: E402
 from dashboards.gen import lint  # noqa: E402
 
 PROM = ROOT / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM / "tests").glob("*.yml"))
 MONITOR_RULES = ROOT / "monitor/rules/default.yaml"
-# The cross-team alert catalogue (alertname -> severity); monitor/rules/default.yaml must agree with it.
-CATALOGUE = {
-    "TrainingStalled": "P0", "TrainerDown": "P0", "RewardModelOOM": "P1", "RolloutWorkerCrash": "P1",
-    "RolloutBufferDrop": "P1", "RewardModelCircuitOpen": "P1", "MemoryLeakSuspected": "P1",
-    "CheckpointStale": "P1", "NonFiniteGradients": "P1", "GPUXidError": "P1", "GPUOverTemperature": "P1",
-    "RewardModelTimeout": "P2", "KLDriftDetected": "P2", "RewardDistributionDrift": "P2",
-    "RewardVarianceSpike": "P2", "ThroughputDrop": "P2", "RolloutBacklog": "P2", "NVLinkErrors": "P2",
-    "CPUBoundBottleneck": "P3",
-}
+# The alert catalogue (alertname -> severity) is alerting/catalogue.yaml; tests/test_alert_catalogue.py
+# checks every copy against it, these checks keep the Prometheus-side view.
+CATALOGUE = severities()
 WEBHOOK_PATH = "/api/v1/alertmanager/webhook"
 
 

@@ -12,7 +12,7 @@ import torch
 
 from verl.config.schema import FaultsConfig
 from verl.trainer import RLTrainer
-from verl.trainer.faults import CoreFaults, MiB
+from verl.trainer.fault_injection import CoreFaults, MiB
 from verl.utils.clock import SimulatedClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +57,18 @@ def test_kill_trainer_at_step_is_a_real_sigkill() -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL
     assert "step 1/5" in proc.stdout and "step 2/5" not in proc.stdout
+
+
+def test_fault_injection_stays_out_of_the_step_and_off_private_attributes() -> None:
+    """The fault plan acts through StepHooks and public seams only: the step module names no fault, and
+    nothing in the trainer package assigns another component's private attribute."""
+    import re
+    from pathlib import Path
+
+    trainer_dir = Path(__file__).resolve().parents[2] / "verl" / "trainer"
+    step_src = (trainer_dir / "ppo_step.py").read_text()
+    assert "fault" not in step_src.lower(), "a fault is named in ppo_step.py"
+    for path in trainer_dir.glob("*.py"):
+        src = path.read_text()
+        assert not re.search(r"\w+\._[a-z]\w*\s*=(?!=)", src.replace("self._", "")), f"private assignment in {path.name}"
+        assert "getattr(pool" not in src

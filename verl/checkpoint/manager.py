@@ -143,6 +143,9 @@ class CheckpointManager:
         self._writer: threading.Thread | None = None
         self._result: SaveResult | None = None
         self.last_result: SaveResult | None = None
+        self.before_commit: list[Callable[[], None]] = []
+        """Run by the writer after a save's data files and before its meta.json/COMPLETE (the fault
+        plan's ``checkpoint_write_delay_s`` widens that window so a kill can land mid-save)."""
 
     def bind_metrics(self, *, stall_gauge: Any = None, last_success_gauge: Any = None, failures_counter: Any = None) -> None:
         """Attach metrics after construction (the trainer builds its registry after its checkpointer)."""
@@ -254,6 +257,8 @@ class CheckpointManager:
                 shards = [{**asdict(sh), "rank": self.rank} for sh in written]
             for part, state in s.parts.items():
                 self._dcp_save(state, s.path / part)
+            for hook in self.before_commit:
+                hook()
             gathered = self._gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
             if self.rank == 0:
                 meta = s.meta

@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             from verl.workers import start_worker_server
 
             # the workers' server imports torch + transformers while this process does the same; the
-            # list is verl.rollout.workers.WORKER_PRELOAD (importing that here would import torch first)
-            start_worker_server(["verl.rollout.workers"])
+            # list is verl.rollout.worker_engine.WORKER_PRELOAD (importing that here would import torch first)
+            start_worker_server(["verl.rollout.worker_engine"])
         import transformers
 
         from verl.trainer import RLTrainer  # heavy imports only after the config is known good

@@ -4,21 +4,17 @@ from .circuit_breaker import CircuitState, RewardCircuitBreaker, ScoreCache, is_
 from .oom import (
     DegradedOOMError,
     OOMDegrader,
-    OOMInjector,
-    accumulate,
+    OOMInjection,
     enable_gradient_checkpointing,
-    split_micro_batches,
 )
 
 __all__ = [
     "CircuitState",
     "DegradedOOMError",
     "OOMDegrader",
-    "OOMInjector",
+    "OOMInjection",
     "RewardCircuitBreaker",
     "ScoreCache",
-    "accumulate",
     "enable_gradient_checkpointing",
     "is_oom",
-    "split_micro_batches",
 ]

@@ -2,15 +2,16 @@
 gradient checkpointing + 4 micro-batches and retries the step, instead of killing the run.
 
 A second OOM while already degraded has nowhere left to go: ``DegradedOOMError`` tells the trainer to
-checkpoint and stop, with the knobs an operator can turn.
+checkpoint and stop, with the knobs an operator can turn. The retry's micro-batching is the trainer's own
+update loop (``verl.trainer.update.run_update``), so the degraded path is the one the tests prove.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -25,19 +26,11 @@ class DegradedOOMError(RuntimeError):
     """Out of memory again after degrading; the message is one line with the fix."""
 
 
-class OOMInjector:
-    """Fault hook for the ``faults:`` config: raise a real ``torch.OutOfMemoryError`` on the given
-    (1-based) calls of ``maybe_raise`` — the same exception type the CUDA allocator raises, so the
-    degradation path under test is the production one."""
+class OOMInjection(Protocol):
+    """The degrader's injection seam (the fault plan's ``StepOOM``): may raise a real
+    ``torch.OutOfMemoryError`` before an attempt does any work."""
 
-    def __init__(self, at_calls: Iterable[int] = ()) -> None:
-        self.at_calls = set(at_calls)
-        self.calls = 0
-
-    def maybe_raise(self, component: str) -> None:
-        self.calls += 1
-        if self.calls in self.at_calls:
-            raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: {component}, call {self.calls})")
+    def maybe_raise(self, component: str) -> None: ...
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> bool:
@@ -51,18 +44,6 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> bool:
                 fn()
                 return True
     return False
-
-
-def split_micro_batches(batch: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """Split every tensor of a batch along dim 0 into ``n`` (or fewer, for tiny batches) chunks;
-    non-tensor values are shared by all chunks."""
-    size = next((v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor)), 0)
-    n = max(1, min(n, size or 1))
-    bounds = [size * i // n for i in range(n + 1)]
-    return [
-        {k: v[bounds[i] : bounds[i + 1]] if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        for i in range(n)
-    ]
 
 
 class OOMDegrader:
@@ -82,7 +63,7 @@ class OOMDegrader:
         micro_batches: int = 1,
         degraded_micro_batches: int = DEGRADED_MICRO_BATCHES,
         on_degrade: Callable[[], None] | None = None,
-        injector: OOMInjector | None = None,
+        injector: OOMInjection | None = None,
         oom_counter: Any = None,
         degraded_gauge: Any = None,
     ) -> None:
@@ -154,15 +135,3 @@ class OOMDegrader:
         if state.get("degraded") and not self.degraded:
             self.degrade()
 
-
-def accumulate(micro_batches: Sequence[dict[str, Any]], loss_fn: Callable[[dict[str, Any]], torch.Tensor]) -> float:
-    """Backward each micro-batch's loss scaled by its share of the batch; returns the total loss.
-    Equal-size chunks give the same gradient as one full batch (up to float rounding)."""
-    sizes = [next((v.shape[0] for v in mb.values() if isinstance(v, torch.Tensor)), 1) for mb in micro_batches]
-    total_n = sum(sizes) or 1
-    total = 0.0
-    for mb, n in zip(micro_batches, sizes, strict=True):
-        loss = loss_fn(mb) * (n / total_n)
-        loss.backward()
-        total += float(loss.detach())
-    return total

@@ -61,6 +61,24 @@ def resolve_device(spec: str, ctx: DistContext, key: str) -> torch.device:
         raise ConfigError(f"config key '{key}': '{spec}' is not a device; use auto, cpu, cuda or cuda:N") from None
 
 
+@dataclass(frozen=True)
+class Placement:
+    """One device per component (the article: actor on an A100, the reward model on a V100)."""
+
+    actor: torch.device
+    critic: torch.device
+    reference: torch.device
+    reward: torch.device
+
+
+def resolve_placement(cfg: Any, ctx: DistContext) -> Placement:
+    reward_spec = "cpu" if cfg.offload_reward_to_cpu else cfg.reward.device
+    return Placement(resolve_device(cfg.actor.device, ctx, "actor.device"),
+                     resolve_device(cfg.critic.device, ctx, "critic.device"),
+                     resolve_device(cfg.reference.device, ctx, "reference.device"),
+                     resolve_device(reward_spec, ctx, "reward.device"))
+
+
 def mean_across_ranks(values: list[float], ctx: DistContext) -> list[float]:
     if not ctx.distributed or not values:
         return values

@@ -20,7 +20,7 @@ from verl.data.buffer import Rollout, RolloutBuffer
 from verl.data.guards import GuardVerdict
 from verl.metrics.registry import MetricsRegistry
 from verl.trainer.distributed import DistContext, any_across_ranks, gather_objects
-from verl.trainer.fault_tolerance import DataGuards, RewardPath
+from verl.trainer.guards import DataGuards, RewardPath, pause_label
 from verl.utils.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,6 @@ class RewardStage:
         """No backlog refill up to this step (memory-pressure back-off after a reward-model OOM)."""
 
     def run(self, step: int, rollouts: list[Rollout], batch_size: int) -> ScoredBatch:
-        self.path.faulty.step = step
         self.validate(rollouts)
         reward_ooms = self.path.counting.ooms
         self.score(rollouts)
@@ -75,6 +74,13 @@ class RewardStage:
                                            responses=[resp for ranked in pairs for _, _, resp in ranked])
         pause = any_across_ranks(verdict.skip, self.ctx)
         return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
+
+    def note_paused(self, step: int, scored: ScoredBatch) -> None:
+        """The guard paused this step's update: say why, once, and count it under the rule's label."""
+        label = pause_label(scored.verdict.reason, scored.scores)
+        log.warning("reward guard: update of step %d skipped (%s)", step, label)
+        if self.config.metrics.enabled:
+            self.registry["verl_batches_paused_total"].labels(reason=label).inc()
 
     def validate(self, rollouts: list[Rollout]) -> None:
         keep = set(self.guards.validator.filter([r.response for r in rollouts],

@@ -1,7 +1,10 @@
 """Injected time for the trainer. Every stage asks a clock, never ``time.time()``, so tests and
-benchmarks can run on simulated time. Kept separate from ``alerting.clock`` because ``verl`` may not
-import ``alerting`` (SPEC §2); the two share the same shape."""
+benchmarks can run on simulated time.
 
+A checked copy of ``alerting/clock.py``, the model of the project's one clock interface (``verl`` may not
+import ``alerting``, SPEC §2): ``tests/test_boundaries.py`` fails when the two differ in anything but their
+module docstrings.
+"""
 from __future__ import annotations
 
 import threading
@@ -32,7 +35,8 @@ class SystemClock:
 
 
 class SimulatedClock:
-    """A clock that moves only when told (``advance``/``sleep``)."""
+    """A clock that moves only when told: ``set`` to a sample's timestamp, or ``advance``/``sleep``.
+    Its monotonic time is its time (it never goes back)."""
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = float(start)
@@ -44,6 +48,12 @@ class SimulatedClock:
 
     def monotonic(self) -> float:
         return self.now()
+
+    def set(self, t: float) -> None:
+        with self._lock:
+            if t < self._now:
+                raise ValueError(f"simulated clock cannot go back from {self._now} to {t}")
+            self._now = float(t)
 
     def advance(self, seconds: float) -> None:
         if seconds < 0:

@@ -164,6 +164,13 @@ class RolloutWorkerPool:
         os.kill(pid, sig)
         return pid
 
+    def busy(self, index: int) -> bool:
+        """Worker ``index`` is alive and holds prompts in flight (a kill now lands mid-step)."""
+        if index >= len(self._workers):
+            return False
+        w = self._workers[index]
+        return bool(w.inflight) and w.proc.is_alive()
+
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers]
 

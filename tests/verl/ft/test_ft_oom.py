@@ -1,4 +1,7 @@
-"""OOM degradation: an injected (real) torch.OutOfMemoryError degrades the component and the step completes."""
+"""OOM degradation: an injected (real) torch.OutOfMemoryError degrades the component and the step completes.
+
+The update under test is the trainer's own loop (``verl.trainer.update.run_update``) and the injection the
+fault plan's ``StepOOM``: the degraded path proven here is the one the trainer runs."""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ import pytest
 import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from verl.fault import DegradedOOMError, OOMDegrader, OOMInjector, accumulate, split_micro_batches
+from verl.fault import DegradedOOMError, OOMDegrader
+from verl.trainer.fault_injection import StepOOM
+from verl.trainer.update import MicroLoss, minibatch_indices, run_update
 
 
 def critic_and_batch() -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str, torch.Tensor]]:
@@ -17,13 +22,14 @@ def critic_and_batch() -> tuple[torch.nn.Module, torch.optim.Optimizer, dict[str
 
 
 def make_update(critic: torch.nn.Module, opt: torch.optim.Optimizer, batch: dict[str, torch.Tensor], seen: list[int]):
+    def loss(idx: torch.Tensor) -> MicroLoss:
+        value_loss = (critic(batch["obs"][idx]) - batch["returns"][idx]).pow(2).mean()
+        return MicroLoss(value_loss, value_loss.item())
+
     def update(micro_batches: int) -> float:
         seen.append(micro_batches)
-        opt.zero_grad()
-        loss = accumulate(split_micro_batches(batch, micro_batches),
-                          lambda mb: (critic(mb["obs"]) - mb["returns"]).pow(2).mean())
-        opt.step()
-        return loss
+        return run_update(loss, list(critic.parameters()), opt, size=16, epochs=1, mini_batch_size=16,
+                          micro_batches=micro_batches, grad_clip=1e9).loss
 
     return update
 
@@ -39,12 +45,14 @@ def test_injected_oom_degrades_and_step_completes_with_same_update() -> None:
     ref, ref_opt, _ = critic_and_batch()
     oom, degraded = metrics()
     seen: list[int] = []
-    guard = OOMDegrader("critic", model=critic, injector=OOMInjector(at_calls=[2]), oom_counter=oom, degraded_gauge=degraded)
+    injected = StepOOM(at_step=2)
+    guard = OOMDegrader("critic", model=critic, injector=injected, oom_counter=oom, degraded_gauge=degraded)
     ref_seen: list[int] = []
-    for _ in range(3):
+    for step in (1, 2, 3):
+        injected.step = step
         guard.run(make_update(critic, opt, batch, seen))
         make_update(ref, ref_opt, batch, ref_seen)(1)
-    # call 2 hit the OOM before any work, was retried with 4 micro-batches; the run then stays degraded
+    # step 2 hit the OOM before any work, was retried with 4 micro-batches; the run then stays degraded
     assert seen == [1, 4, 4] and guard.degraded
     assert oom.labels(component="critic")._value.get() == 1
     assert degraded.labels(component="critic")._value.get() == 1
@@ -56,7 +64,9 @@ def test_injected_oom_degrades_and_step_completes_with_same_update() -> None:
 def test_second_oom_while_degraded_is_a_clear_error() -> None:
     critic, opt, batch = critic_and_batch()
     oom, degraded = metrics()
-    guard = OOMDegrader("critic", injector=OOMInjector(at_calls=[1, 2]), oom_counter=oom, degraded_gauge=degraded)
+    injected = StepOOM(at_step=1, repeat=2)
+    injected.step = 1
+    guard = OOMDegrader("critic", injector=injected, oom_counter=oom, degraded_gauge=degraded)
     with pytest.raises(DegradedOOMError) as info:
         guard.run(make_update(critic, opt, batch, []))
     msg = str(info.value)
@@ -93,9 +103,15 @@ def test_degraded_state_survives_checkpoint_and_hf_model_gets_grad_checkpointing
     assert resumed.degraded and resumed.current_micro_batches == 4 and getattr(model, flag)
 
 
-def test_split_micro_batches_covers_batch() -> None:
-    batch = {"x": torch.arange(10), "meta": "shared"}
-    parts = split_micro_batches(batch, 4)
-    assert [len(p["x"]) for p in parts] == [2, 3, 2, 3] and all(p["meta"] == "shared" for p in parts)
-    assert torch.equal(torch.cat([p["x"] for p in parts]), batch["x"])
-    assert len(split_micro_batches({"x": torch.arange(2)}, 4)) == 2
+def test_micro_batches_cover_each_minibatch_once() -> None:
+    seen: list[int] = []
+
+    def loss(idx: torch.Tensor) -> MicroLoss:
+        seen.extend(idx.tolist())
+        return MicroLoss(torch.zeros((), requires_grad=True), 0.0)
+
+    param = torch.nn.Parameter(torch.zeros(1))
+    run_update(loss, [param], torch.optim.SGD([param], lr=0.1), size=10, epochs=2, mini_batch_size=4,
+               micro_batches=4, grad_clip=1.0)
+    assert seen == list(range(10)) * 2
+    assert [len(i) for i in minibatch_indices(10, 4)] == [4, 4, 2]

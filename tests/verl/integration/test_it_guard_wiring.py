@@ -12,7 +12,7 @@ from verl.data import Rollout, RolloutBuffer
 from verl.data.guards import PromptClusters
 from verl.data.loader import RLDataLoader, StepClock
 from verl.trainer.batch import collate_rollouts
-from verl.trainer.fault_tolerance import pause_label
+from verl.trainer.guards import pause_label
 
 
 def loader(path: Path, clock: StepClock) -> RLDataLoader:

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from alerting.config import InhibitRule, parse_config
+from alerting.dispatch import Dispatcher, match_routes
 from alerting.inhibit import Inhibitor
 from alerting.matchers import parse_matcher
-from alerting.route import Router, match_routes
 from tests.alerting.helpers import alert
 
 CFG = parse_config({
@@ -30,7 +30,7 @@ def test_match_routes_continue_and_fallback() -> None:
 
 
 def test_group_wait_interval_and_repeat() -> None:
-    r = Router(CFG.route, CFG.receivers)
+    r = Dispatcher(CFG.route, CFG.receivers)
     r.add(alert("ThroughputDrop", severity="P2"), 0)
     assert r.flush_due(29, never, expand) == []
     (n,) = r.flush_due(30, never, expand)
@@ -42,7 +42,7 @@ def test_group_wait_interval_and_repeat() -> None:
 
 
 def test_grouping_folds_alerts_and_resolved_is_notified_once() -> None:
-    r = Router(CFG.route, CFG.receivers)
+    r = Dispatcher(CFG.route, CFG.receivers)
     for gpu in "0123":
         r.add(alert("GPUOverTemperature", severity="P2", gpu=gpu), 0)
     (n,) = r.flush_due(30, never, expand)
@@ -59,7 +59,7 @@ def test_grouping_folds_alerts_and_resolved_is_notified_once() -> None:
 
 
 def test_muted_alerts_notify_when_mute_lifts() -> None:
-    r = Router(CFG.route, CFG.receivers)
+    r = Dispatcher(CFG.route, CFG.receivers)
     r.add(alert("ThroughputDrop", severity="P2"), 0)
     assert r.flush_due(30, lambda a: True, expand) == []
     assert r.next_due(never) == 330
@@ -78,11 +78,11 @@ def test_inhibition_by_equal_labels() -> None:
 
 
 def test_router_state_round_trip() -> None:
-    r = Router(CFG.route, CFG.receivers)
+    r = Dispatcher(CFG.route, CFG.receivers)
     a = alert("ThroughputDrop", severity="P2")
     r.add(a, 0)
     r.flush_due(30, never, expand)
-    r2 = Router(CFG.route, CFG.receivers)
+    r2 = Dispatcher(CFG.route, CFG.receivers)
     r2.load_state(r.to_state(), {a.fingerprint: a}.get)
     assert list(r2.groups.values())[0].alerts == {a.fingerprint: a}
     r2.add(alert("ThroughputDrop", severity="P2"), 100)  # the same alert again after a restart
@@ -92,7 +92,7 @@ def test_router_state_round_trip() -> None:
 def test_group_by_all_labels_makes_one_group_per_alert() -> None:
     cfg = parse_config({"receivers": [{"name": "w", "type": "webhook", "url": "http://127.0.0.1:1/"}],
                         "route": {"receiver": "w", "group_by": ["..."], "group_wait": "0s"}})
-    r = Router(cfg.route, cfg.receivers)
+    r = Dispatcher(cfg.route, cfg.receivers)
     for gpu in "01":
         r.add(alert("GPUXidError", gpu=gpu), 0)
     notes = r.flush_due(0, never, expand)

@@ -1,4 +1,4 @@
-"""Builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data.guards``) from the
+"""The trainer's guards: builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data.guards``) from the
 trainer's config and binds them to its metrics. ``RLTrainer`` only calls what is built here.
 
     reward:   real model -> FaultyReward (faults:) -> OOM counting -> RewardCircuitBreaker
@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from verl.config import Config, ConfigError
 from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
 from verl.data.loader import StepClock
-from verl.fault import CircuitState, OOMDegrader, RewardCircuitBreaker, is_oom
+from verl.fault import CircuitState, DegradedOOMError, OOMDegrader, RewardCircuitBreaker, is_oom
 from verl.metrics.registry import MetricsRegistry
-from verl.trainer.faults import FaultyReward, StepOOM
+from verl.trainer.fault_injection import FaultyReward, StepOOM
 from verl.utils.clock import Clock
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # RewardGuard's reasons -> the label values of verl_batches_paused_total that the Prometheus rules use
 PAUSE_LABELS = {"variance_jump": "variance_jump", "extreme_values": "extreme_ratio"}
@@ -79,15 +81,27 @@ class UpdateGuards:
     critic: OOMDegrader
     actor: OOMDegrader
     injected: StepOOM
+    stop_reason: str | None = None
+    """Set when an update ran out of memory again while degraded: checkpoint this step, then stop."""
+
+    def run(self, component: str, update: Callable[[int], T]) -> T | None:
+        """``update(micro_batches)`` through the component's OOM degrader; None once it must stop."""
+        try:
+            return getattr(self, component).run(update)
+        except DegradedOOMError as exc:
+            self.stop_reason = str(exc)
+            return None
 
 
-def build_update_guards(trainer: Any) -> UpdateGuards:
-    cfg, reg = trainer.config, trainer.registry
+def build_update_guards(cfg: Config, models: Any, reg: MetricsRegistry) -> UpdateGuards:
+    """``models``: anything with ``.actor`` and ``.critic`` (the trainer's ``PPOModels``)."""
+    injected = StepOOM(cfg.faults.critic_oom_at_step, cfg.faults.critic_oom_repeat)
     common = {"oom_counter": reg["verl_oom_events_total"], "degraded_gauge": reg["verl_degraded_mode"]}
     return UpdateGuards(
-        critic=OOMDegrader("critic", model=trainer.critic, micro_batches=cfg.critic.micro_batches, **common),
-        actor=OOMDegrader("actor", model=trainer.actor, micro_batches=cfg.actor.micro_batches, **common),
-        injected=StepOOM(cfg.faults.critic_oom_at_step, cfg.faults.critic_oom_repeat),
+        critic=OOMDegrader("critic", model=models.critic, micro_batches=cfg.critic.micro_batches, injector=injected,
+                           **common),
+        actor=OOMDegrader("actor", model=models.actor, micro_batches=cfg.actor.micro_batches, **common),
+        injected=injected,
     )
 
 

@@ -336,10 +336,10 @@ STANDINS: dict[str, type[RobotStandIn]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m alerting.standin wecom``: serve a stand-in on 127.0.0.1 and print what it receives."""
+    """``python -m harness.standin wecom``: serve a stand-in on 127.0.0.1 and print what it receives."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m alerting.standin", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m harness.standin", description=main.__doc__)
     p.add_argument("kind", choices=sorted(STANDINS), nargs="?", default="wecom")
     p.add_argument("--port", type=int, default=0, help="listen port (0: a free one)")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
-"""The faults of the ``faults:`` section that belong to the trainer core. They act on the real code
-paths: the dataloader stage really sleeps, kl_coef really becomes 0, memory is really allocated, the
+"""The ``faults:`` section as a fault plan: injections registered as ``StepHooks`` at stage boundaries
+(``install_fault_plan``), never called from the step itself. They act on the real code paths: the dataloader stage really sleeps, kl_coef really becomes 0, memory is really allocated, the
 process is really SIGKILLed. Reward hang/OOM, critic OOM, worker kills and slow checkpoint writes
 act through the fault-tolerance components (circuit breaker, OOM degrader, worker supervisor,
 checkpoint writer), never through a separate fake path.
@@ -21,6 +21,16 @@ from typing import Any
 import torch
 
 from verl.config.schema import FaultsConfig
+from verl.trainer.stages import (
+    AFTER_ROLLOUT,
+    AFTER_UPDATES,
+    BEFORE_ADVANTAGES,
+    BEFORE_REWARD,
+    STEP_END,
+    STEP_START,
+    StepContext,
+    StepHooks,
+)
 from verl.utils.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -35,6 +45,8 @@ class CoreFaults:
         self._leak: list[torch.Tensor] = []
         self._leak_bytes = 0
         self._started = clock.monotonic()
+        self._slept = 0.0
+        self._last_work_seconds = 0.0
 
     def throughput_sleep(self, step: int, last_work_seconds: float) -> None:
         """Sleep so that step time becomes work / factor, i.e. tokens/s is multiplied by the factor."""
@@ -42,6 +54,25 @@ class CoreFaults:
         if at is None or step < at or last_work_seconds <= 0:
             return
         self.clock.sleep(last_work_seconds * (1.0 / self.config.throughput_drop_factor - 1.0))
+
+    def register(self, hooks: StepHooks) -> None:
+        hooks.on(STEP_START, self._on_step_start)
+        hooks.on(AFTER_ROLLOUT, lambda ctx: self.maybe_kill(ctx.step))
+        hooks.on(BEFORE_ADVANTAGES, self._on_advantages)
+        hooks.on(AFTER_UPDATES, lambda ctx: self.grow_leak())
+        hooks.on(STEP_END, self._on_step_end)
+
+    def _on_step_start(self, ctx: StepContext) -> None:
+        t = self.clock.monotonic()
+        self.throughput_sleep(ctx.step, self._last_work_seconds)
+        self._slept = self.clock.monotonic() - t
+
+    def _on_step_end(self, ctx: StepContext) -> None:
+        # the work of a step is its time without this plan's own sleep, so the drop factor stays exact
+        self._last_work_seconds = ctx.step_seconds - self._slept
+
+    def _on_advantages(self, ctx: StepContext) -> None:
+        ctx.kl_coef = self.kl_coef(ctx.step, ctx.kl_coef)
 
     def kl_coef(self, step: int, value: float) -> float:
         at = self.config.kl_drift_at_step
@@ -100,13 +131,22 @@ class FaultyReward:
 
 class StepOOM:
     """``faults.critic_oom_at_step``: the first ``repeat`` attempts of that step's critic update raise a
-    real ``torch.OutOfMemoryError`` (the exception the CUDA allocator raises), before any work is done."""
+    real ``torch.OutOfMemoryError`` (the exception the CUDA allocator raises), before any work is done.
+    It is the ``OOMDegrader``'s ``injector`` (its public seam); the step is set by a ``STEP_START`` hook."""
 
     def __init__(self, at_step: int | None, repeat: int = 1) -> None:
         self.at_step, self.repeat = at_step, repeat
+        self.step = 0
         self._fired: dict[int, int] = {}
 
-    def maybe_raise(self, step: int, component: str) -> None:
+    def register(self, hooks: StepHooks) -> None:
+        hooks.on(STEP_START, self._on_step_start)
+
+    def _on_step_start(self, ctx: StepContext) -> None:
+        self.step = ctx.step
+
+    def maybe_raise(self, component: str) -> None:
+        step = self.step
         if self.at_step is None or step != self.at_step or self._fired.get(step, 0) >= self.repeat:
             return
         self._fired[step] = self._fired.get(step, 0) + 1
@@ -120,8 +160,7 @@ def kill_worker_when_busy(pool: Any, index: int, timeout_s: float = 5.0) -> thre
     def run() -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            workers = getattr(pool, "_workers", [])
-            if index < len(workers) and workers[index].inflight and workers[index].proc.is_alive():
+            if pool.busy(index):
                 break
             time.sleep(0.002)
         try:
@@ -138,15 +177,31 @@ def kill_worker_when_busy(pool: Any, index: int, timeout_s: float = 5.0) -> thre
 def delay_checkpoint_writes(checkpointer: Any, seconds: float) -> None:
     """``faults.checkpoint_write_delay_s``: the background writer pauses after the data files of a save
     and before its meta.json/COMPLETE, so a SIGKILL can land mid-save (a directory full of shards with no
-    marker, which resume must ignore). CheckpointManager has no public hook for this, hence the wrap of
-    the step between the two (the per-rank gather)."""
+    marker, which resume must ignore). Through ``CheckpointManager.before_commit``, its public seam."""
     manager = getattr(checkpointer, "manager", None)
     if seconds <= 0 or manager is None:
         return
-    gather = manager._gather
+    manager.before_commit.append(lambda: time.sleep(seconds))
 
-    def slow_gather(obj: Any) -> Any:
-        time.sleep(seconds)
-        return gather(obj)
 
-    manager._gather = slow_gather
+def kill_workers_at_steps(engine: Any, steps: list[int], num_workers: int) -> None:
+    """``faults.kill_rollout_worker_at_steps`` through ``WorkerRolloutEngine.on_step`` (its public seam)."""
+    engine.on_step = lambda pool, step: kill_worker_when_busy(pool, step % num_workers) if step in steps else None
+
+
+def install_fault_plan(hooks: StepHooks, config: FaultsConfig, clock: Clock, device: torch.device, *,
+                       step_oom: StepOOM, faulty_reward: FaultyReward, rollout: Any, num_workers: int,
+                       checkpointer: Any) -> CoreFaults:
+    """Register every injection of ``faults:`` at its stage boundary or component seam; returns the
+    trainer-core faults (kept for their state, e.g. ``leaked_bytes``)."""
+    core = CoreFaults(config, clock, device)
+    core.register(hooks)
+    step_oom.register(hooks)
+    hooks.on(BEFORE_REWARD, lambda ctx: setattr(faulty_reward, "step", ctx.step))
+    if config.kill_rollout_worker_at_steps:
+        if hasattr(rollout, "on_step"):
+            kill_workers_at_steps(rollout, list(config.kill_rollout_worker_at_steps), num_workers)
+        else:
+            log.warning("faults.kill_rollout_worker_at_steps needs rollout_worker_num > 0 (hf engine): ignored")
+    delay_checkpoint_writes(checkpointer, config.checkpoint_write_delay_s)
+    return core

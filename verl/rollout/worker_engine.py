@@ -31,7 +31,7 @@ from verl.utils.seeding import derive_seed
 log = logging.getLogger(__name__)
 
 # what the workers' forkserver imports once: torch, transformers and the model code
-WORKER_PRELOAD = ["verl.rollout.workers"]
+WORKER_PRELOAD = ["verl.rollout.worker_engine"]
 
 
 @dataclass

@@ -1,7 +1,8 @@
-"""``verl-monitor soak --duration SECONDS --output FILE``: fault-injection soak with effective training time.
+"""``verl-ops soak --duration SECONDS --output FILE`` (``make soak``): fault-injection soak with effective
+training time. The CLI is in ``harness/cli.py``.
 
     plan (seeded: about one fault per --fault-interval) -> supervisor: trainer incarnations, each with
-    the faults due before its SIGKILL, restarted with --resume-or-start -> monitor + robot stand-in (monitor.demo.Stack)
+    the faults due before its SIGKILL, restarted with --resume-or-start -> monitor + robot stand-in (harness.stack.Stack)
     -> accounting: ETTR, faults recovered, prompts, expected alerts delivered, detection delay -> JSON
 
 Fault kinds: ``reward_hang`` (reward model hangs: timeouts, circuit breaker), ``worker_kill`` (SIGKILL of
@@ -26,13 +27,10 @@ not report. Re-queued prompts come from the trainer's log (``N prompt(s) re-queu
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import socket
 import statistics
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +38,8 @@ from typing import Any
 
 import httpx
 
-from monitor.demo import Stack, StackOptions, Trainer, free_port
+from harness.profile import free_port
+from harness.stack import Stack, StackOptions, Trainer
 from monitor.sources.prom_text import parse_exposition
 
 KINDS = ("reward_hang", "worker_kill", "critic_oom")
@@ -410,56 +409,3 @@ class Soak:
                 "prompts_lost/prompts_duplicated: an incarnation never exposed verl_rollout_prompts_lost_total / "
                 "verl_rollout_prompts_duplicated_total, so they are reported as null"],
         }
-
-
-# ---- CLI (registered by monitor/cli.py as `verl-monitor soak`) ------------------------------------------
-
-def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--duration", type=float, required=True, help="seconds of training under faults (e.g. 300)")
-    p.add_argument("--output", required=True, help="JSON report file")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
-    p.add_argument("--fault-interval", type=float, default=60.0, help="mean seconds between faults (default 60)")
-    p.add_argument("--checkpoint-interval", type=int, default=10,
-                   help="trainer checkpoint.interval in steps (default 10, ~1.5 s of ppo_tiny: a SIGKILL "
-                        "recomputes half of that on average)")
-    p.add_argument("--reward-timeout", type=float, default=1.0, help="trainer reward.timeout_s during the soak")
-    p.add_argument("--correlation-window", default="20s", help="alert correlation holds (production: 2m)")
-    p.add_argument("--drain", type=float, default=30.0, help="seconds to wait for pending deliveries at the end")
-    p.add_argument("--workdir", help="keep configs, checkpoints, state and logs here (default: a temp dir)")
-    p.add_argument("--quiet", action="store_true", help="do not print the live event log")
-
-
-def add_subparser(subparsers: Any) -> None:
-    p = subparsers.add_parser("soak", help="fault-injection soak: ETTR, recovery, alert delivery")
-    add_args(p)
-    p.set_defaults(func=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    out = Path(args.output)
-    if args.duration <= 0:
-        print(f"verl-monitor: --duration {args.duration}: must be > 0 seconds", file=sys.stderr)
-        return 2
-    if not out.parent.is_dir():
-        print(f"verl-monitor: --output {out}: directory {out.parent} does not exist; create it first", file=sys.stderr)
-        return 2
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="verl-soak-"))
-    try:
-        report = Soak(args, workdir).run()
-    except KeyboardInterrupt:
-        print("verl-monitor: soak interrupted; trainer and monitor stopped", file=sys.stderr)
-        return 130
-    except RuntimeError as exc:
-        print(f"verl-monitor: soak: {exc}", file=sys.stderr)
-        return 1
-    out.write_text(json.dumps(report, indent=2))
-    print(json.dumps({k: report[k] for k in ("ettr", "faults_injected", "faults_recovered", "prompts_lost",
-                                             "prompts_duplicated", "alerts_expected", "alerts_delivered",
-                                             "mean_detect_seconds")}))
-    return 0
-
-
-if __name__ == "__main__":
-    _p = argparse.ArgumentParser(prog="python -m monitor.soak", description=__doc__.splitlines()[0])
-    add_args(_p)
-    sys.exit(main(_p.parse_args()))

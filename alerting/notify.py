@@ -1,0 +1,154 @@
+"""Notify stage, named as in Alertmanager (its ``notify`` pipeline: rate limits, retries, integrations):
+take due outbox rows, respect each robot's send budget, render, send, and record
+the outcome. When a receiver has more due notifications than its robot accepts right now, they are
+folded into one digest message -- never dropped."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from alerting.config import AlertingConfig
+from alerting.metrics import AlertingMetrics
+from alerting.model import Notification
+from alerting.notifiers import Delivery, Notifier
+from alerting.outbox import Outbox, OutboxRow
+from alerting.ratelimit import RobotLimiter
+from alerting.templates import Rendered, render
+
+log = logging.getLogger("verl.alerting")
+
+
+@dataclass
+class Job:
+    """One planned delivery: rows of one receiver, rendered, already charged to the robot's budget."""
+
+    notifier: Notifier
+    rows: list[OutboxRow]
+    rendered: Rendered
+    digest: bool
+    limiter: RobotLimiter | None
+
+
+class NotifyStage:
+    def __init__(self, config: AlertingConfig, outbox: Outbox, notifiers: dict[str, Notifier],
+                 metrics: AlertingMetrics, on_record: Callable[[dict[str, Any]], None]) -> None:
+        self.config = config
+        self.outbox = outbox
+        self.notifiers = notifiers
+        self.metrics = metrics
+        self.on_record = on_record
+        self.limiters: dict[str, RobotLimiter] = {}
+        for n in notifiers.values():
+            if n.limits and n.robot_id not in self.limiters:
+                self.limiters[n.robot_id] = RobotLimiter(list(n.limits), n.throttle_s)
+
+    def limiter(self, receiver: str) -> RobotLimiter | None:
+        n = self.notifiers.get(receiver)
+        return self.limiters.get(n.robot_id) if n else None
+
+    def run(self, now: float, receiver: str | None = None) -> int:
+        """Deliver what is due (of one receiver, or all); returns the number of rows attempted.
+        Synchronous: replay and tests on simulated time. The daemon's delivery workers call
+        ``plan``/``send``/``finish`` themselves, sending outside any lock."""
+        attempted = 0
+        for job in self.plan(now, receiver):
+            self.finish(job, self.send(job), now)
+            attempted += len(job.rows)
+        return attempted
+
+    def plan(self, now: float, receiver: str | None = None) -> list[Job]:
+        """The deliveries due now, rendered and charged to their robot's budget. Rows of receivers that
+        no longer exist are failed here (no HTTP)."""
+        jobs: list[Job] = []
+        by_receiver: dict[str, list[OutboxRow]] = {}
+        for row in self.outbox.heads_due(now, receiver):
+            by_receiver.setdefault(row.receiver, []).append(row)
+        for name, rows in by_receiver.items():
+            notifier = self.notifiers.get(name)
+            if notifier is None:  # receiver removed from the config while rows were queued
+                self._finish(rows, Delivery.permanent(f"receiver {name!r} is no longer configured"), now)
+                continue
+            limiter = self.limiter(name)
+            budget = limiter.available(now) if limiter else len(rows) + 1
+            if budget <= 0:
+                continue
+            if limiter and len(rows) > budget:
+                batch = [r for head in rows for r in self.outbox.group_rows(name, head.group_key)]
+                jobs.append(self._prepare(notifier, batch, now, limiter, digest=True))
+                continue
+            for row in rows:
+                if limiter and limiter.available(now) < notifier.cost([row.notification], False):
+                    break
+                jobs.append(self._prepare(notifier, [row], now, limiter, digest=False))
+        return jobs
+
+    def _prepare(self, notifier: Notifier, rows: list[OutboxRow], now: float, limiter: RobotLimiter | None,
+                 digest: bool) -> Job:
+        notes: list[Notification] = [r.notification for r in rows]
+        cfg = notifier.cfg
+        link = f"{self.config.monitor_url}/api/v1/alerts" if self.config.monitor_url else "verl-monitor /api/v1/alerts"
+        rendered = render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
+                          max_bytes=notifier.max_bytes, runbook_base=self.config.runbook_base_url)
+        if rendered.fell_back:
+            self.metrics.template_failures.labels(cfg.name).inc()
+            log.warning("receiver %s: template failed, used the built-in one: %s", cfg.name, rendered.error)
+        if limiter:
+            limiter.take(now, notifier.cost(notes, digest))
+        return Job(notifier, rows, rendered, digest, limiter)
+
+    def send(self, job: Job) -> Delivery:
+        """The HTTP call; touches no shared state, so it runs without the engine's lock."""
+        try:
+            return job.notifier.send(job.rendered, [r.notification for r in job.rows], digest=job.digest)
+        except Exception as exc:  # a notifier bug must not stop the monitor's loop; never retried blindly
+            log.error("receiver %s: notifier crashed (%s)", job.notifier.cfg.name, type(exc).__name__)
+            return Delivery.permanent(f"{job.notifier.cfg.type} notifier error ({type(exc).__name__})")
+
+    def finish(self, job: Job, result: Delivery, now: float) -> None:
+        if job.digest and result.ok:
+            self.metrics.digests.labels(job.notifier.cfg.name).inc()
+        if result.rate_limited and job.limiter:
+            job.limiter.overrun(now)
+        self._finish(job.rows, result, now, digest=job.digest, limiter=job.limiter)
+
+    def _finish(self, rows: list[OutboxRow], result: Delivery, now: float, digest: bool = False,
+                limiter: RobotLimiter | None = None) -> None:
+        receiver = rows[0].receiver
+        if result.ok:
+            self.outbox.delivered(rows)
+            status = "delivered"
+        elif result.retryable:
+            not_before = limiter.next_free(now) if limiter and result.rate_limited else 0.0
+            self.outbox.retry(rows, now, result.error, not_before)
+            self.metrics.retries.labels(receiver).inc(len(rows))
+            status = "failed"
+        else:
+            self.outbox.failed(rows, result.error)
+            log.error("receiver %s: notification failed permanently: %s", receiver, result.error)
+            status = "failed"
+        for row in rows:
+            self.metrics.notifications.labels(receiver, status).inc()
+            rec: dict[str, Any] = {"kind": "notification", "receiver": receiver, "status": status,
+                                   "fingerprints": list(row.notification.fingerprints),
+                                   "attempts": row.attempts + 1, "group": row.group_key,
+                                   "notification_status": row.notification.status}
+            if digest:
+                rec["digest"] = True
+            if result.error:
+                rec["error"] = result.error
+            if status == "failed":
+                rec["retry"] = result.retryable
+            self.on_record(rec)
+
+    def next_due(self, now: float, receiver: str | None = None) -> float | None:
+        """When the next delivery could happen: the outbox's retry times, held back by robot budgets."""
+        heads = self.outbox.heads_due(float("inf"), receiver)
+        times = []
+        for row in heads:
+            limiter = self.limiter(row.receiver)
+            t = max(row.next_attempt_at, now)
+            times.append(max(t, limiter.next_free(t)) if limiter else t)
+        return min(times, default=None)

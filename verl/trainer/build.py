@@ -1,0 +1,88 @@
+"""Model building: the actor, its frozen reference, the critic, their DDP wrappers, optimizers and
+schedulers, the KL controller, and the rollout engine over the actor. ``RLTrainer`` composes these."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from verl.config import Config
+from verl.models.loading import load_causal_lm, load_critic, load_tokenizer
+from verl.rollout import make_rollout_engine
+from verl.trainer import core_algos
+from verl.trainer.distributed import DistContext, Placement
+from verl.utils.clock import Clock
+
+
+@dataclass
+class PPOModels:
+    tokenizer: Any
+    actor: nn.Module
+    reference: nn.Module
+    critic: nn.Module
+    actor_ddp: nn.Module
+    critic_ddp: nn.Module
+    actor_optim: torch.optim.Optimizer
+    critic_optim: torch.optim.Optimizer
+    actor_sched: torch.optim.lr_scheduler.LambdaLR
+    critic_sched: torch.optim.lr_scheduler.LambdaLR
+    kl_ctrl: core_algos.FixedKLController | core_algos.AdaptiveKLController
+
+    @property
+    def n_layers(self) -> int:
+        model_cfg = self.actor.config
+        return getattr(model_cfg, "n_layer", None) or getattr(model_cfg, "num_hidden_layers", 0)
+
+
+def n_positions(cfg: Config) -> int:
+    return cfg.data.max_prompt_length + cfg.rollout.response_length + 1
+
+
+def build_models(cfg: Config, ctx: DistContext, place: Placement) -> PPOModels:
+    positions, seed = n_positions(cfg), cfg.trainer.seed
+    tokenizer = load_tokenizer(cfg.actor.model)
+    actor = load_causal_lm(cfg.actor.model, cfg.actor.tiny, positions, seed).to(place.actor)
+    reference = copy.deepcopy(actor).to(place.reference).eval().requires_grad_(False)
+    critic = load_critic(cfg.critic.model or cfg.actor.model, cfg.actor.tiny, positions, seed).to(place.critic)
+    if cfg.actor.gradient_checkpointing:
+        actor.gradient_checkpointing_enable()
+    if cfg.critic.gradient_checkpointing and hasattr(critic.backbone, "gradient_checkpointing_enable"):
+        critic.backbone.gradient_checkpointing_enable()
+    actor_optim = torch.optim.AdamW(actor.parameters(), lr=cfg.actor.lr)
+    critic_optim = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr)
+    warmup = max(1, cfg.actor.warmup_steps)
+    return PPOModels(
+        tokenizer, actor, reference, critic,
+        actor_ddp=_wrap(actor, place.actor, ctx), critic_ddp=_wrap(critic, place.critic, ctx),
+        actor_optim=actor_optim, critic_optim=critic_optim,
+        actor_sched=torch.optim.lr_scheduler.LambdaLR(actor_optim, lambda s: min(1.0, (s + 1) / warmup)),
+        critic_sched=torch.optim.lr_scheduler.LambdaLR(critic_optim, lambda s: min(1.0, (s + 1) / warmup)),
+        kl_ctrl=core_algos.make_kl_controller(cfg.algorithm.kl_ctrl, cfg.kl_coef, cfg.algorithm.kl_target,
+                                              cfg.algorithm.kl_horizon),
+    )
+
+
+def _wrap(module: nn.Module, device: torch.device, ctx: DistContext) -> nn.Module:
+    if not ctx.distributed:
+        return module
+    return DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def build_rollout(cfg: Config, models: PPOModels, clock: Clock, registry: Any) -> Any:
+    """The in-process engine, or supervised worker processes when ``rollout_worker_num > 0`` (hf)."""
+    if cfg.rollout_worker_num <= 0 or cfg.rollout.engine != "hf":
+        return make_rollout_engine(cfg, models.actor, models.tokenizer, clock)
+    from verl.rollout.worker_engine import ModelSpec, WorkerRolloutEngine
+
+    gen = {"response_length": cfg.rollout.response_length, "max_prompt_length": cfg.data.max_prompt_length,
+           "temperature": cfg.rollout.temperature, "seed": cfg.trainer.seed}
+    return WorkerRolloutEngine(
+        models.actor, ModelSpec(cfg.actor.model, cfg.actor.tiny, n_positions(cfg), cfg.trainer.seed), gen,
+        cfg.rollout_worker_num, cfg.rollout.worker_chunk_size, cfg.trainer.seed, clock,
+        torch_threads=max(1, cfg.trainer.torch_threads), metrics=registry,
+    )

@@ -1,0 +1,64 @@
+"""The trainer's state for checkpoints: everything stateful except model parameters and optimizer state
+(``verl.checkpoint`` saves those separately), plus the parameter digest the exact-resume tests compare."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from verl.config import ConfigError
+from verl.trainer.distributed import gather_objects
+from verl.utils.seeding import load_rng_state, rng_state
+
+if TYPE_CHECKING:
+    from verl.trainer.ppo_trainer import RLTrainer
+
+
+def trainer_state(t: RLTrainer) -> dict[str, Any]:
+    """Under torchrun every rank must call it (the checkpoint hook does): each rank's loader offset,
+    prompt-cluster cooldowns, reward cache and drop counts differ, and meta.json is written by rank 0,
+    so they are gathered into ``per_rank``. The reward guard and OOM flags are the same on every rank."""
+    m = t.models
+    local = {"dataloader": t.loader.state_dict(), "reward_cache": t.reward_path.breaker.state_dict(),
+             "validator": t.data_guards.validator.state_dict()}
+    return {"global_step": t.global_step, "dataloader": local["dataloader"],
+            "per_rank": gather_objects(local, t.ctx),
+            "kl_ctrl": m.kl_ctrl.state_dict(), "actor_lr_scheduler": m.actor_sched.state_dict(),
+            "critic_lr_scheduler": m.critic_sched.state_dict(), "buffer": t.buffer.state_dict(),
+            "reward_guard": t.data_guards.reward.state_dict(), "refill_after": t.reward_stage.refill_after,
+            "oom": {"critic": t.updates.critic.state_dict(), "actor": t.updates.actor.state_dict()},
+            "rng": rng_state()}
+
+
+def load_trainer_state(t: RLTrainer, state: dict[str, Any]) -> None:
+    m = t.models
+    t.global_step = int(state["global_step"])
+    per_rank = state.get("per_rank") or [{"dataloader": state["dataloader"]}]
+    if len(per_rank) != t.ctx.world_size:
+        raise ConfigError(f"checkpoint state mismatch: saved by {len(per_rank)} ranks, this run has "
+                          f"{t.ctx.world_size}; relaunch with the same number of ranks")
+    local = per_rank[t.ctx.rank]
+    t.loader.load_state_dict(local["dataloader"])
+    if "reward_cache" in local:
+        t.reward_path.breaker.load_state_dict(local["reward_cache"])
+    if "validator" in local:
+        t.data_guards.validator.load_state_dict(local["validator"])
+    t.reward_stage.refill_after = int(state.get("refill_after", 0))
+    if "reward_guard" in state:
+        t.data_guards.reward.load_state_dict(state["reward_guard"])
+    for name, degrader in (("critic", t.updates.critic), ("actor", t.updates.actor)):
+        degrader.load_state_dict(state.get("oom", {}).get(name, {}))
+    m.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    m.actor_sched.load_state_dict(state["actor_lr_scheduler"])
+    m.critic_sched.load_state_dict(state["critic_lr_scheduler"])
+    t.buffer.load_state_dict(state["buffer"])
+    load_rng_state(state["rng"])
+
+
+def param_digest(t: RLTrainer) -> str:
+    h = hashlib.sha256()
+    for model in (t.models.actor, t.models.critic):
+        for name, tensor in sorted(model.state_dict().items()):
+            h.update(name.encode())
+            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections import deque
 
 from monitor.detectors.base import Detector, Finding
+from monitor.detectors.context import RankWindow
 
 
 class RareValueDetector(Detector):
@@ -42,36 +41,17 @@ class RareValueDetector(Detector):
         self.reset()
 
     def reset(self) -> None:
-        self._arrival: deque[float] = deque()
-        self._sorted: list[float] = []
+        self._window = RankWindow(self.history)
         self._since_trigger: int | None = None
 
     def p_value(self, x: float) -> float:
         """Two-sided tail probability of ``x`` within the current history (1.0 when empty)."""
-        h = self._sorted
-        m = len(h)
-        if m == 0:
-            return 1.0
-        below = bisect.bisect_right(h, x)
-        above = m - bisect.bisect_left(h, x)
-        count = min(below, above)
-        if count > 0:
-            return min(1.0, 2.0 * count / m)
-        spread = max(h[(3 * m) // 4] - h[m // 4], 0.01 * (h[-1] - h[0]), 1e-12)
-        excess = (x - h[-1]) if above == 0 else (h[0] - x)
-        return 2.0 / m * 10.0 ** (-min(excess / spread, 300.0))
-
-    def _remember(self, x: float) -> None:
-        self._arrival.append(x)
-        bisect.insort(self._sorted, x)
-        if len(self._arrival) > self.history:
-            old = self._arrival.popleft()
-            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        return self._window.p_value(x)
 
     def update(self, t: float, value: float) -> Finding:
-        ready = len(self._sorted) >= self.min_history
+        ready = len(self._window) >= self.min_history
         p = self.p_value(value) if ready else 1.0
-        self._remember(value)
+        self._window.add(value)
         if ready and p <= self.alpha:
             self._since_trigger = 0
         elif self._since_trigger is not None:

@@ -24,7 +24,7 @@ def test_history_is_bounded_and_slides() -> None:
     det = RareValueDetector(history=50, min_history=10)
     for i in range(200):
         det.update(float(i), float(i))
-    assert len(det._sorted) == 50 and det._sorted[0] == 150.0
+    assert len(det._window) == 50 and det._window._sorted[0] == 150.0
     assert det.p_value(100.0) < 2 / 50  # 100 has left the window: now below everything remembered
 
 

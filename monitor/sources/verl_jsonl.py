@@ -54,15 +54,7 @@ _EPS = 1e-3                    # least spacing between two records (keeps sample
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 
 
-def _number(raw: object) -> float | None:
-    """The finite float of a JSON number; None for null/NaN/Inf/huge or non-numbers."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        return None
-    try:
-        value = float(raw)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
+_number = verl_keys.finite_number
 
 
 class MappedRecord:

@@ -146,14 +146,20 @@ def map_rl_insight(name: str) -> Mapped | None:
     return map_key(key)
 
 
-def _seconds(raw: object) -> float | None:
+def finite_number(raw: object) -> float | None:
+    """The finite float of a JSON number; None for null/NaN/Inf/huge or non-numbers."""
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         return None
     try:
         value = float(raw)
     except OverflowError:
         return None
-    return value if math.isfinite(value) and 0 <= value < 1e7 else None
+    return value if math.isfinite(value) else None
+
+
+def _seconds(raw: object) -> float | None:
+    value = finite_number(raw)
+    return value if value is not None and 0 <= value < 1e7 else None
 
 
 def record_interval(data: dict) -> float | None:

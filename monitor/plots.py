@@ -11,7 +11,8 @@ from alerting.model import rfc3339
 
 def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str) -> Path | None:
     """Series (last window) with the detector's fitted line; ``details`` carry ``slope_per_min``,
-    ``intercept`` (value at ``t_ref``) and ``t_ref`` as the drift and leak detectors report them."""
+    ``intercept`` (value at ``t_ref``), ``t_ref`` and (a drift ramp) ``trend_end`` as the drift and leak
+    detectors report them."""
     if len(t) == 0:
         return None
     # Imported on first plot: matplotlib costs half a second of start-up the daemon rarely needs.
@@ -30,7 +31,9 @@ def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, floa
     if "slope_per_min" in details and "intercept" in details:
         t_ref = details.get("t_ref", start)
         fx = t[t >= start]
-        fy = details["intercept"] + details["slope_per_min"] * (fx - t_ref) / 60.0
+        # a drift ramp that ended inside the window holds its level after ``trend_end``
+        dt = np.clip(fx - t_ref, None, details.get("trend_end", np.inf) - t_ref)
+        fy = details["intercept"] + details["slope_per_min"] * dt / 60.0
         label = f"fit: {details['slope_per_min']:.4g}/min"
         if "p_value" in details:
             label += f", p={details['p_value']:.2g}"

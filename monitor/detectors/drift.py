@@ -15,15 +15,23 @@ Direction = Literal["up", "down", "both"]
 # Where the trend may begin, as fractions of the window: 0 is a straight line over the whole window;
 # later knots keep at least 30 % of the window as the trend, so a knot never chases the last few points.
 KNOTS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7)
+# Ramps, (start, end) fractions: a rise that began and ended inside the window, with at least 20 % of
+# the window after it as the new level. Without them a fast rise that then holds (KL shooting from 0.03
+# to 4.6 within seconds once kl_coef is zeroed, then staying) is fitted by a hinge that cannot bend
+# back, whose residuals are so autocorrelated that the slope is never significant: the detector went
+# blind to the fastest drifts (a CI run of the demo at 6 steps/s never fired).
+RAMPS = tuple((s, e) for s in (0.0, 0.2, 0.4, 0.6) for e in (0.2, 0.4, 0.6, 0.8) if e > s)
 
 
 class TrendDriftDetector(Detector):
     """Segmented (hinge) OLS trend with autocorrelation-robust standard errors over ``window`` seconds.
 
-    Model: ``y = a + b * max(0, x - k)`` -- flat, then a linear trend from ``k`` on. A drift that
-    started inside the window is therefore not diluted by the flat stretch before it; that stretch
-    pins the baseline instead. ``k`` is chosen by least squares from a coarse grid (``KNOTS``,
-    ``k = 0`` is a plain line). Test, every ``every`` seconds of sample time once the window holds
+    Model: ``y = a + b * clip(x - k, 0, r - k)`` -- flat, then a linear trend from ``k`` to ``r``,
+    then flat again. A drift that started inside the window is therefore not diluted by the flat
+    stretch before it; that stretch pins the baseline instead. With ``r`` at the window's end this is
+    a hinge (a drift still going on); with ``r`` inside it, a ramp (a rise that happened and holds).
+    ``(k, r)`` is chosen by least squares from a coarse grid (``KNOTS`` with ``r`` at the end, ``k = 0``
+    a plain line; ``RAMPS``). Test, every ``every`` seconds of sample time once the window holds
     ``min_samples`` and spans at least half its length:
 
     - slope p-value (one-sided in ``direction``), ``p < alpha``, from the larger of two
@@ -32,8 +40,8 @@ class TrendDriftDetector(Detector):
       size correction ``sqrt((1 + phi) / (1 - phi))`` (``phi`` of the residuals, Kendall's bias
       correction ``+ (1 + 3 phi) / n``) -- training metrics are autocorrelated and plain OLS p-values
       fire on every wander; HAC alone undercorrects in windows of a few hundred points. The p-value
-      is multiplied by the number of knots tried (Bonferroni), since the knot was picked from the data;
-    - effect-size floors against the series' own noise: the fitted change (``b * (end - k)``) is at
+      is multiplied by the number of models tried (Bonferroni), since ``(k, r)`` was picked from the data;
+    - effect-size floors against the series' own noise: the fitted change (``b * (r - k)``) is at
       least ``min_effect_sd`` noise standard deviations, at least ``min_change`` in the series' units
       and at least ``min_relative_change`` of the baseline level ``a``. The noise sd is the larger of
       the window's residual sd and the series' exponentially weighted sd over ``noise_horizon``
@@ -86,7 +94,7 @@ class TrendDriftDetector(Detector):
             return Finding(t, False)
         ts, vs = self._window.arrays()
         x = (ts - ts[0]) / 60.0
-        knot, design = best_hinge(x, vs)
+        knot, end, design = best_trend(x, vs)
         fit = OLS(vs, design).fit()
         resid = np.asarray(fit.resid)
         denom = float(np.dot(resid, resid))
@@ -102,8 +110,8 @@ class TrendDriftDetector(Detector):
             p = float(stats.norm.cdf(z))
         else:
             p = float(2 * stats.norm.sf(abs(z)))
-        p = min(1.0, p * len(KNOTS))  # Bonferroni: the knot was chosen by looking at the data
-        change = slope_per_min * float(x[-1] - knot)
+        p = min(1.0, p * (len(KNOTS) + len(RAMPS)))  # Bonferroni: the model was chosen by looking at the data
+        change = slope_per_min * (end - knot)
         resid_sd = float(np.sqrt(denom / (n - 2)))
         # The noise scale of the effect floor: the larger of the window's residual sd and the series'
         # sd over ``noise_horizon`` (exponentially weighted, once that much history is seen). In a
@@ -118,27 +126,29 @@ class TrendDriftDetector(Detector):
         self._streak = self._streak + 1 if ok else 0
         # The plot draws intercept + slope * (t - t_ref) from window_start on: the trend segment,
         # from the knot, with the flat stretch before it shown as context.
-        trend_start = float(ts[0]) + 60.0 * knot
+        trend_start, trend_end = float(ts[0]) + 60.0 * knot, float(ts[0]) + 60.0 * end
         details = {"p_value": p, "slope_per_s": slope_per_min / 60.0, "slope_per_min": slope_per_min,
                    "intercept": intercept, "t_ref": trend_start, "window_start": trend_start,
-                   "trend_start": trend_start, "fit_start": float(ts[0]),
+                   "trend_start": trend_start, "trend_end": trend_end, "fit_start": float(ts[0]),
                    "change": change, "relative_change": relative, "resid_sd": resid_sd, "noise_sd": noise, "ar1": phi,
                    "value": float(vs[-1])}
         return Finding(t, self._streak >= self.persistence, 1.0 - p, details)
 
 
-def best_hinge(x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """The knot (minutes from the window start) from ``KNOTS`` whose hinge fits best, and its design."""
-    best: tuple[float, float, np.ndarray] | None = None
-    for frac in KNOTS:
-        knot = frac * float(x[-1])
-        design = np.column_stack([np.ones(len(x)), np.maximum(0.0, x - knot)])
+def best_trend(x: np.ndarray, y: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """The trend's start and end (minutes from the window start) among the hinges (``KNOTS``) and
+    ramps (``RAMPS``) whose fit is best, and its design matrix."""
+    span = float(x[-1])
+    best: tuple[float, float, float, np.ndarray] | None = None
+    for start, end in [(k, 1.0) for k in KNOTS] + list(RAMPS):
+        knot, stop = start * span, end * span
+        design = np.column_stack([np.ones(len(x)), np.clip(x - knot, 0.0, stop - knot)])
         beta = np.linalg.lstsq(design, y, rcond=None)[0]
         err = float(np.sum((y - design @ beta) ** 2))
         if best is None or err < best[0]:
-            best = (err, knot, design)
+            best = (err, knot, stop, design)
     assert best is not None
-    return best[1], best[2]
+    return best[1], best[2], best[3]
 
 
 def andrews_lags(phi: float, n: int) -> int:

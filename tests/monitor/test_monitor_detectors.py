@@ -190,6 +190,24 @@ def test_drift_hinge_finds_where_the_trend_began() -> None:
     assert f.details["slope_per_min"] == pytest.approx(0.001, rel=0.2)
 
 
+@pytest.mark.parametrize("rise_s", [3.0, 5.0, 10.0])
+def test_drift_fires_on_a_fast_rise_that_then_holds(rise_s: float) -> None:
+    """KL shooting from 0.03 to 4.6 within seconds (kl_coef zeroed at 6+ steps/s) and staying there:
+    a hinge cannot bend back, its residuals are nearly a random walk and the slope never became
+    significant (a CI run of the demo never fired). The ramp model fits rise-and-hold."""
+    from monitor.detectors.drift import TrendDriftDetector
+
+    rng = np.random.default_rng(7)
+    t = np.arange(0.0, 150.0, 1.0)
+    onset = 19.0
+    v = 0.03 + 4.6 * np.clip((t - onset) / rise_s, 0.0, 1.0) + rng.normal(0, 0.03, len(t))
+    det = TrendDriftDetector(window=60, every=3, min_change=0.02, min_samples=20)
+    fired = first_active(det, t, v)
+    assert fired is not None and fired - onset <= 20.0
+    f = det.update(fired, float(v[int(fired)]))
+    assert f.details["trend_end"] < fired  # the rise ended inside the window: a ramp, not a hinge
+
+
 def test_drift_direction_down_ignores_a_rise() -> None:
     from monitor.detectors.drift import TrendDriftDetector
 

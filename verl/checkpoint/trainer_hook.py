@@ -4,20 +4,36 @@ Maps the trainer onto the CheckpointManager's parts: actor/critic parameters and
 parts, the rollout buffer's samples as the Arrow rollout cache, the loader offset, KL controller and
 LR schedulers into meta.json, the rest of ``trainer.state_dict()`` into ``extra["trainer"]``. RNG
 states are captured and restored by the manager itself, per rank.
+
+Two tiers (``checkpoint.memory_interval`` > 0): besides the disk checkpoints every ``checkpoint.interval``
+steps, a snapshot every ``memory_interval`` steps into a tmpfs directory (``verl.checkpoint.memory_tier``).
+The step only waits for staging; a snapshot due while the previous one is still being written is skipped.
+Resume takes the newest complete checkpoint of either tier and falls back to disk when the memory tier's
+is missing or defective.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from verl.config import ConfigError
 
 from .errors import CheckpointError
-from .manager import CheckpointManager
+from .layout import step_of
+from .manager import CheckpointManager, config_hash
+from .memory_tier import MemorySnapshotter
 from .rollout_cache import DEFAULT_SHARD_BYTES
 from .shapes import short
+
+log = logging.getLogger(__name__)
+SHM = Path("/dev/shm")
 
 _BUFFER_KEYS = ("prompt_id", "step", "prompt", "response", "prompt_ids", "response_ids", "created_at", "reward")
 
@@ -52,15 +68,40 @@ class ResumeError(CheckpointError, ConfigError):
     reports it like any bad input: one line, exit code 2, no traceback."""
 
 
+def memory_tier_dir(checkpoint_dir: str | Path, configured: str | None = None) -> Path | None:
+    """Where the in-memory tier of ``checkpoint_dir`` lives: ``configured``, else a directory on /dev/shm
+    named after the checkpoint directory (so a successor process finds it); None without a tmpfs."""
+    if configured:
+        return Path(configured)
+    if not (SHM.is_dir() and os.access(SHM, os.W_OK)):
+        return None
+    key = hashlib.sha256(str(Path(checkpoint_dir).resolve()).encode()).hexdigest()[:16]
+    return SHM / f"verl-ops-{key}"
+
+
 class TrainerCheckpointer:
     def __init__(self, config: Any, checkpoint_dir: str | Path, clock: Any, ctx: Any = None) -> None:
         ck = config.checkpoint
         self.config = config
+        shard_bytes = getattr(ck, "rollout_cache_shard_bytes", DEFAULT_SHARD_BYTES)
         self.manager = CheckpointManager(
             checkpoint_dir, keep_last=ck.keep_last, async_save=ck.async_save,
-            rollout_cache_shard_bytes=getattr(ck, "rollout_cache_shard_bytes", DEFAULT_SHARD_BYTES), clock=clock,
+            rollout_cache_shard_bytes=shard_bytes, clock=clock,
         )
+        self.memory: MemorySnapshotter | None = None
+        self.memory_interval = int(getattr(ck, "memory_interval", 0) or 0)
+        where = memory_tier_dir(checkpoint_dir, getattr(ck, "memory_dir", None)) if self.memory_interval > 0 else None
+        world = getattr(ctx, "world_size", 1) or 1
+        if self.memory_interval > 0 and world > 1:
+            log.warning("checkpoint.memory_interval is single-process only (this run has %d ranks): disk "
+                        "checkpoints only", world)
+        elif self.memory_interval > 0 and where is None:
+            log.warning("checkpoint.memory_interval=%d but /dev/shm is not writable: no in-memory tier "
+                        "(set checkpoint.memory_dir to a tmpfs directory)", self.memory_interval)
+        elif where is not None:
+            self.memory = MemorySnapshotter(where, keep_last=getattr(ck, "memory_keep_last", 2))
         self._metrics_bound = False
+        self._finished = False
 
     def _bind_metrics(self, trainer: Any) -> None:
         registry = getattr(trainer, "registry", None)
@@ -80,34 +121,81 @@ class TrainerCheckpointer:
     def save(self, trainer: Any, step: int, final: bool = False) -> float:
         """Returns the seconds the step was blocked. ``final`` waits for COMPLETE."""
         self._bind_metrics(trainer)
+        stall = self._save_to(self.manager, trainer, step)
+        if final:
+            self.manager.wait()
+            self._finished = True
+        return stall
+
+    def snapshot(self, trainer: Any, step: int) -> float:
+        """The in-memory tier's snapshot of ``step`` when due and the previous one is written; seconds
+        the step was blocked (staging only)."""
+        mem = self.memory
+        if mem is None or step % self.memory_interval or mem.busy:
+            return 0.0
+        t0 = time.perf_counter()
+        state = dict(trainer.state_dict())
+        state.pop("rng", None)  # captured by the snapshotter itself
+        models, optimizers = self._objects(trainer)
+        mem.snapshot(step, models, optimizers, state, config_hash(_model_config(self.config)))
+        return time.perf_counter() - t0
+
+    def _save_to(self, manager: CheckpointManager, trainer: Any, step: int) -> float:
         state = dict(trainer.state_dict())
         state.pop("rng", None)
         buffer = dict(state.pop("buffer", {}) or {})
         items = buffer.pop("items", [])
         models, optimizers = self._objects(trainer)
-        result = self.manager.save(
+        result = manager.save(
             step, models=models, optimizers=optimizers,
             lr_scheduler={"actor": state.get("actor_lr_scheduler"), "critic": state.get("critic_lr_scheduler")},
             dataset_state=state.get("dataloader"), kl_value=(state.get("kl_ctrl") or {}).get("value"),
             rollout_cache=_rows_from_buffer(items), extra={"trainer": state, "buffer": buffer},
             model_config=_model_config(self.config),
         )
-        if final:
-            self.manager.wait()
         return result.stall_s if result is not None else 0.0
 
     def resume(self, trainer: Any) -> int | None:
-        """Load the newest complete checkpoint into ``trainer``; raises ``CheckpointError`` on any defect."""
+        """Load the newest complete checkpoint of either tier into ``trainer``; raises ``CheckpointError``
+        on any defect of a disk checkpoint. A defective memory snapshot (half-written, tampered, for
+        another model) is logged and the disk tier used instead."""
+        mem = self.memory.latest_complete() if self.memory is not None else None
+        disk = self.manager.latest_complete()
+        if self.memory is not None and mem is not None and (step_of(mem) or 0) > (step_of(disk or "x") or 0):
+            try:
+                return self._resume_from_memory(self.memory, trainer)
+            except CheckpointError as exc:
+                log.warning("in-memory snapshot %s unusable, resuming from disk instead: %s", mem, exc)
+        return self._resume_from(self.manager, trainer)
+
+    def _resume_from_memory(self, mem: MemorySnapshotter, trainer: Any) -> int | None:
+        from verl.utils.seeding import rng_state
+
+        models, optimizers = self._objects(trainer)
+        snap = mem.load(models, optimizers, config_hash(_model_config(self.config)))
+        if snap is None:
+            return None
+        state = dict(snap.trainer_state)
+        state["rng"] = rng_state()  # the snapshotter already restored the streams
+        try:
+            trainer.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+            raise ResumeError(f"{snap.path.name}/meta.json trainer state is malformed "
+                              f"({type(exc).__name__}: {short(str(exc))})") from None
+        log.info("resuming from the in-memory snapshot %s", snap.path)
+        return snap.step
+
+    def _resume_from(self, manager: CheckpointManager, trainer: Any) -> int | None:
         from verl.utils.seeding import rng_state
 
         models, optimizers = self._objects(trainer)
         try:
-            loaded = self.manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config))
+            loaded = manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config))
         except CheckpointError as exc:
-            raise ResumeError(f"cannot resume from {self.manager.root}: {exc}") from None
+            raise ResumeError(f"cannot resume from {manager.root}: {exc}") from None
         if loaded is None:
             return None
-        where = f"cannot resume from {self.manager.root}: {loaded.path.name}/"
+        where = f"cannot resume from {manager.root}: {loaded.path.name}/"
         if not isinstance(loaded.extra.get("trainer"), dict) or not isinstance(loaded.extra.get("buffer", {}), dict):
             raise ResumeError(f"{where}meta.json extra.trainer/extra.buffer are not mappings")
         state = dict(loaded.extra["trainer"])
@@ -127,6 +215,11 @@ class TrainerCheckpointer:
 
     def close(self) -> None:
         self.manager.close()
+        if self.memory is not None:
+            self.memory.wait()
+            if self._finished:
+                # the run ended with a final disk checkpoint: the snapshots would only hold RAM
+                shutil.rmtree(self.memory.root, ignore_errors=True)
 
 
 def make_checkpointer(config: Any, checkpoint_dir: str | Path, clock: Any, ctx: Any = None) -> TrainerCheckpointer:

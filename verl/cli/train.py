@@ -2,6 +2,7 @@
 
     verl-train --config ppo_tiny --metrics-port 8000 trainer.total_steps=40 kl_coef=0.2
     torchrun --nproc-per-node 2 -m verl.cli.train --config ppo_tiny
+    verl-train --hot-standby --checkpoint-dir ck checkpoint.memory_interval=1   # sub-second crash recovery
 
 Bad input (unknown key, wrong type, missing dataset, busy port, no checkpoint to ``--resume`` from) exits 2
 with one line, no traceback.
@@ -12,10 +13,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from pathlib import Path
 
+from verl.cli.hot_standby import STANDBY_FLAG, HotStandbySupervisor, wait_for_takeover
 from verl.config import ConfigError, TrainingStopped, load_config
 from verl.metrics.server import PortInUseError, check_port_free
+
+TAKEOVER_BIND_S = 5.0  # a standby taking over retries the port this long (the dead process's socket may linger)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="resume from the newest complete checkpoint; exit 2 when there is none")
     resume.add_argument("--resume-or-start", action="store_true",
                         help="resume when a complete checkpoint exists, else start from step 0 (for supervisors)")
+    p.add_argument("--hot-standby", action="store_true",
+                   help="supervise: keep a warm standby trainer that takes over within a second when the active "
+                        "one dies (needs --checkpoint-dir; pair with checkpoint.memory_interval=1)")
+    p.add_argument(STANDBY_FLAG, action="store_true", help=argparse.SUPPRESS)  # a --hot-standby supervisor's child
     p.add_argument("--offload_reward_to_cpu", "--offload-reward-to-cpu", action="store_true",
                    help="place the reward model on CPU (same as offload_reward_to_cpu=true)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
@@ -61,8 +70,25 @@ def _precheck_checkpoint(checkpoint_dir: str) -> None:
             raise ConfigError(f"cannot resume from {checkpoint_dir}: {exc}") from None
 
 
+def _start_metrics(trainer: object, standby: bool) -> str | None:
+    deadline = time.monotonic() + (TAKEOVER_BIND_S if standby else 0.0)
+    while True:
+        try:
+            return trainer.start_metrics_server()  # type: ignore[attr-defined]
+        except PortInUseError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.hot_standby:
+        if not args.checkpoint_dir:
+            print("verl-train: error: --hot-standby needs --checkpoint-dir DIR (the standby resumes from it)",
+                  file=sys.stderr)
+            return 2
+        return HotStandbySupervisor(list(sys.argv[1:] if argv is None else argv)).run()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
     overrides = list(args.overrides)
@@ -81,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if (args.resume or args.resume_or_start) and not args.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir DIR (the directory holding global_step_<N>/)")
         config = load_config(args.config, overrides)
-        if config.metrics.port is not None:
+        if config.metrics.port is not None and not args.standby:  # a standby binds when it takes over
             check_port_free(config.metrics.host, config.metrics.port)
         if args.resume:
             _require_checkpoint(args.checkpoint_dir)
@@ -102,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         transformers.logging.set_verbosity_error()
 
         trainer = RLTrainer(config, checkpoint_dir=args.checkpoint_dir)
-        url = trainer.start_metrics_server()
+        if args.standby and not wait_for_takeover():
+            return 0  # dismissed: the run finished or the supervisor is gone
+        url = _start_metrics(trainer, args.standby)
         if url:
             print(f"metrics: {url}", flush=True)
         trainer.train(resume_from_checkpoint=args.resume or args.resume_or_start, resume_or_start=args.resume_or_start)

@@ -84,6 +84,8 @@ RANGES: dict[str, Range] = {
     "checkpoint.interval": AT_LEAST_0,
     "checkpoint.keep_last": AT_LEAST_1,
     "checkpoint.rollout_cache_shard_bytes": AT_LEAST_1,
+    "checkpoint.memory_interval": AT_LEAST_0,
+    "checkpoint.memory_keep_last": AT_LEAST_1,
     "faults.reward_hang_at_step": AT_LEAST_0,
     "faults.reward_oom_at_step": AT_LEAST_0,
     "faults.critic_oom_at_step": AT_LEAST_0,

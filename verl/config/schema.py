@@ -191,6 +191,12 @@ class CheckpointConfig:
     """Save in the background; the step blocks only while state is staged."""
     rollout_cache_shard_bytes: int = 2 * 1024**3
     """Maximum size of one rollout-cache Arrow file."""
+    memory_interval: int = 0
+    """Snapshot to the in-memory tier every N steps (0: off); skipped while the previous snapshot is still being written."""
+    memory_dir: str | None = None
+    """The in-memory tier's directory, on tmpfs (default: /dev/shm/verl-ops-<hash of checkpoint dir>)."""
+    memory_keep_last: int = 2
+    """Snapshots kept in the in-memory tier."""
 
 
 @dataclass

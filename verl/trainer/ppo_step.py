@@ -239,11 +239,15 @@ def update_actor(t: RLTrainer, batch: PPOBatch, old_log_prob: torch.Tensor, adv:
 
 
 def maybe_checkpoint(t: RLTrainer, step: int) -> float:
-    """Save on ``checkpoint.interval``; seconds the step was blocked (not after a stop request)."""
+    """Save on ``checkpoint.interval``, else snapshot to the in-memory tier when the checkpointer has one
+    (``checkpoint.memory_interval``); seconds the step was blocked (nothing after a stop request)."""
     interval = t.config.checkpoint.interval
-    if t.checkpointer is None or t.updates.stop_reason is not None or interval <= 0 or step % interval:
+    if t.checkpointer is None or t.updates.stop_reason is not None:
         return 0.0
-    return t.checkpointer.save(t, step)
+    if interval > 0 and step % interval == 0:
+        return t.checkpointer.save(t, step)
+    snapshot = getattr(t.checkpointer, "snapshot", None)
+    return snapshot(t, step) if snapshot is not None else 0.0
 
 
 def _mean(values: list[float]) -> float:

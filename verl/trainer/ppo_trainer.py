@@ -46,7 +46,8 @@ log = logging.getLogger("verl.trainer")
 
 
 class Checkpointer(Protocol):
-    """Implemented by the fault-tolerance checkpoint component (``verl.checkpoint``)."""
+    """Implemented by the fault-tolerance checkpoint component (``verl.checkpoint``). Optional too:
+    ``snapshot(trainer, step) -> stall_s``, the in-memory tier's per-step save (``checkpoint.memory_interval``)."""
 
     def save(self, trainer: RLTrainer, step: int, final: bool = False) -> float:
         """Save (async where configured); returns seconds the step was blocked."""
@@ -210,6 +211,10 @@ class RLTrainer:
             raise ConfigError(f"--resume: checkpoints exist in '{self.checkpoint_dir}' but checkpoint support "
                               "(verl.checkpoint) is not installed; refusing to start over silently")
         if step is not None:
+            # rollout worker processes were built with the initial weights: without this the first step
+            # after a resume generated from the initial policy (caught by the hot-standby soak: reward
+            # 0.69 -> 0.14 for one step)
+            self.rollout.sync_weights(self.actor)
             log.info("resumed from step %s", step)
             return
         if not start_if_missing:

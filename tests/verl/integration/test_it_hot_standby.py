@@ -1,0 +1,63 @@
+"""``verl-train --hot-standby``: SIGKILL the active trainer mid-run; the warm standby takes over from the
+in-memory snapshot of the last step, the run finishes with exit 0 and the same ``verl-ckpt digest`` as an
+uninterrupted run, and a finished run leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.verl.integration.test_it_exact_resume import ROOT, command, digest, finish, prompts, start
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigkilled_active_trainer_is_replaced_by_the_standby_exactly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = prompts(tmp_path)
+    ref_dir, dir_ = tmp_path / "uninterrupted", tmp_path / "killed"
+    steps = "trainer.total_steps=80"  # long enough for the standby to warm up before the run ends
+    reference = start(command(1, data, ref_dir, steps))
+    base = command(1, data, dir_, steps, "checkpoint.memory_interval=1", f"checkpoint.memory_dir={tmp_path / 'mem'}")
+    run = [*base[:3], "--hot-standby", *base[3:]]  # python -m verl.cli.train --hot-standby ...
+    proc = subprocess.Popen(run, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    active = None
+    for line in proc.stdout:
+        seen.append(line)
+        if m := re.search(r"hot-standby: active trainer pid (\d+)", line):
+            active = int(m.group(1))
+        if "ready" in line and "standby pid" in line:
+            break  # the standby is warm: kill the active process now
+    assert active is not None and proc.poll() is None, "".join(seen)
+    os.kill(active, signal.SIGKILL)
+    out = "".join(seen) + finish(proc)
+    out_ref = finish(reference)
+    assert reference.returncode == 0, out_ref[-3000:]
+    assert proc.returncode == 0, out[-3000:]
+    assert f"trainer pid {active} died (signal SIGKILL); standby pid" in out, out[-3000:]
+    # at most one step is recomputed: the successor resumes from the last step logged before the kill (the
+    # in-memory tier, or the disk checkpoint when that step was a disk save), or the one before it
+    before = out[:out.index("takes over")]
+    last_logged = max(int(s) for s in re.findall(r"step (\d+)/80", before))
+    resumed = int(re.search(r"resumed from step (\d+)", out).group(1))
+    assert resumed >= last_logged - 1, out[-3000:]
+    assert digest(dir_, capsys) == digest(ref_dir, capsys)
+    assert not psutil.pid_exists(active) or psutil.Process(active).status() == psutil.STATUS_ZOMBIE
+
+
+def test_hot_standby_needs_a_checkpoint_dir() -> None:
+    proc = subprocess.run([sys.executable, "-m", "verl.cli.train", "--hot-standby"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--hot-standby needs --checkpoint-dir" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,60 @@
+"""The in-memory checkpoint tier (``checkpoint.memory_interval``): a SIGKILLed trainer resumes from the
+last step's snapshot in tmpfs instead of the last disk checkpoint, and ends with the same ``verl-ckpt
+digest`` as an uninterrupted run; a tampered snapshot is refused and the disk tier used instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.verl.integration.test_it_exact_resume import command, digest, finish, prompts, start
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
+
+def _memory(tmp_path: Path, name: str) -> tuple[str, str]:
+    return "checkpoint.memory_interval=1", f"checkpoint.memory_dir={tmp_path / name}"
+
+
+def _killed_at_6(tmp_path: Path) -> tuple[Path, Path, Path]:
+    data = prompts(tmp_path)
+    ref_dir, dir_ = tmp_path / "uninterrupted", tmp_path / "killed"
+    reference = start(command(1, data, ref_dir))
+    first = start(command(1, data, dir_, *_memory(tmp_path, "mem"), "faults.kill_trainer_at_step=6"))
+    out = finish(first)
+    assert first.returncode != 0 and "step 5/8" in out and "step 6/8" not in out, out[-2000:]
+    out_ref = finish(reference)
+    assert reference.returncode == 0, out_ref[-3000:]
+    return data, ref_dir, dir_
+
+
+@pytest.mark.slow
+def test_sigkill_resumes_from_the_memory_snapshot_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, ref_dir, dir_ = _killed_at_6(tmp_path)
+    snapshots = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))
+    assert snapshots, "no complete in-memory snapshot"
+    newest = int(snapshots[-1].parent.name.rsplit("_", 1)[1])
+    assert newest > 3  # newer than the last disk checkpoint (interval 3)
+    last = start(command(1, data, dir_, *_memory(tmp_path, "mem"), resume=True))
+    out = finish(last)
+    assert last.returncode == 0, out[-3000:]
+    assert f"resumed from step {newest}" in out and "in-memory snapshot" in out, out[-3000:]
+    assert digest(dir_, capsys) == digest(ref_dir, capsys)
+    assert not (tmp_path / "mem").exists()  # a finished run frees the RAM its snapshots held
+
+
+@pytest.mark.slow
+def test_tampered_memory_snapshot_falls_back_to_disk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, ref_dir, dir_ = _killed_at_6(tmp_path)
+    newest = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))[-1].parent
+    target = newest / "actor.safetensors"
+    blob = bytearray(target.read_bytes())
+    blob[-1] ^= 0xFF  # one flipped bit in a weight
+    target.write_bytes(bytes(blob))
+    last = start(command(1, data, dir_, *_memory(tmp_path, "mem"), resume=True))
+    out = finish(last)
+    assert last.returncode == 0, out[-3000:]
+    assert "unusable, resuming from disk" in out and "checksum mismatch" in out, out[-3000:]
+    assert "resumed from step 3" in out
+    assert digest(dir_, capsys) == digest(ref_dir, capsys)

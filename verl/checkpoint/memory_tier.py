@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import threading
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from .staging import StagingBuffers
 log = logging.getLogger(__name__)
 FORMAT = "verl-ops-memory-snapshot"
 VERSION = 1
+PART_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)?$")  # actor, optim.critic: never a path
 
 
 def _encode(obj: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
@@ -158,17 +160,22 @@ class MemorySnapshotter:
             raise CheckpointError(f"{path.name}: not a version-{VERSION} memory snapshot")
         if model_config_hash is not None and meta.get("model_config_hash") not in (None, model_config_hash):
             raise CheckpointError(f"model config hash mismatch: {path.name} was saved for another model configuration")
-        manifest = meta.get("manifest")
-        if not isinstance(manifest, dict) or not isinstance(meta.get("parts"), dict):
-            raise CheckpointError(f"{path.name}/meta.json has no manifest or parts")
+        manifest, parts, step = meta.get("manifest"), meta.get("parts"), meta.get("global_step")
+        if not isinstance(manifest, dict) or not isinstance(parts, dict) or not isinstance(step, int):
+            raise CheckpointError(f"{path.name}/meta.json has no manifest, parts or global_step")
+        if any(not isinstance(n, str) or not PART_NAME.match(n) or f"{n}.safetensors" not in manifest for n in parts):
+            raise CheckpointError(f"{path.name}/meta.json: part names {sorted(map(str, parts))[:4]} are not "
+                                  "plain names listed in the manifest")
         for rel, want in manifest.items():
-            f = path / str(rel)
+            if not isinstance(rel, str) or "/" in rel or rel.startswith("."):
+                raise CheckpointError(f"{path.name}/meta.json: manifest entry {str(rel)[:60]!r} is not a file name")
+            f = path / rel
             if not f.is_file() or not isinstance(want, dict) or layout.sha256_file(f) != want.get("sha256"):
                 raise CheckpointError(f"{path.name}/{rel}: missing or checksum mismatch")
         if (problem := rng.check(meta.get("rng"))) is not None:
             raise CheckpointError(f"{path.name}/meta.json rng: {problem}")
         states = {}
-        for name, skeleton in meta["parts"].items():
+        for name, skeleton in parts.items():
             try:
                 tensors = load_file(str(path / f"{name}.safetensors"))
             except (OSError, SafetensorError) as exc:
@@ -188,4 +195,4 @@ class MemorySnapshotter:
         trainer = meta.get("trainer")
         if not isinstance(trainer, dict):
             raise CheckpointError(f"{path.name}/meta.json trainer state is not a mapping")
-        return Snapshot(int(meta["global_step"]), path, trainer)
+        return Snapshot(step, path, trainer)

@@ -24,7 +24,6 @@ from typing import Any
 import jsonschema
 import numpy as np
 from datasketch import MinHash, MinHashLSH
-from scipy.stats import levene
 
 from verl.fault.similarity import NUM_PERM, minhashes
 
@@ -278,6 +277,10 @@ class RewardGuard:
         typical = max(float(np.median([_robust_var(b) for b in self._reference])), self.min_var)
         if var <= self.variance_jump * typical:
             return False, typical
+        # imported here: scipy.stats costs ~1 s of every trainer start-up, and this test runs only on a
+        # batch whose variance already jumped
+        from scipy.stats import levene
+
         return bool(levene(finite, pooled, center="median").pvalue < self.significance), typical
 
     def check(self, rewards: Sequence[float], prompts: Sequence[str] | None = None, step: int | None = None,

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from scipy.stats import ks_2samp
-
 from verl.metrics.registry import MetricsRegistry
 
 
@@ -51,6 +49,9 @@ class DataQualityAnalyzer:
     def _compute(self, prompts: list[str], rewards: list[float], reference: list[float], ages: list[float]) -> None:
         self.metrics["verl_prompt_diversity"].labels(method="lexical").set(distinct_n(prompts))
         if len(rewards) >= 2 and len(reference) >= 2:
+            # imported here, on the report thread: scipy.stats is ~1 s of the trainer's start-up otherwise
+            from scipy.stats import ks_2samp
+
             self.metrics["verl_reward_shift_ks_pvalue"].set(float(ks_2samp(reference, rewards).pvalue))
         if ages:
             self.metrics["verl_buffer_sample_age_seconds"].set(sum(ages) / len(ages))

@@ -156,8 +156,8 @@ class Soak:
 
     def _launch(self, resume: bool) -> None:
         j = self.stack.journal
-        if self.trainers and not self.hot_standby:
-            self._wait_port()
+        if self.trainers:
+            self._wait_port()  # a dead trainer's socket may linger a moment
         if not self.trainers:
             self.t0 = j.now()
         self.trainers.append(self.stack.start_trainer(self._trainer_args(resume), hot_standby=self.hot_standby))
@@ -208,9 +208,6 @@ class Soak:
             while j.now() < end:
                 time.sleep(TICK_S)
                 self._sync_runs()
-                if j.now() - polled >= COUNTER_POLL_S:
-                    polled = j.now()
-                    self._poll_counters()
                 trainer = self.trainers[-1]
                 if not trainer.alive():
                     if j.now() < end - 5:
@@ -218,6 +215,9 @@ class Soak:
                     continue
                 while pending and pending[0].at_s <= j.now() - self.t0 and self._training():
                     self._inject(pending.pop(0))
+                if j.now() - polled >= COUNTER_POLL_S:  # after the faults: a slow scrape delays no fault
+                    polled = j.now()
+                    self._poll_counters()
             self._poll_counters()
             self.end_t = j.now()
             self.wall = self.end_t - self.t0

@@ -101,7 +101,8 @@ class Trainer:
     training now is ``active.pid``, and it is ready once one is active (or it printed ``metrics:``)."""
 
     def __init__(self, journal: Journal, log_path: Path, args: Sequence[str], env: dict[str, str] | None = None,
-                 on_line: Callable[[str], None] | None = None, hot_standby: bool = False) -> None:
+                 on_line: Callable[[str], None] | None = None, hot_standby: bool = False,
+                 module: str = "verl.cli.train") -> None:
         self.journal = journal
         self.url: str | None = None
         self.ready = threading.Event()
@@ -112,7 +113,7 @@ class Trainer:
         self.requeued = 0  # prompts the rollout-worker supervisor re-queued after crashes
         self.warnings: list[tuple[float, str]] = []  # WARNING/ERROR log lines, journal time
         self.on_line = on_line
-        cmd = [sys.executable, "-u", "-m", "verl.cli.train", *args]
+        cmd = [sys.executable, "-u", "-m", module, *args]  # module: a stand-in trainer in tests
         self.log = log_path.open("a", encoding="utf-8")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True, env={**os.environ, **(env or {})})

@@ -24,6 +24,10 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "trainer_kill": (),
 }
 TRAINER_DOWN_AFTER_S = 65.0  # TrainerDown's `for: 1m` plus scrape and evaluation slack
+# An expected alert with a `for:` hold can only fire when the soak trains on that long after the fault:
+# its `for:` (monitor/rules/default.yaml) plus the breaker's timeouts, scrape and evaluation slack. A fault
+# injected later than that before the end does not expect it (reported in `alerts_not_due`).
+ALERT_NEEDS_S = {"RewardModelCircuitOpen": 40.0}
 PROMPT_COUNTERS = ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total")
 
 
@@ -93,15 +97,19 @@ def price(soak: Soak) -> None:
                    "degraded_s": round(degraded, 2), "lost_s": round(restart + recomputed + degraded, 2)}
 
 
-def _alerts(soak: Soak, injected: list[Fault]) -> tuple[int, int, list[float]]:
+def _alerts(soak: Soak, injected: list[Fault]) -> tuple[int, int, list[float], list[str]]:
     fired, delivered = soak.alert_times(), soak.delivered()
     expected = delivered_n = 0
     delays: list[float] = []
+    not_due: list[str] = []
     for f in injected:
         names = EXPECTED[f.kind]
         if f.kind == "trainer_kill" and f.costs.get("restart_s", 0.0) > TRAINER_DOWN_AFTER_S:
             names = ("TrainerDown",)  # down longer than TrainerDown's `for: 1m`: the operator must hear
         for name in names:
+            if soak.end_t - (f.injected_at or 0.0) < ALERT_NEEDS_S.get(name, 0.0):
+                not_due.append(name)
+                continue
             expected += 1
             at = f.injected_at or 0.0
             after = [(t, fp) for t, fp in fired.get(name, []) if t >= at]
@@ -111,7 +119,7 @@ def _alerts(soak: Soak, injected: list[Fault]) -> tuple[int, int, list[float]]:
                     delivered_n += 1
             elif (fp := soak.firing_at(name, at)) is not None and fp in delivered:
                 delivered_n += 1  # still firing (and notified) from an earlier fault: no new page
-    return expected, delivered_n, delays
+    return expected, delivered_n, delays, not_due
 
 
 def _prompt_totals(soak: Soak) -> dict[str, float | None]:
@@ -134,7 +142,7 @@ def report(soak: Soak) -> dict[str, Any]:
     price(soak)
     reached = [f for f in soak.plan if f.injected_at is not None]
     injected = [f for f in reached if f.evidence is not None]
-    expected, delivered_n, delays = _alerts(soak, injected)
+    expected, delivered_n, delays, not_due = _alerts(soak, injected)
     fired = soak.alert_times()
     runs = soak.step_runs()
     productive = acct.productive_seconds(runs, soak.resumed())
@@ -156,6 +164,8 @@ def report(soak: Soak) -> dict[str, Any]:
         "alerts_expected": expected,
         "alerts_delivered": delivered_n,
         "mean_detect_seconds": round(statistics.mean(delays), 2) if delays else None,
+        # expected alerts whose `for:` could not elapse before the end (a fault late in the soak)
+        "alerts_not_due": not_due,
         # wall - productive (= wall x (1 - ettr)): start-up + each fault's restart and recomputed seconds +
         # other (e.g. a trainer that died without a fault); degraded seconds are productive for ETTR
         "lost_seconds_total": round(lost_total, 2),

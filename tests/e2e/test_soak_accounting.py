@@ -139,6 +139,10 @@ def test_report_breaks_down_seconds_lost_per_fault_and_sums_to_the_ettr_compleme
     assert k["lost_s"] == pytest.approx(k["restart_s"] + k["recomputed_s"] + k["degraded_s"])
     assert k["evidence"] == "trainer pid 1 exited with code -9 (SIGKILL)" and k["recovered"]
     assert out["faults_injected"] == out["faults_recovered"] == 2
+    # 35 s from the hang to the end: RewardModelCircuitOpen's `for: 30s` (+ slack) cannot elapse, so only
+    # RewardModelTimeout is expected (and, with no monitor here, not delivered)
+    assert out["alerts_expected"] == 1 and out["alerts_delivered"] == 0
+    assert out["alerts_not_due"] == ["RewardModelCircuitOpen"]
     assert out["lost_seconds_startup"] == pytest.approx(5.0)
     assert out["lost_seconds_total"] == pytest.approx(60.0 * (1 - out["ettr"]), abs=0.01)
     parts = out["lost_seconds_startup"] + out["lost_seconds_restart"] + out["lost_seconds_recomputed"]

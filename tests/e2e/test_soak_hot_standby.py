@@ -78,3 +78,17 @@ def test_trainer_kill_hits_the_active_pid_and_the_takeover_is_the_restart(tmp_pa
     assert 0 < row["recomputed_s"] < 1.0 and row["restart_s"] > 0
     assert row["lost_s"] >= row["restart_s"] + row["recomputed_s"]
     assert out["hot_standby"] is True
+
+
+def test_rollout_worker_pids_are_the_pools_worker_processes() -> None:
+    """What the soak's worker_kill SIGKILLs: the children of the trainer's forkserver (here: this process)."""
+    import operator
+    import os
+
+    from harness.stack import rollout_worker_pids
+    from verl.workers import RolloutWorkerPool
+
+    with RolloutWorkerPool(operator.add, rollout_worker_num=2) as pool:
+        wait_for(lambda: sorted(pool.pids()) == rollout_worker_pids(os.getpid()))
+        assert len(rollout_worker_pids(os.getpid())) == 2
+    assert rollout_worker_pids(2**22 + 12345) == []  # no such process

@@ -224,7 +224,7 @@ class Soak:
                 self.runs[-1].exit_code = last.proc.returncode  # killed in the last seconds: not restarted
             self.end_t = j.now()
             self.wall = self.end_t - self.t0
-            self.trainers[-1].stop()  # steps after the measured wall time do not count (see _step_runs)
+            self.trainers[-1].stop()  # steps after the measured wall time do not count (see step_runs)
             drain_until = j.now() + self.args.drain
             while j.now() < drain_until and self._undelivered():
                 time.sleep(1.0)

@@ -26,7 +26,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 TRAINER_DOWN_AFTER_S = 65.0  # TrainerDown's `for: 1m` plus scrape and evaluation slack
 # An expected alert with a `for:` hold can only fire when the soak trains on that long after the fault:
 # its `for:` (monitor/rules/default.yaml) plus the breaker's timeouts, scrape and evaluation slack. A fault
-# injected later than that before the end does not expect it (reported in `alerts_not_due`).
+# injected later than that before the end does not expect it unless it fired (`alerts_not_due`).
 ALERT_NEEDS_S = {"RewardModelCircuitOpen": 40.0}
 PROMPT_COUNTERS = ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total")
 
@@ -107,12 +107,12 @@ def _alerts(soak: Soak, injected: list[Fault]) -> tuple[int, int, list[float], l
         if f.kind == "trainer_kill" and f.costs.get("restart_s", 0.0) > TRAINER_DOWN_AFTER_S:
             names = ("TrainerDown",)  # down longer than TrainerDown's `for: 1m`: the operator must hear
         for name in names:
-            if soak.end_t - (f.injected_at or 0.0) < ALERT_NEEDS_S.get(name, 0.0):
-                not_due.append(name)
-                continue
-            expected += 1
             at = f.injected_at or 0.0
             after = [(t, fp) for t, fp in fired.get(name, []) if t >= at]
+            if not after and soak.end_t - at < ALERT_NEEDS_S.get(name, 0.0):
+                not_due.append(name)  # it did not fire, and could not have yet: no miss
+                continue
+            expected += 1
             if after:
                 delays.append(after[0][0] - at)
                 if after[0][1] in delivered:
@@ -134,7 +134,8 @@ def _fault_row(soak: Soak, f: Fault) -> dict[str, Any]:
     injected_s = None if f.injected_at is None else round(f.injected_at - soak.t0, 1)
     return {"kind": f.kind, "planned_s": f.at_s, "injected_s": injected_s,
             "late_s": None if injected_s is None else round(injected_s - f.at_s, 1), "step": f.step,
-            "target_pid": f.target_pid, "evidence": f.evidence, "recovered": f.recovered, **f.costs}
+            "target_pid": f.target_pid, "evidence": f.evidence, "recovered": f.recovered,
+            **(f.costs or dict.fromkeys(("restart_s", "recomputed_s", "degraded_s", "lost_s")))}
 
 
 def report(soak: Soak) -> dict[str, Any]:

@@ -29,7 +29,8 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     assert report["faults_injected"] == report["faults_recovered"] == 2
     assert report["prompts_lost"] == 0 and report["prompts_duplicated"] == 0  # counted, not null
     # RewardModelTimeout and RewardModelCircuitOpen (the hang outlives the circuit rule's `for: 30s`)
-    assert report["alerts_delivered"] == report["alerts_expected"] == 2
+    # (on a slow machine the hang lands late and the circuit's `for:` may not elapse before the end: not due)
+    assert report["alerts_delivered"] == report["alerts_expected"] == 2 - len(report["alerts_not_due"])
     # the clock starts at the trainer launch: its start-up (seconds) is the only large unproductive part
     assert 0.75 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
     assert report["restarts"] == 0 and report["final_step"] > 100

@@ -152,7 +152,8 @@ class Soak:
                 "--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
                 "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume-or-start"] if resume else []),
                 "trainer.total_steps=1000000", "rollout_worker_num=2", f"checkpoint.interval={self.args.checkpoint_interval}",
-                f"reward.timeout_s={self.args.reward_timeout}", f"faults.trigger_file={self.trigger}")
+                f"reward.timeout_s={self.args.reward_timeout}", f"faults.trigger_file={self.trigger}",
+                *([f"checkpoint.memory_interval={mi}"] if (mi := getattr(self.args, "memory_interval", None)) else []))
 
     def _launch(self, resume: bool) -> None:
         j = self.stack.journal

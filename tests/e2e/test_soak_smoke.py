@@ -31,9 +31,12 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     # RewardModelTimeout and RewardModelCircuitOpen (the hang outlives the circuit rule's `for: 30s`)
     # (on a slow machine the hang lands late and the circuit's `for:` may not elapse before the end: not due)
     assert report["alerts_delivered"] == report["alerts_expected"] == 2 - len(report["alerts_not_due"])
-    # the clock starts at the trainer launch: its start-up (seconds) is the only large unproductive part
-    assert 0.75 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
-    assert report["restarts"] == 0 and report["final_step"] > 100
+    # the clock starts at the trainer launch: its start-up (5-20 s, by the machine's load) is the only large
+    # unproductive part; the faults cost seconds
+    assert 0 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
+    assert report["ettr_from_first_step"] > 0.9
+    assert report["ettr"] * 60 == pytest.approx(60 - report["lost_seconds_total"], abs=0.05)
+    assert report["restarts"] == 0 and report["final_step"] > 20
     # on wall time: the critic OOM is due while the trainer trains, so it lands within a tick or two of its plan
     oom = report["faults"][1]
     assert oom["late_s"] is not None and 0 <= oom["late_s"] < 1.0 and oom["step"] is not None

@@ -219,12 +219,12 @@ class Soak:
                 if j.now() - polled >= COUNTER_POLL_S:  # after the faults: a slow scrape delays no fault
                     polled = j.now()
                     self._poll_counters()
+            self.end_t = j.now()
+            self.wall = self.end_t - self.t0
             self._poll_counters()
             last = self.trainers[-1]
             if not self.hot_standby and not last.alive() and self.runs and self.runs[-1].trainer is last:
                 self.runs[-1].exit_code = last.proc.returncode  # killed in the last seconds: not restarted
-            self.end_t = j.now()
-            self.wall = self.end_t - self.t0
             self.trainers[-1].stop()  # steps after the measured wall time do not count (see step_runs)
             drain_until = j.now() + self.args.drain
             while j.now() < drain_until and self._undelivered():

@@ -35,7 +35,7 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     # unproductive part; the faults cost seconds
     assert 0 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
     assert report["ettr_from_first_step"] > 0.9
-    assert report["ettr"] * 60 == pytest.approx(60 - report["lost_seconds_total"], abs=0.05)
+    assert report["ettr"] * 60 == pytest.approx(60 - report["lost_seconds_total"], abs=0.5)  # wall: 60 s + a tick
     assert report["restarts"] == 0 and report["final_step"] > 20
     # on wall time: the critic OOM is due while the trainer trains, so it lands within a tick or two of its plan
     oom = report["faults"][1]

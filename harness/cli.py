@@ -30,6 +30,12 @@ def soak_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain", type=float, default=30.0, help="seconds to wait for pending deliveries at the end")
     p.add_argument("--workdir", help="keep configs, checkpoints, state and logs here (default: a temp dir)")
     p.add_argument("--quiet", action="store_true", help="do not print the live event log")
+    p.add_argument("--memory-interval", type=int, default=None,
+                   help="trainer checkpoint.memory_interval: in-memory snapshot every N steps (default: the "
+                        "trainer's, off)")
+    p.add_argument("--hot-standby", action="store_true",
+                   help="run `verl-train --hot-standby` (a supervisor with a warm standby): the soak SIGKILLs the "
+                        "active trainer pid it announces and restarts nothing unless the supervisor dies")
 
 
 def run_soak(args: argparse.Namespace) -> int:

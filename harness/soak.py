@@ -1,36 +1,48 @@
 """``verl-ops soak --duration SECONDS --output FILE`` (``make soak``): fault-injection soak with effective
-training time. The CLI is in ``harness/cli.py``.
+training time. The CLI is in ``harness/cli.py``; the time accounting in ``harness/soak_accounting.py``.
 
-    plan (seeded: about one fault per --fault-interval) -> supervisor: trainer incarnations, each with
-    the faults due before its SIGKILL, restarted with --resume-or-start -> monitor + robot stand-in (harness.stack.Stack)
-    -> accounting: ETTR, faults recovered, prompts, expected alerts delivered, detection delay -> JSON
+    plan (seeded: about one fault per --fault-interval, each at a wall time) -> the soak injects each at
+    its time into the trainer training then -> trainer restarted with --resume-or-start after a SIGKILL
+    (or, with --hot-standby, its supervisor's standby takes over) -> monitor + robot stand-in
+    (harness.stack.Stack) -> accounting: ETTR, seconds lost per fault, faults recovered, prompts,
+    expected alerts delivered, detection delay -> JSON
 
-Fault kinds: ``reward_hang`` (reward model hangs: timeouts, circuit breaker), ``worker_kill`` (SIGKILL of
-a rollout worker), ``critic_oom`` (critic update OOM: degraded mode), ``trainer_kill`` (SIGKILL of the
-whole trainer; the supervisor restarts it with ``--resume-or-start``). Faults are ``faults.*`` overrides at a
-step; the step for a planned time comes from the measured step rate.
+Faults land on wall time, whatever the step rate (a fault due while no trainer is training, i.e.
+during a restart, lands as soon as the next one has finished a step; ``late_s`` in the report):
+
+- ``trainer_kill``: the soak SIGKILLs the training process itself (kill -9). Without ``--hot-standby`` it
+  restarts the trainer with ``--resume-or-start``; with it, it SIGKILLs the active pid the supervisor
+  announced (``hot-standby: active trainer pid N``) and restarts nothing unless the supervisor died;
+- ``worker_kill``: the soak SIGKILLs one rollout worker process of the training process (a child of its
+  forkserver); the trainer's worker supervisor restarts it and re-queues its prompts;
+- ``reward_hang`` / ``critic_oom``: the soak appends ``{"fault": KIND}`` to the trainer's
+  ``faults.trigger_file``; the trainer injects it at its next step's start through the circuit breaker /
+  the OOM degrader (``verl/trainer/fault_injection.py``).
 
 ETTR (Meta's definition): productive training time / wall time of the training job, from the first
 trainer launch to the end (the monitor and robot stand-in start first, as a sidecar is up before the job
-it watches; the trainer's own start-up counts as unproductive). A step is productive when its update
-survives: steps completed after the checkpoint a restart resumes from are recomputed, so they and the
-restart time (process start, model build, resume) are not productive. A step's time is the gap since the
-previous step of the same incarnation (an incarnation's first step: that incarnation's median gap).
+it watches; the trainer's own start-up counts as unproductive). The seconds ETTR does not count are split
+into ``lost_seconds_startup`` and, per fault, ``restart`` and ``recomputed``; ``degraded`` seconds (slow
+steps while a fault is active) are reported beside them (see ``harness/soak_accounting.py``).
 
-A fault counts as recovered when training completed ``RECOVERY_STEPS`` steps past it. Prompt accounting
-comes from the trainer's ``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total``
-(its per-step check of rollouts against prompts), polled from every incarnation and summed; ``null``
-with a note when an incarnation never exposed them -- the soak does not invent figures the trainer does
-not report. Re-queued prompts come from the trainer's log (``N prompt(s) re-queued``).
+A fault counts as injected when the trainer shows it acted on it (a log line, or the SIGKILLed process's
+exit), and as recovered when training completed ``RECOVERY_STEPS`` steps past it. Prompt accounting comes
+from the trainer's ``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total`` (its
+per-step check of rollouts against prompts), polled from every trainer process and summed; ``null`` with a
+note when one never exposed them -- the soak does not invent figures the trainer does not report.
+Re-queued prompts come from the trainer's log (``N prompt(s) re-queued``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import random
 import re
+import signal
 import socket
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,42 +50,40 @@ from typing import Any
 
 import httpx
 
+from harness import soak_accounting as acct
 from harness.profile import free_port
-from harness.stack import Stack, StackOptions, Trainer
+from harness.soak_report import PROMPT_COUNTERS, report
+from harness.stack import ActiveProcess, Stack, StackOptions, Trainer, rollout_worker_pids
 from monitor.sources.prom_text import parse_exposition
 
 KINDS = ("reward_hang", "worker_kill", "critic_oom")
-# alerts an operator must receive for each kind; a SIGKILL + automatic resume is handled, not paged,
-# unless the trainer stayed down longer than TrainerDown's `for: 1m` (see TRAINER_DOWN_AFTER_S)
-EXPECTED: dict[str, tuple[str, ...]] = {
-    "reward_hang": ("RewardModelTimeout", "RewardModelCircuitOpen"),
-    "worker_kill": ("RolloutWorkerCrash",),
-    "critic_oom": (),
-    "trainer_kill": (),
-}
+TRIGGERED = ("reward_hang", "critic_oom")  # through the trainer's faults.trigger_file
 RECOVERY_STEPS = 5
-TRAINER_DOWN_AFTER_S = 65.0  # TrainerDown's `for: 1m` plus scrape and evaluation slack
 # What the trainer logs when it acts on a fault (WARNING/ERROR lines): a fault without such a line was
-# scheduled but not acted on, and is not counted as injected.
+# sent but not acted on, and is not counted as injected. The trigger's own "fault trigger:" line is no
+# evidence: the component it feeds must act.
 EVIDENCE: dict[str, re.Pattern[str]] = {
     "reward_hang": re.compile(r"reward.*(timed? ?out|circuit|hang)|circuit.*open", re.I),
     "worker_kill": re.compile(r"rollout worker \d+.*(died|killed|restart)", re.I),
     "critic_oom": re.compile(r"critic.*(oom|out of memory|degrad)", re.I),
     "trainer_kill": re.compile(r"SIGKILL trainer", re.I),
 }
-PROMPT_COUNTERS = ("verl_rollout_prompts_lost_total", "verl_rollout_prompts_duplicated_total")
+TRIGGER_LINE = re.compile(r"fault trigger: (\w+) at step (\d+)")
 COUNTER_POLL_S = 2.0
-HANG_STEPS = 3  # a hang lasts this many steps' worth of reward calls (the breaker opens after 3 timeouts)
+TICK_S = 0.1  # how late a fault may land after its planned time while a trainer is training
 
 
 @dataclass
 class Fault:
     kind: str
-    at_s: float  # planned, seconds since the soak started
-    step: int | None = None
-    injected_at: float | None = None  # when the trainer reached the fault's step
-    evidence: str | None = None  # the trainer's log line showing it acted on the fault
+    at_s: float  # planned, seconds since the first trainer launch
+    step: int | None = None  # the step it hit
+    injected_at: float | None = None  # journal time the soak injected it
+    run: int | None = None  # index of the run (trainer process) it hit
+    target_pid: int | None = None  # the process SIGKILLed (trainer or rollout worker)
+    evidence: str | None = None  # the trainer's log line (or exit) showing it acted on the fault
     recovered: bool = False
+    costs: dict[str, float] = field(default_factory=dict)  # restart / recomputed / degraded seconds
 
 
 def plan_faults(duration: float, interval: float, seed: int) -> list[Fault]:
@@ -98,59 +108,36 @@ def plan_faults(duration: float, interval: float, seed: int) -> list[Fault]:
 
 
 @dataclass
-class Incarnation:
+class Run:
+    """One trainer process while it trained (``ActiveProcess``), with what the soak knows about it."""
+
+    active: ActiveProcess
     trainer: Trainer
-    started: float
-    resumed_from: int = 0
-    faults: list[Fault] = field(default_factory=list)
+    resume_fallback: int = 0  # newest complete checkpoint when it started, if it never logs its resume
+    killed_at: float | None = None  # when the soak SIGKILLed it
+    exit_code: int | None = None
     counters: dict[str, float] = field(default_factory=dict)  # the last scrape of PROMPT_COUNTERS
 
+    @property
+    def steps(self) -> dict[int, float]:
+        return self.active.step_times
 
-def productive_seconds(runs: list[dict[int, float]], resumed_from: list[int]) -> float:
-    """Seconds of training whose updates survive. ``runs[i]``: step -> completion time of incarnation
-    i; ``resumed_from[i]``: the checkpoint step incarnation i resumed from. Steps of run i after
-    ``resumed_from[i + 1]`` were recomputed by run i + 1 and do not count. A step's time is the gap since
-    the previous step of the same run; a run's first step (which includes start-up) gets the run's
-    median gap, so start-up and restart time are never productive."""
-    total = 0.0
-    for i, steps in enumerate(runs):
-        gaps, median = step_seconds(steps)
-        survives = resumed_from[i + 1] if i + 1 < len(runs) else float("inf")
-        total += sum(gaps.get(s, median) for s in steps if s <= survives)
-    return total
-
-
-def step_seconds(steps: dict[int, float]) -> tuple[dict[int, float], float]:
-    """Per-step durations of one run (gap since the previous step, where there is one) and their median,
-    which stands in for a step with no predecessor (the run's first: its gap would include start-up)."""
-    times = sorted(steps.items())
-    gaps = {s: t - tp for (sp, tp), (s, t) in zip(times, times[1:], strict=False) if s == sp + 1}
-    return gaps, statistics.median(gaps.values()) if gaps else 0.0
-
-
-def _overrides(faults: list[Fault]) -> list[str]:
-    out = []
-    workers = [f.step for f in faults if f.kind == "worker_kill"]
-    if workers:
-        out.append(f"faults.kill_rollout_worker_at_steps=[{','.join(str(s) for s in workers)}]")
-    for f in faults:
-        if f.kind == "reward_hang":
-            out.append(f"faults.reward_hang_at_step={f.step}")
-        elif f.kind == "critic_oom":
-            out.append(f"faults.critic_oom_at_step={f.step}")
-        elif f.kind == "trainer_kill":
-            out.append(f"faults.kill_trainer_at_step={f.step}")
-    return out
+    @property
+    def resumed_from(self) -> int:
+        return self.active.resumed_from if self.active.resumed_from is not None else self.resume_fallback
 
 
 class Soak:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
         self.workdir = workdir
+        self.hot_standby = bool(getattr(args, "hot_standby", False))
         self.port = free_port()
         self.plan = plan_faults(args.duration, args.fault_interval, args.seed)
-        self.incarnations: list[Incarnation] = []
-        self.rate = 4.0  # steps/s until measured
+        self.rng = random.Random(args.seed)  # which rollout worker a worker_kill takes
+        self.trigger = workdir / "fault-trigger.jsonl"
+        self.trainers: list[Trainer] = []
+        self.runs: list[Run] = []
         self.wall = 0.0  # seconds from the first trainer launch to the end (ETTR's denominator)
         self.end_t = 0.0  # journal time of the end
         self.port_wait: list[float] = []
@@ -160,43 +147,32 @@ class Soak:
             correlation_window=args.correlation_window, echo=not args.quiet,
             trainer_url=f"http://127.0.0.1:{self.port}/metrics"))
 
-    def _trainer_args(self, faults: list[Fault], resume: bool) -> tuple[str, ...]:
-        return ("--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
+    def _trainer_args(self, resume: bool) -> tuple[str, ...]:
+        return (*(["--hot-standby"] if self.hot_standby else []),
+                "--config", "ppo_tiny", "--metrics-port", str(self.port), "--metrics-interval", "1",
                 "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume-or-start"] if resume else []),
                 "trainer.total_steps=1000000", "rollout_worker_num=2", f"checkpoint.interval={self.args.checkpoint_interval}",
-                f"reward.timeout_s={self.args.reward_timeout}", *_overrides(faults))
+                f"reward.timeout_s={self.args.reward_timeout}", f"faults.trigger_file={self.trigger}",
+                *([f"checkpoint.memory_interval={mi}"] if (mi := getattr(self.args, "memory_interval", None)) else []))
 
-    def _schedule(self, now: float, resume_step: int) -> list[Fault]:
-        """The pending faults for the next incarnation, up to and including the next trainer kill."""
-        chosen: list[Fault] = []
-        startup = 10.0
-        for f in self.plan:
-            if f.step is not None:
-                continue
-            f.step = max(resume_step + 2, int(resume_step + (f.at_s - now - startup) * self.rate))
-            if any(c.step == f.step for c in chosen):
-                f.step += 1
-            chosen.append(f)
-            if f.kind == "trainer_kill":
-                break
-        return chosen
-
-    def _launch(self, resume: bool) -> Incarnation:
+    def _launch(self, resume: bool) -> None:
         j = self.stack.journal
-        if self.incarnations:
-            self._wait_port()  # before scheduling: the wait shifts every later fault's step
-        resume_step = self._last_step()
-        if not self.incarnations:
+        if self.trainers:
+            self._wait_port()  # a dead trainer's socket may linger a moment
+        if not self.trainers:
             self.t0 = j.now()
-        faults = self._schedule(j.now() - self.t0, resume_step)
-        args = self._trainer_args(faults, resume)
-        trainer = self.stack.start_trainer(args)
-        inc = Incarnation(trainer, self.stack.trainer_started, resumed_from=self._newest_checkpoint() if resume else 0,
-                          faults=faults)
-        self.incarnations.append(inc)
-        for f in faults:
-            j.add("fault", f"planned {f.kind} at step {f.step} (~{f.at_s:.0f}s)", fault=f.kind, step=f.step)
-        return inc
+        self.trainers.append(self.stack.start_trainer(self._trainer_args(resume), hot_standby=self.hot_standby))
+        self._sync_runs()
+
+    def _sync_runs(self) -> None:
+        """A ``Run`` for each trainer process that became active since the last call."""
+        known = {id(r.active) for r in self.runs}
+        for trainer in self.trainers:
+            for active in list(trainer.actives):
+                if id(active) not in known:
+                    self.runs.append(Run(active, trainer, self._newest_checkpoint() if self.runs else 0))
+                    if self.hot_standby:
+                        self.stack.journal.add("trainer", f"trainer pid {active.pid} is active")
 
     def _wait_port(self) -> None:
         """Wait until no process listens on the trainer's port any more (the killed trainer's socket
@@ -211,8 +187,8 @@ class Soak:
                     probe.bind(("127.0.0.1", self.port))
                 break
             except OSError:
-                time.sleep(0.5)
-        self.port_wait.append(round(time.monotonic() - started, 1))
+                time.sleep(0.05)
+        self.port_wait.append(round(time.monotonic() - started, 2))
 
     def _newest_checkpoint(self) -> int:
         """Step of the newest complete checkpoint (its COMPLETE marker is written last)."""
@@ -220,72 +196,112 @@ class Soak:
         return max(steps, default=0)
 
     def _last_step(self) -> int:
-        return max((max(i.trainer.step_times, default=0) for i in self.incarnations), default=0)
+        return max((max(r.steps, default=0) for r in self.runs), default=0)
 
     def run(self) -> dict[str, Any]:
         j = self.stack.journal
         try:
             self.stack.start()  # robot stand-in and monitor first: the sidecar is up before the job starts
-            inc = self._launch(resume=False)
+            self._launch(resume=False)
             end = self.t0 + self.args.duration
+            pending = list(self.plan)
             polled = 0.0
             while j.now() < end:
-                time.sleep(0.5)
-                self._measure_rate(inc)
-                if j.now() - polled >= COUNTER_POLL_S:
+                time.sleep(TICK_S)
+                self._sync_runs()
+                trainer = self.trainers[-1]
+                if not trainer.alive():
+                    if j.now() < end - 5:
+                        self._restart(trainer)
+                    continue
+                while pending and pending[0].at_s <= j.now() - self.t0 and self._training():
+                    self._inject(pending.pop(0))
+                if j.now() - polled >= COUNTER_POLL_S:  # after the faults: a slow scrape delays no fault
                     polled = j.now()
-                    inc.counters.update(self._prompt_counters())
-                if not inc.trainer.alive() and j.now() < end - 5:
-                    code = inc.trainer.proc.returncode
-                    j.add("trainer", f"trainer exited with code {code}; restarting with --resume-or-start")
-                    inc.trainer.stop()
-                    inc = self._launch(resume=True)
-            inc.counters.update(self._prompt_counters())
+                    self._poll_counters()
             self.end_t = j.now()
             self.wall = self.end_t - self.t0
-            inc.trainer.stop()  # steps after the measured wall time do not count (see _runs)
+            self._poll_counters()
+            last = self.trainers[-1]
+            if not self.hot_standby and not last.alive() and self.runs and self.runs[-1].trainer is last:
+                self.runs[-1].exit_code = last.proc.returncode  # killed in the last seconds: not restarted
+            self.trainers[-1].stop()  # steps after the measured wall time do not count (see step_runs)
             drain_until = j.now() + self.args.drain
             while j.now() < drain_until and self._undelivered():
                 time.sleep(1.0)
         finally:
             self.stack.close()
-        return self._report()
+        return report(self)
 
-    def _measure_rate(self, inc: Incarnation) -> None:
-        # over the last 200 steps: short spans follow transients (a reward hang, cache-fast steps)
-        times = sorted(inc.trainer.step_times.items())[-200:]
-        if len(times) >= 20:
-            (s0, t0), (s1, t1) = times[0], times[-1]
-            if t1 > t0:
-                self.rate = (s1 - s0) / (t1 - t0)
+    def _restart(self, trainer: Trainer) -> None:
+        code = trainer.proc.returncode
+        what = "hot-standby supervisor" if self.hot_standby else "trainer"
+        self.stack.journal.add("trainer", f"{what} exited with code {code}; restarting with --resume-or-start")
+        if not self.hot_standby and self.runs and self.runs[-1].trainer is trainer:
+            self.runs[-1].exit_code = code
+        trainer.stop()
+        self._launch(resume=True)
 
-    def _prompt_counters(self) -> dict[str, float]:
+    def _training(self) -> bool:
+        """A trainer process is training: it finished a step and the soak has not killed it."""
+        if not self.runs:
+            return False
+        run = self.runs[-1]
+        return run.killed_at is None and bool(run.steps) and run.active.pid is not None and run.trainer.alive()
+
+    def _inject(self, f: Fault) -> None:
+        j = self.stack.journal
+        run = self.runs[-1]
+        pid = run.active.pid
+        assert pid is not None  # _training() checked it
+        f.injected_at, f.run, f.step = j.now(), len(self.runs) - 1, max(run.steps) + 1
+        late = f"{f.injected_at - self.t0 - f.at_s:+.1f}s vs plan"
+        if f.kind == "trainer_kill":
+            f.target_pid = pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            run.killed_at = j.now()
+            j.add("fault", f"soak: SIGKILL trainer pid {pid} (step ~{f.step}, {late})", fault=f.kind, pid=pid)
+        elif f.kind == "worker_kill":
+            workers = rollout_worker_pids(pid)
+            if not workers:
+                j.add("fault", f"soak: no rollout worker process under trainer pid {pid}: worker_kill not injected",
+                      fault=f.kind)
+                return
+            f.target_pid = self.rng.choice(workers)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(f.target_pid, signal.SIGKILL)
+            j.add("fault", f"soak: SIGKILL rollout worker pid {f.target_pid} of trainer pid {pid} ({late})",
+                  fault=f.kind, pid=f.target_pid)
+        else:
+            with self.trigger.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"fault": f.kind, "planned_s": f.at_s}) + "\n")
+            j.add("fault", f"soak: trigger {f.kind} in trainer pid {pid} ({late})", fault=f.kind)
+
+    def _poll_counters(self) -> None:
+        """Scrape the prompt counters into the training run's record. Counters restart with each process:
+        a scrape that went back (another process answered on the port) is not this run's."""
+        if not self.runs or self.runs[-1].killed_at is not None:
+            return
+        run = self.runs[-1]
         try:
             text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
         except httpx.HTTPError:
-            return {}
+            return
         batch = parse_exposition(text, 0.0, "soak", None, {})
-        return {x.name: x.value for x in batch.samples if x.name in PROMPT_COUNTERS}
+        values = {x.name: x.value for x in batch.samples if x.name in PROMPT_COUNTERS}
+        if all(v >= run.counters.get(k, 0.0) for k, v in values.items()):
+            run.counters.update(values)
 
-    # -- accounting -------------------------------------------------------------------------------------
-    def _fault_times(self) -> None:
-        for i, inc in enumerate(self.incarnations):
-            for f in inc.faults:
-                f.injected_at = inc.trainer.step_times.get((f.step or 0) - 1)
-                if f.injected_at is not None:
-                    f.evidence = next((ln for t, ln in inc.trainer.warnings
-                                       if t >= f.injected_at - 1 and EVIDENCE[f.kind].search(ln)), None)
-                later = [s for x in self.incarnations[i:] for s in x.trainer.step_times if s >= (f.step or 0) + RECOVERY_STEPS]
-                f.recovered = f.injected_at is not None and bool(later)
-
-    def _alert_times(self) -> dict[str, list[tuple[float, str]]]:
+    # -- the journal's alerts and notifications -------------------------------------------------------------
+    def alert_times(self) -> dict[str, list[tuple[float, str]]]:
         fired: dict[str, list[tuple[float, str]]] = {}
         for ev in self.stack.journal.of("alert"):
             if ev["status"] == "firing":
                 fired.setdefault(ev["alertname"], []).append((ev["t"], ev["fingerprint"]))
         return fired
 
-    def _firing_at(self, alertname: str, t: float) -> str | None:
+    def firing_at(self, alertname: str, t: float) -> str | None:
         """Fingerprint of an ``alertname`` alert that was firing at time ``t``, if any."""
         state: dict[str, str] = {}
         for ev in self.stack.journal.of("alert"):
@@ -295,7 +311,7 @@ class Soak:
                 state[ev["fingerprint"]] = ev["status"]
         return next((fp for fp, st in state.items() if st == "firing"), None)
 
-    def _delivered(self) -> dict[str, float]:
+    def delivered(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for ev in self.stack.journal.of("notification"):
             if ev["status"] == "delivered":
@@ -304,108 +320,25 @@ class Soak:
         return out
 
     def _undelivered(self) -> bool:
-        delivered = self._delivered()
-        return any(fp not in delivered for evs in self._alert_times().values() for _, fp in evs)
+        delivered = self.delivered()
+        return any(fp not in delivered for evs in self.alert_times().values() for _, fp in evs)
 
-    def _restart_gaps(self) -> list[tuple[float, Incarnation]]:
-        """(time the previous incarnation logged its last step, next incarnation) per restart."""
-        out = []
-        for prev, nxt in zip(self.incarnations, self.incarnations[1:], strict=False):
-            out.append((max(prev.trainer.step_times.values(), default=prev.started), nxt))
-        return out
+    # -- accounting inputs ----------------------------------------------------------------------------------
+    def step_runs(self) -> list[dict[int, float]]:
+        """Each run's step completion times, up to the end of the measured wall time."""
+        return [{s: t for s, t in r.steps.items() if t <= self.end_t} for r in self.runs]
 
-    def _runs(self) -> list[dict[int, float]]:
-        """Each incarnation's step completion times, up to the end of the measured wall time."""
-        return [{s: t for s, t in inc.trainer.step_times.items() if t <= self.end_t} for inc in self.incarnations]
+    def resumed(self) -> list[int]:
+        return [r.resumed_from for r in self.runs]
 
-    def _ettr(self, wall: float) -> float:
-        runs = self._runs()
-        return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / wall if wall > 0 else 0.0
+    def ettr(self) -> float:
+        productive = acct.productive_seconds(self.step_runs(), self.resumed())
+        return productive / self.wall if self.wall > 0 else 0.0
 
-    def _ettr_from_first_step(self) -> float:
-        if not self.incarnations or not self.incarnations[0].trainer.step_times:
+    def ettr_from_first_step(self) -> float:
+        runs = self.step_runs()
+        start = acct.first_step_start(runs[0]) if runs else None
+        if start is None:
             return 0.0
-        steps = self.incarnations[0].trainer.step_times
-        first_start = min(steps.values()) - step_seconds(steps)[1]  # the first step counts in full
-        runs = self._runs()
-        span = self.end_t - first_start
-        return productive_seconds(runs, [inc.resumed_from for inc in self.incarnations]) / span if span > 0 else 0.0
-
-    def _prompt_totals(self) -> dict[str, float | None]:
-        """Counters restart with each process: sum every incarnation's last scrape. ``None`` when an
-        incarnation never exposed a counter (then the soak cannot vouch for its prompts)."""
-        return {name: (sum(i.counters[name] for i in self.incarnations)
-                       if all(name in i.counters for i in self.incarnations) else None)
-                for name in PROMPT_COUNTERS}
-
-    def _report(self) -> dict[str, Any]:
-        for inc in self.incarnations:  # the trainer's own "resumed from step N" wins when it logged one
-            if inc.trainer.resumed_from is not None:
-                inc.resumed_from = inc.trainer.resumed_from
-        self._fault_times()
-        reached = [f for inc in self.incarnations for f in inc.faults if f.injected_at is not None]
-        injected = [f for f in reached if f.evidence is not None]
-        fired, delivered = self._alert_times(), self._delivered()
-        expected = delivered_n = 0
-        delays: list[float] = []
-        downtime = dict(zip([id(f) for inc in self.incarnations[:-1] for f in inc.faults if f.kind == "trainer_kill"],
-                            [round(min(b.trainer.step_times.values(), default=self.end_t) - a, 1)
-                             for a, b in self._restart_gaps()],
-                            strict=False))
-        for f in injected:
-            names = EXPECTED[f.kind]
-            if f.kind == "trainer_kill" and downtime.get(id(f), 0.0) > TRAINER_DOWN_AFTER_S:
-                names = ("TrainerDown",)  # down longer than TrainerDown's `for: 1m`: the operator must hear
-            for name in names:
-                expected += 1
-                at = f.injected_at or 0.0
-                after = [(t, fp) for t, fp in fired.get(name, []) if t >= at]
-                if after:
-                    delays.append(after[0][0] - at)
-                    if after[0][1] in delivered:
-                        delivered_n += 1
-                elif (fp := self._firing_at(name, at)) is not None and fp in delivered:
-                    delivered_n += 1  # still firing (and notified) from an earlier fault: no new page
-        wall = self.wall
-        requeued = sum(inc.trainer.requeued for inc in self.incarnations)
-        totals = self._prompt_totals()
-        lost, dup = totals["verl_rollout_prompts_lost_total"], totals["verl_rollout_prompts_duplicated_total"]
-        return {
-            "ettr": round(self._ettr(wall), 4),
-            # the initial start-up is the same with or without faults: this isolates what the faults cost
-            "ettr_from_first_step": round(self._ettr_from_first_step(), 4),
-            "faults_injected": len(injected),
-            "faults_recovered": sum(f.recovered for f in injected),
-            "prompts_lost": lost,
-            "prompts_duplicated": dup,
-            "alerts_expected": expected,
-            "alerts_delivered": delivered_n,
-            "mean_detect_seconds": round(statistics.mean(delays), 2) if delays else None,
-            "faults": [{"kind": f.kind, "step": f.step, "planned_s": f.at_s,
-                        "injected_s": None if f.injected_at is None else round(f.injected_at - self.t0, 1),
-                        "evidence": f.evidence, "recovered": f.recovered}
-                       for inc in self.incarnations for f in inc.faults],
-            "faults_reached_without_trainer_evidence": [f.kind for f in reached if f.evidence is None],
-            "faults_planned_not_reached": sum(1 for f in self.plan if f.injected_at is None),
-            "restarts": len(self.incarnations) - 1,
-            "restart_port_wait_seconds": self.port_wait,
-            # last step before the kill -> first step after the resume
-            "restart_seconds": [round(min(b.trainer.step_times.values(), default=self.end_t) - a_end, 1)
-                                for a_end, b in self._restart_gaps()],
-            "prompts_requeued": requeued,
-            "alerts_fired": sorted(fired),
-            # fired although no injected fault calls for them: the monitor's false alarms, or the trainer's
-            # own trouble (e.g. the reward guard pausing a batch while the toy policy wobbles)
-            "alerts_unexpected": sorted(set(fired) - {n for names in EXPECTED.values() for n in names} - {"TrainerDown"}),
-            "final_step": self._last_step(),
-            "duration_s": self.args.duration,
-            "workdir": str(self.workdir),
-            "notes": [
-                "prompts_lost/prompts_duplicated: the trainer's per-step check of rollouts against prompts, summed "
-                f"over incarnations from the last scrape of each (polled every {COUNTER_POLL_S:.0f} s); across a "
-                "SIGKILL the resumed run re-draws the prompts after its checkpoint exactly (see the exact-resume "
-                "tests), so the recomputed steps neither lose nor repeat prompts in the surviving run"]
-            if lost is not None else [
-                "prompts_lost/prompts_duplicated: an incarnation never exposed verl_rollout_prompts_lost_total / "
-                "verl_rollout_prompts_duplicated_total, so they are reported as null"],
-        }
+        span = self.end_t - start
+        return acct.productive_seconds(runs, self.resumed()) / span if span > 0 else 0.0

@@ -25,6 +25,8 @@ STEP_RE = re.compile(r"\bstep (\d+)/\d+ \|")
 RESUMED_RE = re.compile(r"resumed from step (\d+)")
 REQUEUED_RE = re.compile(r"(\d+) prompt\(s\) re-queued")
 METRICS_RE = re.compile(r"^metrics: (http://\S+)")
+# `verl-train --hot-standby`: its supervisor prints this each time a (new) trainer process becomes active
+ACTIVE_RE = re.compile(r"hot-standby: active trainer pid (\d+)")
 
 
 @dataclass
@@ -80,26 +82,55 @@ class Journal:
         self.add("message", f"chat robot received:\n{body}", text=text)
 
 
+@dataclass
+class ActiveProcess:
+    """One trainer process while it trained: its pid and its steps as the journal saw them. Without
+    ``--hot-standby`` a ``Trainer`` has one, its own process; with it, one per process the supervisor
+    made active (``hot-standby: active trainer pid N``)."""
+
+    pid: int | None
+    since: float  # journal time: launched, or made active by the hot-standby supervisor
+    step_times: dict[int, float] = field(default_factory=dict)
+    resumed_from: int | None = None  # from its "resumed from step N" line
+
+
 class Trainer:
     """``python -m verl.cli.train`` in its own process group (so Ctrl-C and stop() take its rollout
-    workers too); its log goes to a file and each finished step is stamped in the journal."""
+    workers too); its log goes to a file and each finished step is stamped in the journal.
+    ``hot_standby``: the process is ``verl-train --hot-standby``'s supervisor; the pid of the process
+    training now is ``active.pid``, and it is ready once one is active (or it printed ``metrics:``)."""
 
     def __init__(self, journal: Journal, log_path: Path, args: Sequence[str], env: dict[str, str] | None = None,
-                 on_line: Callable[[str], None] | None = None) -> None:
+                 on_line: Callable[[str], None] | None = None, hot_standby: bool = False,
+                 module: str = "verl.cli.train") -> None:
         self.journal = journal
         self.url: str | None = None
         self.ready = threading.Event()
-        self.step_times: dict[int, float] = {}
+        self.step_times: dict[int, float] = {}  # of every process of this Trainer, the newest per step
         self.resumed_from: int | None = None  # from the trainer's "resumed from step N" line
+        self.hot_standby = hot_standby
+        self.actives: list[ActiveProcess] = []
         self.requeued = 0  # prompts the rollout-worker supervisor re-queued after crashes
         self.warnings: list[tuple[float, str]] = []  # WARNING/ERROR log lines, journal time
         self.on_line = on_line
-        cmd = [sys.executable, "-u", "-m", "verl.cli.train", *args]
+        cmd = [sys.executable, "-u", "-m", module, *args]  # module: a stand-in trainer in tests
         self.log = log_path.open("a", encoding="utf-8")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True, env={**os.environ, **(env or {})})
+        if not hot_standby:
+            self.actives.append(ActiveProcess(self.proc.pid, journal.now()))
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+
+    @property
+    def active(self) -> ActiveProcess | None:
+        """The process training now (the newest made active), None before the supervisor named one."""
+        return self.actives[-1] if self.actives else None
+
+    def _active(self) -> ActiveProcess:
+        if not self.actives:  # a step before any "active" line: a supervisor that does not announce
+            self.actives.append(ActiveProcess(None, self.journal.now()))
+        return self.actives[-1]
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -107,12 +138,18 @@ class Trainer:
             self.log.write(line)
             m = STEP_RE.search(line)
             if m:
-                self.step_times[int(m.group(1))] = self.journal.now()
+                t = self.journal.now()
+                self.step_times[int(m.group(1))] = t
+                self._active().step_times[int(m.group(1))] = t
             elif (u := METRICS_RE.match(line)) is not None:
                 self.url = u.group(1)
                 self.ready.set()
             elif (r := RESUMED_RE.search(line)) is not None:
                 self.resumed_from = int(r.group(1))
+                self._active().resumed_from = int(r.group(1))
+            elif self.hot_standby and (a := ACTIVE_RE.search(line)) is not None:
+                self.actives.append(ActiveProcess(int(a.group(1)), self.journal.now()))
+                self.ready.set()
             if (q := REQUEUED_RE.search(line)) is not None:
                 self.requeued += int(q.group(1))
             if " WARNING " in line or " ERROR " in line:
@@ -126,8 +163,11 @@ class Trainer:
     def step(self) -> int:
         return max(self.step_times, default=0)
 
-    def wait_ready(self, timeout: float) -> str:
-        if not self.ready.wait(timeout) or self.url is None:
+    def wait_ready(self, timeout: float, url: str | None = None) -> str:
+        """The /metrics URL once the trainer serves it (``url``: where it will, when known up front)."""
+        if self.ready.wait(timeout) and self.url is None and self.alive():
+            self.url = url
+        if not self.ready.is_set() or self.url is None:
             raise RuntimeError(f"trainer did not serve /metrics within {timeout:.0f}s (exit code "
                                f"{self.proc.poll()}); see {self.log.name}")
         return self.url
@@ -164,6 +204,24 @@ class Trainer:
         self.reader.join(2)
         self.log.close()
         return self.proc.returncode
+
+
+def rollout_worker_pids(trainer_pid: int) -> list[int]:
+    """The rollout worker processes of the trainer ``trainer_pid``: ``verl.workers.RolloutWorkerPool``
+    forks them from the trainer's forkserver (a child running ``multiprocessing.forkserver``), so they
+    are that process's live children. Empty when the trainer has none (or is gone)."""
+    import psutil
+
+    out = []
+    try:
+        children = psutil.Process(trainer_pid).children()
+    except psutil.Error:
+        return []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if any("multiprocessing.forkserver" in arg for arg in child.cmdline()):
+                out += [w.pid for w in child.children() if _status(w) != psutil.STATUS_ZOMBIE]
+    return sorted(out)
 
 
 def _status(p: Any) -> str:
@@ -281,10 +339,11 @@ class Stack:
         self._process_server, _ = start_http_server(0, addr="127.0.0.1", registry=reg)
         return f"http://127.0.0.1:{self._process_server.server_port}/metrics"
 
-    def start_trainer(self, args: Sequence[str]) -> Trainer:
+    def start_trainer(self, args: Sequence[str], hot_standby: bool = False) -> Trainer:
+        """``hot_standby``: ``args`` start ``verl-train --hot-standby`` (see ``Trainer``)."""
         self.trainer_started = self.journal.now()
-        self.trainer = Trainer(self.journal, self.opts.workdir / "trainer.log", args)
-        url = self.trainer.wait_ready(120)
+        self.trainer = Trainer(self.journal, self.opts.workdir / "trainer.log", args, hot_standby=hot_standby)
+        url = self.trainer.wait_ready(120, self.opts.trainer_url if hot_standby else None)
         self.trainer_url = url
         self.journal.add("trainer", f"trainer pid {self.trainer.proc.pid} serving {url}")
         return self.trainer

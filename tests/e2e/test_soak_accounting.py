@@ -1,10 +1,17 @@
-"""The soak's pure parts: the seeded fault plan and Meta's ETTR accounting (no processes)."""
+"""The soak's pure parts: the seeded fault plan, Meta's ETTR accounting and the per-fault breakdown of
+seconds lost (no processes)."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 
-from harness.soak import EVIDENCE, plan_faults, productive_seconds
+from harness import soak_accounting as acct
+from harness.soak import EVIDENCE, TRIGGER_LINE, Fault, Run, Soak, plan_faults
+from harness.soak_accounting import productive_seconds
+from harness.stack import ActiveProcess
 
 
 def test_plan_is_seeded_about_one_per_interval_and_kills_every_fourth() -> None:
@@ -47,18 +54,110 @@ def test_evidence_patterns_match_the_trainer_log_lines() -> None:
     assert not EVIDENCE["critic_oom"].search(worker)
 
 
-def test_ettr_from_first_step_counts_the_first_step_and_never_exceeds_one(tmp_path) -> None:  # noqa: ANN001
-    import argparse
-    from types import SimpleNamespace
+class FakeTrainer:
+    def __init__(self, warnings: list[tuple[float, str]] | None = None) -> None:
+        self.warnings = warnings or []
+        self.requeued = 0
 
-    from harness.soak import Soak
+    def alive(self) -> bool:
+        return True
 
-    soak = Soak(argparse.Namespace(duration=60, fault_interval=20, seed=0, correlation_window="20s", quiet=True),
-                tmp_path)
+
+def soak_with(tmp_path: Path, runs: list[Run], end_t: float, t0: float = 0.0) -> Soak:
+    soak = Soak(argparse.Namespace(duration=end_t - t0, fault_interval=20, seed=0, correlation_window="20s",
+                                   quiet=True), tmp_path)
+    soak.runs, soak.t0, soak.end_t, soak.wall = runs, t0, end_t, end_t - t0
+    soak.trainers = list({id(r.trainer): r.trainer for r in runs}.values())
+    return soak
+
+
+def run(steps: dict[int, float], resumed: int = 0, since: float = 0.0, trainer: FakeTrainer | None = None,
+        killed_at: float | None = None) -> Run:
+    return Run(ActiveProcess(1, since, steps, resumed), trainer or FakeTrainer(), killed_at=killed_at)  # type: ignore[arg-type]
+
+
+def test_ettr_from_first_step_counts_the_first_step_and_never_exceeds_one(tmp_path: Path) -> None:
     steps = {s: 5.0 + 0.1 * (s - 1) for s in range(1, 101)}  # 0.1 s steps, the first done at 5.0
     steps[101] = 15.5  # completed after the measured end: not productive
-    soak.incarnations = [SimpleNamespace(trainer=SimpleNamespace(step_times=steps), resumed_from=0)]
-    soak.end_t = 14.95  # the last counted step (100) completed at 14.9
+    soak = soak_with(tmp_path, [run(steps)], end_t=14.95)  # the last counted step (100) completed at 14.9
     # 100 steps x 0.1 s over the span from the first step's start (4.9) to the end
-    assert soak._ettr_from_first_step() == pytest.approx(10.0 / (14.95 - 4.9))
-    assert soak._ettr(14.95) == pytest.approx(10.0 / 14.95)
+    assert soak.ettr_from_first_step() == pytest.approx(10.0 / (14.95 - 4.9))
+    assert soak.ettr() == pytest.approx(10.0 / 14.95)
+
+
+def test_a_kill_costs_the_restart_plus_the_steps_redone_after_the_checkpoint() -> None:
+    killed = {s: 10.0 + s for s in range(1, 21)}      # steps 1..20 done at 11..30 s, 1 s each
+    nxt = {s: 40.0 + (s - 15) for s in range(16, 30)}  # resumed from 15: step 16 done at 41 s
+    restart, recomputed = acct.kill_costs(killed, 30.4, 15, nxt, end_t=60.0)
+    assert restart == pytest.approx(40.0 - 30.4)      # kill -> the start of the next run's first step
+    assert recomputed == pytest.approx(5.0 + 0.4)     # steps 16..20 and the step in flight at the kill
+    # nobody took over before the end: the rest of the soak is restart time
+    assert acct.kill_costs(killed, 30.4, 15, None, end_t=50.0)[0] == pytest.approx(19.6)
+
+
+def test_degraded_seconds_are_the_slow_steps_excess_until_the_trainer_is_healthy_again() -> None:
+    t, timeline = 0.0, []
+    for d in [0.25] * 50 + [3.25, 0.5, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.5]:
+        t += d
+        timeline.append(acct.StepSpan(t, d))
+    median = acct.healthy_median(timeline, before=12.6)
+    assert median == pytest.approx(0.25)
+    # 3.25 (3 s over) and 0.5 (0.25 over, > 1.5 x median) are degraded; five healthy steps end the fault,
+    # so the late 0.5 s step is not charged to it
+    assert acct.degraded_seconds(timeline, 12.5, 1e9, median) == pytest.approx(3.0 + 0.25)
+    assert acct.degraded_seconds(timeline, 12.5, 12.6, median) == pytest.approx(0.0)  # next fault came first
+    assert acct.degraded_seconds(timeline, 0.0, 1e9, None) == 0.0
+
+
+def test_report_breaks_down_seconds_lost_per_fault_and_sums_to_the_ettr_complement(tmp_path: Path) -> None:
+    warn = FakeTrainer([(25.0, "WARNING verl.trainer.fault_injection: fault trigger: reward_hang at step 81 (from f)"),
+                        (25.05, "WARNING verl.trainer.fault_injection: fault injection: reward model hangs for 60s"),
+                        (26.5, "WARNING verl.trainer.guards: reward model circuit OPEN")])
+    # run 1: launched at 0, 5 s start-up, steps of 0.25 s; the hang triggered during step 80 costs step 81
+    # 3 s; step 120 done at 38.0, killed at 38.1; run 2 resumed from checkpoint 110, its first step done at 48
+    t, first = 5.0, {}
+    for s in range(1, 121):
+        t += 3.25 if s == 81 else 0.25
+        first[s] = t
+    second = {s: 48.0 + 0.25 * (s - 111) for s in range(111, 160)}
+    runs = [run(first, trainer=warn, killed_at=38.1), run(second, resumed=110, since=39.0)]
+    soak = soak_with(tmp_path, runs, end_t=60.0)
+    hang = Fault("reward_hang", 24.5, injected_at=24.9, run=0)
+    kill = Fault("trainer_kill", 38.0, step=121, injected_at=38.1, run=0, target_pid=1)
+    soak.plan = [hang, kill]
+    runs[0].exit_code = -9
+    from harness.soak_report import report
+
+    out = report(soak)
+    rows = {f["kind"]: f for f in out["faults"]}
+    assert rows["reward_hang"]["degraded_s"] == pytest.approx(3.0) and rows["reward_hang"]["restart_s"] == 0
+    assert rows["reward_hang"]["step"] == 81 and rows["reward_hang"]["late_s"] == pytest.approx(0.4)
+    assert rows["reward_hang"]["evidence"].endswith("hangs for 60s") and rows["reward_hang"]["recovered"]
+    k = rows["trainer_kill"]
+    assert k["restart_s"] == pytest.approx(48.0 - 0.25 - 38.1)
+    assert k["recomputed_s"] == pytest.approx(10 * 0.25 + 0.1)  # steps 111..120 + the one in flight
+    assert k["lost_s"] == pytest.approx(k["restart_s"] + k["recomputed_s"] + k["degraded_s"])
+    assert k["evidence"] == "trainer pid 1 exited with code -9 (SIGKILL)" and k["recovered"]
+    assert out["faults_injected"] == out["faults_recovered"] == 2
+    # 35 s from the hang to the end: RewardModelCircuitOpen's `for: 30s` (+ slack) cannot elapse, so only
+    # RewardModelTimeout is expected (and, with no monitor here, not delivered)
+    assert out["alerts_expected"] == 1 and out["alerts_delivered"] == 0
+    assert out["alerts_not_due"] == ["RewardModelCircuitOpen"]
+    assert out["lost_seconds_startup"] == pytest.approx(5.0)
+    assert out["lost_seconds_total"] == pytest.approx(60.0 * (1 - out["ettr"]), abs=0.01)
+    parts = out["lost_seconds_startup"] + out["lost_seconds_restart"] + out["lost_seconds_recomputed"]
+    assert out["lost_seconds_other"] == pytest.approx(out["lost_seconds_total"] - parts, abs=0.02)
+    assert abs(out["lost_seconds_other"]) < 0.05  # every unproductive second is attributed
+    assert out["degraded_seconds_total"] == pytest.approx(3.0)
+
+
+def test_a_trigger_without_the_component_acting_is_not_injected(tmp_path: Path) -> None:
+    only_trigger = FakeTrainer([(20.05, "WARNING x: fault trigger: critic_oom at step 81 (from f)")])
+    runs = [run({s: 5.0 + 0.25 * s for s in range(1, 150)}, trainer=only_trigger)]
+    soak = soak_with(tmp_path, runs, end_t=45.0)
+    soak.plan = [Fault("critic_oom", 20.0, injected_at=20.0, run=0)]
+    from harness.soak_report import report
+
+    out = report(soak)
+    assert out["faults_injected"] == 0 and out["faults_reached_without_trainer_evidence"] == ["critic_oom"]
+    assert TRIGGER_LINE.search(only_trigger.warnings[0][1]).groups() == ("critic_oom", "81")  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""A short real soak: trainer under a supervisor with faults, the monitor, the robot stand-in, JSON out."""
+"""A short real soak: trainer with faults injected on wall time, the monitor, the robot stand-in, JSON out."""
 
 from __future__ import annotations
 
@@ -29,10 +29,21 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     assert report["faults_injected"] == report["faults_recovered"] == 2
     assert report["prompts_lost"] == 0 and report["prompts_duplicated"] == 0  # counted, not null
     # RewardModelTimeout and RewardModelCircuitOpen (the hang outlives the circuit rule's `for: 30s`)
-    assert report["alerts_delivered"] == report["alerts_expected"] == 2
-    # the clock starts at the trainer launch: its start-up (seconds) is the only large unproductive part
-    assert 0.75 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
-    assert report["restarts"] == 0 and report["final_step"] > 100
+    # (on a slow machine the hang lands late and the circuit's `for:` may not elapse before the end: not due)
+    assert report["alerts_delivered"] == report["alerts_expected"] == 2 - len(report["alerts_not_due"])
+    # the clock starts at the trainer launch: its start-up (5-20 s, by the machine's load) is the only large
+    # unproductive part; the faults cost seconds
+    assert 0 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
+    assert report["ettr_from_first_step"] > 0.9
+    assert report["ettr"] * 60 == pytest.approx(60 - report["lost_seconds_total"], abs=0.5)  # wall: 60 s + a tick
+    assert report["restarts"] == 0 and report["final_step"] > 20
+    # on wall time: the critic OOM is due while the trainer trains, so it lands within a tick or two of its plan
+    oom = report["faults"][1]
+    assert oom["late_s"] is not None and 0 <= oom["late_s"] < 1.0 and oom["step"] is not None
+    # every unproductive second is start-up or a fault's (no kill here: restart and recomputed are 0)
+    assert report["lost_seconds_restart"] == report["lost_seconds_recomputed"] == 0
+    assert abs(report["lost_seconds_total"] - report["lost_seconds_startup"]) < 1.0
+    assert report["faults"][0]["degraded_s"] > 0  # the hang's timeouts before the breaker opened
 
 
 def test_bad_duration_is_a_usage_error(tmp_path: Path) -> None:

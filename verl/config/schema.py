@@ -225,6 +225,8 @@ class FaultsConfig:
     """From this step kl_coef is forced to 0, so KL really drifts."""
     kill_trainer_at_step: int | None = None
     """SIGKILL the trainer itself during this step (after rollout, before the update)."""
+    trigger_file: str | None = None
+    """Runtime faults: each JSON line appended here ({"fault": "reward_hang"} or {"fault": "critic_oom"}) is injected at the next step's start."""
 
 
 @dataclass

@@ -4,6 +4,11 @@ process is really SIGKILLed. Reward hang/OOM, critic OOM, worker kills and slow 
 act through the fault-tolerance components (circuit breaker, OOM degrader, worker supervisor,
 checkpoint writer), never through a separate fake path.
 
+Faults are planned by step number (``*_at_step``) or triggered at run time through
+``faults.trigger_file`` (``FaultTrigger``): a JSON line appended there is read at the next step's
+start and injected through the same components as the step-number faults, so a driver outside the
+process (the soak) can place faults on wall time whatever the step rate.
+
 GPU leak: the allocation is made on the actor's device. With a GPU, NVML sees it grow in
 ``verl_gpu_memory_used_bytes``; without one it is host memory (process RSS grows) and no GPU series is
 invented — a simulated series must not pretend to be a GPU.
@@ -11,11 +16,14 @@ invented — a simulated series must not pretend to be a GPU.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +55,7 @@ class CoreFaults:
         self._started = clock.monotonic()
         self._slept = 0.0
         self._last_work_seconds = 0.0
+        self.trigger: FaultTrigger | None = None  # faults.trigger_file, set by install_fault_plan
 
     def throughput_sleep(self, step: int, last_work_seconds: float) -> None:
         """Sleep so that step time becomes work / factor, i.e. tokens/s is multiplied by the factor."""
@@ -109,14 +118,20 @@ class FaultyReward:
         self.model = model
         self.config = config
         self.step = 0
+        self._hang_from: int | None = config.reward_hang_at_step
         self._hang_until: float | None = None
         self._release = threading.Event()  # set on close, so a hung call cannot outlive the trainer
+
+    def hang_from(self, step: int) -> None:
+        """Start a new hang of ``reward_hang_seconds`` at the first call of ``step`` (a runtime trigger;
+        one still under way is restarted)."""
+        self._hang_from, self._hang_until = step, None
 
     def score(self, texts: list[str]) -> list[float]:
         cfg = self.config
         if cfg.reward_oom_at_step is not None and self.step == cfg.reward_oom_at_step:
             raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: reward model, step {self.step})")
-        if cfg.reward_hang_at_step is not None and self.step >= cfg.reward_hang_at_step:
+        if self._hang_from is not None and self.step >= self._hang_from:
             # wall time on purpose: a hang is a property of the outside world, not of the training clock
             if self._hang_until is None:
                 self._hang_until = time.monotonic() + cfg.reward_hang_seconds
@@ -132,12 +147,17 @@ class FaultyReward:
 class StepOOM:
     """``faults.critic_oom_at_step``: the first ``repeat`` attempts of that step's critic update raise a
     real ``torch.OutOfMemoryError`` (the exception the CUDA allocator raises), before any work is done.
-    It is the ``OOMDegrader``'s ``injector`` (its public seam); the step is set by a ``STEP_START`` hook."""
+    It is the ``OOMDegrader``'s ``injector`` (its public seam); the step is set by a ``STEP_START`` hook.
+    ``add_step`` plans one more such step at run time (``faults.trigger_file``)."""
 
     def __init__(self, at_step: int | None, repeat: int = 1) -> None:
-        self.at_step, self.repeat = at_step, repeat
+        self.at_steps: set[int] = set() if at_step is None else {at_step}
+        self.repeat = repeat
         self.step = 0
         self._fired: dict[int, int] = {}
+
+    def add_step(self, step: int) -> None:
+        self.at_steps.add(step)
 
     def register(self, hooks: StepHooks) -> None:
         hooks.on(STEP_START, self._on_step_start)
@@ -147,7 +167,7 @@ class StepOOM:
 
     def maybe_raise(self, component: str) -> None:
         step = self.step
-        if self.at_step is None or step != self.at_step or self._fired.get(step, 0) >= self.repeat:
+        if step not in self.at_steps or self._fired.get(step, 0) >= self.repeat:
             return
         self._fired[step] = self._fired.get(step, 0) + 1
         raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: {component} update, step {step})")
@@ -189,14 +209,94 @@ def kill_workers_at_steps(engine: Any, steps: list[int], num_workers: int) -> No
     engine.on_step = lambda pool, step: kill_worker_when_busy(pool, step % num_workers) if step in steps else None
 
 
+class FaultTrigger:
+    """``faults.trigger_file``: faults injected at run time. At each step's start the file is checked with
+    one ``stat``; each complete new line, ``{"fault": "reward_hang"}`` or ``{"fault": "critic_oom"}``, is
+    injected at that step through the same components as ``reward_hang_at_step`` (``FaultyReward``, behind
+    the circuit breaker) and ``critic_oom_at_step`` (``StepOOM``, the OOM degrader's injector).
+
+    Only lines appended after this process's first check count: a restarted (or hot-standby) trainer
+    never re-injects what its predecessor already handled. A line that is not such an object is counted
+    in ``bad_lines`` and the first one is logged; an unreadable file is logged once and retried. Neither
+    ever stops training: a fault drill must not become a fault of its own."""
+
+    def __init__(self, path: str | Path, faulty_reward: FaultyReward, step_oom: StepOOM) -> None:
+        self.path = Path(path)
+        self.inject: dict[str, Callable[[int], None]] = {"reward_hang": faulty_reward.hang_from,
+                                                          "critic_oom": step_oom.add_step}
+        self.bad_lines = 0
+        self.injected: list[tuple[int, str]] = []  # (step, fault) in the order injected
+        self._seen: tuple[int, int] | None = None  # (inode, offset) read up to; None before the first check
+        self._read_error_logged = False
+
+    def register(self, hooks: StepHooks) -> None:
+        hooks.on(STEP_START, lambda ctx: self.poll(ctx.step))
+
+    def poll(self, step: int) -> None:
+        try:
+            st = os.stat(self.path)
+            inode, size = st.st_ino, st.st_size
+        except FileNotFoundError:
+            inode, size = 0, 0  # not written yet: every line the driver appends later is new
+        except OSError as exc:
+            self._log_read_error(exc)
+            return
+        if self._seen is None:
+            self._seen = (inode, size)
+            return
+        seen_inode, offset = self._seen
+        if inode != seen_inode or size < offset:
+            offset = 0  # replaced or truncated: a new file, read from its start
+        if size == offset:
+            self._seen = (inode, offset)
+            return
+        try:
+            with self.path.open("rb") as f:
+                f.seek(offset)
+                chunk = f.read(size - offset)
+        except OSError as exc:
+            self._log_read_error(exc)
+            return
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits for the next check
+        self._seen = (inode, offset + len(complete))
+        for raw in complete.splitlines():
+            if raw.strip():
+                self._handle(raw, step)
+
+    def _handle(self, raw: bytes, step: int) -> None:
+        try:
+            fault = json.loads(raw).get("fault")
+        except (ValueError, AttributeError):
+            fault = None
+        inject = self.inject.get(fault) if isinstance(fault, str) else None
+        if inject is None:
+            self.bad_lines += 1
+            if self.bad_lines == 1:
+                log.warning("faults.trigger_file %s: ignored line %r: expected {\"fault\": one of %s} (further bad "
+                            "lines are counted, not logged)", self.path, raw[:80].decode("utf-8", "replace"),
+                            ", ".join(sorted(self.inject)))
+            return
+        log.warning("fault trigger: %s at step %d (from %s)", fault, step, self.path)
+        inject(step)
+        self.injected.append((step, fault))
+
+    def _log_read_error(self, exc: OSError) -> None:
+        if not self._read_error_logged:
+            self._read_error_logged = True
+            log.warning("faults.trigger_file %s cannot be read (%s); retried every step", self.path, exc)
+
+
 def install_fault_plan(hooks: StepHooks, config: FaultsConfig, clock: Clock, device: torch.device, *,
                        step_oom: StepOOM, faulty_reward: FaultyReward, rollout: Any, num_workers: int,
                        checkpointer: Any) -> CoreFaults:
     """Register every injection of ``faults:`` at its stage boundary or component seam; returns the
-    trainer-core faults (kept for their state, e.g. ``leaked_bytes``)."""
+    trainer-core faults (kept for their state, e.g. ``leaked_bytes``; ``trigger``: the runtime trigger)."""
     core = CoreFaults(config, clock, device)
     core.register(hooks)
     step_oom.register(hooks)
+    if config.trigger_file:
+        core.trigger = FaultTrigger(config.trigger_file, faulty_reward, step_oom)
+        core.trigger.register(hooks)  # after StepOOM's hook: a critic OOM triggered now lands in this step
     hooks.on(BEFORE_REWARD, lambda ctx: setattr(faulty_reward, "step", ctx.step))
     if config.kill_rollout_worker_at_steps:
         if hasattr(rollout, "on_step"):

@@ -64,6 +64,22 @@ def test_reward_oom_is_counted_once_and_sheds_the_backlog() -> None:
     assert sizes[5] > sizes[4]  # and it refills
 
 
+def test_a_reward_oom_counted_after_its_step_sheds_at_the_next_step() -> None:
+    # a call that missed its deadline can run out of memory on its own thread after the step moved on
+    trainer = RLTrainer("ppo_tiny", overrides=[*FAST, "trainer.total_steps=5", "rollout.prefetch_batches=3",
+                                               "rollout.oom_backoff_steps=0"])
+    try:
+        for _ in range(4):
+            trainer.step()
+        full = len(trainer.buffer)
+        trainer.reward_path.counting.ooms += 1  # what OOMCountingReward does when the late call fails
+        trainer.step()
+        after_shed = len(trainer.buffer)
+    finally:
+        trainer.close()
+    assert full == 3 * 16 and after_shed <= full // 2
+
+
 def test_critic_oom_degrades_and_completes_visible_in_metrics() -> None:
     trainer = RLTrainer("ppo_tiny", overrides=[*FAST, "trainer.total_steps=4", "faults.critic_oom_at_step=2",
                                                "metrics.port=0"])

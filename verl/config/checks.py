@@ -69,6 +69,8 @@ RANGES: dict[str, Range] = {
     "reward.failure_threshold": AT_LEAST_1,
     "reward.cache_size": AT_LEAST_1,
     "reward.probe_interval_s": POSITIVE,
+    "reward.deadline_multiplier": AT_LEAST_0,
+    "reward.deadline_floor_s": AT_LEAST_0,
     "rollout.response_length": AT_LEAST_1,
     "rollout.temperature": POSITIVE,
     "rollout.prefetch_batches": AT_LEAST_0,

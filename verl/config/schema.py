@@ -137,6 +137,10 @@ class RewardConfig:
     """(prompt, reward) pairs kept to score from while the circuit is open."""
     probe_interval_s: float = 5.0
     """Seconds between background health probes while open."""
+    deadline_multiplier: float = 4.0
+    """A closed-circuit call holds the step at most this x p95 of recent ok-call latency (then cached scores; the call still times out at timeout_s); 0 = wait up to timeout_s."""
+    deadline_floor_s: float = 0.1
+    """Lower bound of that deadline, so scheduling jitter on a healthy model does not serve steps from the cache."""
 
 
 @dataclass

@@ -7,8 +7,24 @@
 While not CLOSED, scores come from a cache of the last ``cache_size`` (prompt, reward) pairs, by the
 most similar cached prompt (MinHash Jaccard estimate). Model calls run on a daemon thread that is
 abandoned on timeout: a hung CUDA kernel or HTTP call cannot be interrupted from Python, only left
-behind. So the extra wall time of a hang is at most ``failure_threshold × timeout_s``; after that
-calls are served from the cache at once and a recovered model is picked up by the next probe.
+behind.
+
+Two ways to wait for a CLOSED-circuit call:
+
+- ``deadline_multiplier == 0`` (the constructor's default): each call holds its caller up to
+  ``timeout_s``, so a hang costs ``failure_threshold × timeout_s`` of wall time before the circuit opens.
+- ``deadline_multiplier > 0`` (the trainer's default, ``reward.deadline_multiplier``): the *caller* waits at
+  most a deadline, ``multiplier × p95`` of the last ok calls' latency, at least ``deadline_floor_s`` and at
+  most ``timeout_s`` (``timeout_s`` itself until ``MIN_LATENCY_SAMPLES`` ok calls were seen). On a miss the
+  caller gets cached scores at once and the call stays in flight: the *call* is still judged against
+  ``timeout_s`` — a late answer is an ``ok`` (its scores go to the cache, its latency to the p95), one past
+  ``timeout_s`` is a ``timeout`` and a failure — and while it is in flight further callers get cached scores
+  without calling. After a timeout the next call is sent with no wait (the model just hung; its answer,
+  if any, is picked up by a later caller). So timeouts, the circuit's opening (after ``failure_threshold`` of
+  them, ~``failure_threshold × timeout_s`` after the hang began) and the probe are as in the first mode,
+  but a hang costs the caller one deadline of wall time, not ``failure_threshold × timeout_s``. A
+  deadline miss alone is not a failure: scheduling jitter on a healthy model must neither page
+  (RewardModelTimeout counts timeouts) nor open the circuit; it only serves that caller from the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, Protocol
@@ -27,6 +44,11 @@ import torch
 from .similarity import NUM_PERM, signatures
 
 log = logging.getLogger(__name__)
+
+MIN_LATENCY_SAMPLES = 5
+"""Ok calls seen before the deadline is derived from their latency (the first calls wait ``timeout_s``)."""
+LATENCY_WINDOW = 100
+"""Ok calls whose latency the p95 is taken over."""
 
 
 class RewardModel(Protocol):
@@ -92,6 +114,18 @@ class _Caller:
             job()
 
 
+class _Call:
+    """One model call: started on the injected clock; the worker thread fills in the rest."""
+
+    def __init__(self, keys: list[str], size: int, started: float) -> None:
+        self.keys, self.size, self.started = keys, size, started
+        self.done = threading.Event()
+        self.value: list[float] | None = None
+        self.error: BaseException | None = None
+        self.finished = started
+        self.thread: threading.Thread | None = None
+
+
 class ScoreCache:
     """Ring buffer of the last ``size`` (prompt, reward) pairs with a nearest-prompt lookup.
 
@@ -155,7 +189,7 @@ class RewardCircuitBreaker:
     Metrics (optional, prometheus_client objects from ``verl/metrics/catalog.py``):
     ``state_gauge`` → ``verl_reward_model_circuit_state``; ``calls_counter`` (label ``outcome``) →
     ``verl_reward_model_calls_total``: one of ok/timeout/error/oom per model call, plus ``cached`` per
-    ``score`` call answered from the cache."""
+    ``score`` call answered from the cache (a deadline miss included)."""
 
     def __init__(
         self,
@@ -165,6 +199,8 @@ class RewardCircuitBreaker:
         failure_threshold: int = 3,
         cache_size: int = 1000,
         probe_interval_s: float = 5.0,
+        deadline_multiplier: float = 0.0,
+        deadline_floor_s: float = 0.1,
         clock: Any = None,
         fallback_score: float = 0.0,
         probe_texts: Sequence[str] | None = None,
@@ -177,8 +213,12 @@ class RewardCircuitBreaker:
                 "reward.timeout_s and reward.probe_interval_s must be > 0 and reward.failure_threshold >= 1, got "
                 f"{timeout_s}, {probe_interval_s}, {failure_threshold}"
             )
+        if deadline_multiplier < 0 or deadline_floor_s < 0:
+            raise ValueError("reward.deadline_multiplier and reward.deadline_floor_s must be >= 0, got "
+                             f"{deadline_multiplier}, {deadline_floor_s}")
         self.model = model
         self.timeout_s, self.failure_threshold, self.probe_interval_s = timeout_s, failure_threshold, probe_interval_s
+        self.deadline_multiplier, self.deadline_floor_s = deadline_multiplier, deadline_floor_s
         self.clock = clock or _WallClock()
         self.fallback_score = fallback_score
         self.cache = ScoreCache(cache_size)
@@ -189,6 +229,11 @@ class RewardCircuitBreaker:
         self._state = CircuitState.CLOSED
         self._failures = 0
         self._next_probe = 0.0
+        # deadline mode (touched by the calling thread only, except _hung, which a good probe clears)
+        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self._pending: _Call | None = None
+        self._hung = False
+        self._miss_logged = False
         self.transitions: list[tuple[float, CircuitState]] = []
         self._stop = threading.Event()
         self._prober = threading.Thread(target=self._probe_loop, name="reward-probe", daemon=True)
@@ -205,7 +250,11 @@ class RewardCircuitBreaker:
         keys = list(prompts) if prompts is not None else texts
         if self._probe_texts is None and texts:
             self._probe_texts = texts[:1]
-        if self._state is CircuitState.CLOSED:
+        if self._state is CircuitState.CLOSED and self.deadline_multiplier > 0:
+            rewards = self._score_within_deadline(texts, keys)
+            if rewards is not None:
+                return rewards
+        elif self._state is CircuitState.CLOSED:
             outcome, rewards = self._call(texts)
             if rewards is not None:
                 with self._lock:
@@ -216,38 +265,105 @@ class RewardCircuitBreaker:
         self._count("cached")
         return self.cache.lookup(keys, self.fallback_score)
 
-    def _call(self, texts: list[str]) -> tuple[str, list[float] | None]:
-        box: dict[str, Any] = {}
-        done = threading.Event()
+    def deadline_s(self) -> float:
+        """How long a caller waits for a CLOSED-circuit call in deadline mode (see the module docstring)."""
+        if self.deadline_multiplier <= 0 or len(self._latencies) < MIN_LATENCY_SAMPLES:
+            return self.timeout_s
+        p95 = float(np.percentile(np.fromiter(self._latencies, dtype=np.float64), 95))
+        return min(self.timeout_s, max(self.deadline_floor_s, self.deadline_multiplier * p95))
+
+    def _score_within_deadline(self, texts: list[str], keys: list[str]) -> list[float] | None:
+        """This call's rewards if the model answered within the deadline; None: serve from the cache."""
+        self._settle()  # an earlier caller's call: its late answer, error or timeout
+        if self._state is not CircuitState.CLOSED or self._pending is not None:
+            return None
+        budget = 0.0 if self._hung else self.deadline_s()
+        call = self._pending = self._start(texts, keys)
+        if not self._wait(call, budget):
+            if not self._hung and not self._miss_logged:
+                self._miss_logged = True
+                log.warning("reward model call missed its %.3fs deadline: cached scores until it answers "
+                            "(the call times out after reward.timeout_s=%gs)", budget, self.timeout_s)
+            self._settle()  # a deadline equal to timeout_s: the miss is a timeout already
+            return None
+        return self._settle()
+
+    def _settle(self) -> list[float] | None:
+        """Judge the call in flight, if any: its rewards when it ended ok (cached too), else None."""
+        call = self._pending
+        if call is None:
+            return None
+        if not call.done.is_set():
+            if self.clock.now() - call.started < self.timeout_s:
+                return None  # still within its timeout: the next caller looks again
+            self._pending = None
+            if call.thread is not None:
+                self._caller.abandon(call.thread)
+            self._count("timeout")
+            self._hung = True
+            self._record_failure("timeout")
+            return None
+        self._pending = None
+        self._hung = False
+        outcome, rewards = self._outcome(call)
+        if rewards is None:
+            self._record_failure(outcome)
+            return None
+        with self._lock:
+            self._failures = 0
+        self._miss_logged = False
+        self._latencies.append(call.finished - call.started)
+        self.cache.add(call.keys, rewards)
+        return rewards
+
+    def _start(self, texts: list[str], keys: list[str]) -> _Call:
+        call = _Call(keys, len(texts), self.clock.now())
 
         def run() -> None:
             try:
-                box["value"] = [float(x) for x in self.model.score(list(texts))]
-            except BaseException as exc:  # noqa: BLE001 - classified below, never lost
-                box["error"] = exc
+                call.value = [float(x) for x in self.model.score(list(texts))]
+            except BaseException as exc:  # noqa: BLE001 - classified by _outcome, never lost
+                call.error = exc
             finally:
-                done.set()
+                call.finished = self.clock.now()
+                call.done.set()
 
-        started = self.clock.now()
-        caller = self._caller.submit(run)
-        # Poll in short real-time slices but judge the deadline on the injected clock, so a simulated
-        # clock can drive the timeout in tests and replay.
-        while not done.wait(min(0.02, self.timeout_s)):
-            if self.clock.now() - started >= self.timeout_s:
-                self._caller.abandon(caller)
-                self._count("timeout")
-                return "timeout", None
-        if "error" in box:
-            exc = box["error"]
+        call.thread = self._caller.submit(run)
+        return call
+
+    def _wait(self, call: _Call, budget: float) -> bool:
+        """Whether the call ended within ``budget`` seconds of its start. Polls in short real-time slices
+        but judges the budget on the injected clock, so a simulated clock can drive it in tests/replay."""
+        if budget <= 0:
+            return call.done.is_set()
+        while not call.done.wait(min(0.02, max(0.001, budget - (self.clock.now() - call.started)))):
+            if self.clock.now() - call.started >= budget:
+                return False
+        return True
+
+    def _outcome(self, call: _Call) -> tuple[str, list[float] | None]:
+        """Classify and count a call that ended."""
+        if call.error is not None:
+            exc = call.error
             outcome = "oom" if is_oom(exc) else "error"
             log.warning("reward model call failed (%s): %s", outcome, str(exc).splitlines()[0] if str(exc) else exc)
             self._count(outcome)
             return outcome, None
-        if len(box["value"]) != len(texts):
+        if call.value is None or len(call.value) != call.size:
             self._count("error")
             return "error", None
         self._count("ok")
-        return "ok", box["value"]
+        return "ok", call.value
+
+    def _call(self, texts: list[str]) -> tuple[str, list[float] | None]:
+        """A call that holds the caller up to ``timeout_s`` (probes, and callers without a deadline)."""
+        call = self._start(texts, texts)
+        if not self._wait(call, self.timeout_s):
+            if call.thread is not None:
+                self._caller.abandon(call.thread)
+            self._count("timeout")
+            return "timeout", None
+        return self._outcome(call)
 
     def _record_failure(self, outcome: str) -> None:
         with self._lock:
@@ -269,6 +385,7 @@ class RewardCircuitBreaker:
                 self._next_probe = self.clock.now() + self.probe_interval_s
                 if outcome == "ok":
                     self._failures = 0
+                    self._hung = False
             self._set_state(CircuitState.CLOSED if outcome == "ok" else CircuitState.OPEN)
 
     def _set_state(self, state: CircuitState) -> None:
@@ -295,4 +412,5 @@ class RewardCircuitBreaker:
     def close(self) -> None:
         self._stop.set()
         self._prober.join(timeout=1.0)
+        self._pending = None
         self._caller.abandon_all()

@@ -62,7 +62,8 @@ def build_reward_path(model: Any, config: Config, clock: Clock, registry: Metric
     try:
         breaker = RewardCircuitBreaker(
             counting, timeout_s=r.timeout_s, failure_threshold=r.failure_threshold, cache_size=r.cache_size,
-            probe_interval_s=r.probe_interval_s, clock=clock,
+            probe_interval_s=r.probe_interval_s, deadline_multiplier=r.deadline_multiplier,
+            deadline_floor_s=r.deadline_floor_s, clock=clock,
             state_gauge=registry["verl_reward_model_circuit_state"],
             calls_counter=registry["verl_reward_model_calls_total"],
             on_state_change=_log_circuit,

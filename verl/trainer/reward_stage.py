@@ -50,14 +50,18 @@ class RewardStage:
         self.reward: Any = path.breaker
         self.refill_after = 0
         """No backlog refill up to this step (memory-pressure back-off after a reward-model OOM)."""
+        self._ooms_answered = 0
+        """Reward OOMs already answered by a shed. Counted across steps, not per ``score``: a call that missed
+        its deadline can run out of memory after its step has moved on (the next step sheds then)."""
 
     def run(self, step: int, rollouts: list[Rollout], batch_size: int) -> ScoredBatch:
         self.validate(rollouts)
-        reward_ooms = self.path.counting.ooms
         self.score(rollouts)
         evicted_before = self.buffer.evictions
         self.buffer.put(rollouts)
-        if self.path.counting.ooms > reward_ooms and self.config.rollout.prefetch_batches > 0:
+        ooms = self.path.counting.ooms  # read once: a late call counts on its own thread
+        reward_ooms, self._ooms_answered = ooms - self._ooms_answered, ooms
+        if reward_ooms > 0 and self.config.rollout.prefetch_batches > 0:
             # Memory pressure: the buffer is the trainer's elastic memory (the article's OOM came from it),
             # so the backlog is released -- it can be regenerated, an OOM-killed trainer cannot.
             shed = self.buffer.shed(keep_newest=len(rollouts))

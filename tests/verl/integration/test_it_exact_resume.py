@@ -37,8 +37,11 @@ def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = Fals
             resume_flag: str = "--resume") -> list[str]:
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
                 if ranks > 1 else [sys.executable])
+    # reward.deadline_multiplier=0: a reward call that a loaded machine delays past the deadline would give
+    # one run cached scores at that step and the other not; bit-exactness needs the waiting breaker
     overrides = ["trainer.total_steps=8", "checkpoint.interval=3", f"data.prompt_dataset={data}",
-                 "data.cooldown_minutes=2", "rollout.prefetch_batches=2", "metrics.layer_kl=false"]
+                 "data.cooldown_minutes=2", "rollout.prefetch_batches=2", "metrics.layer_kl=false",
+                 "reward.deadline_multiplier=0"]
     if ranks > 1:
         overrides += ["data.batch_size=8", "actor.ppo_mini_batch_size=4"]
     return [*launcher, "-m", "verl.cli.train", "--config", "ppo_tiny", *overrides, *extra,

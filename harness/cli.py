@@ -30,12 +30,13 @@ def soak_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain", type=float, default=30.0, help="seconds to wait for pending deliveries at the end")
     p.add_argument("--workdir", help="keep configs, checkpoints, state and logs here (default: a temp dir)")
     p.add_argument("--quiet", action="store_true", help="do not print the live event log")
-    p.add_argument("--memory-interval", type=int, default=None,
-                   help="trainer checkpoint.memory_interval: in-memory snapshot every N steps (default: the "
-                        "trainer's, off)")
-    p.add_argument("--hot-standby", action="store_true",
-                   help="run `verl-train --hot-standby` (a supervisor with a warm standby): the soak SIGKILLs the "
-                        "active trainer pid it announces and restarts nothing unless the supervisor dies")
+    p.add_argument("--memory-interval", type=int, default=1,
+                   help="trainer checkpoint.memory_interval: in-memory snapshot every N steps (default 1; 0: off, "
+                        "the trainer resumes from disk checkpoints only)")
+    p.add_argument("--hot-standby", action=argparse.BooleanOptionalAction, default=True,
+                   help="run `verl-train --hot-standby` (a supervisor with a warm standby; default on): the soak "
+                        "SIGKILLs the active trainer pid it announces and restarts nothing unless the supervisor "
+                        "dies. --no-hot-standby: the soak restarts a killed trainer itself with --resume-or-start")
 
 
 def run_soak(args: argparse.Namespace) -> int:

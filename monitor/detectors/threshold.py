@@ -97,19 +97,27 @@ class FluctuationDetector(Detector):
 
 
 class BaselineRatioDetector(Detector):
-    """Current value (optionally squared: std -> variance) over the median of the preceding window.
+    """Current level (optionally squared: std -> variance) over the median of the preceding window.
 
-    For the reward guard's "variance jumps x3". Tested by test_detectors.py::test_baseline_ratio.
+    For the reward guard's "variance jumps x3". The current level is the median of the last ``recent``
+    samples: with 1, one sample decides, and a per-step reward std of a 16-answer batch whose policy has
+    saturated (std 0 most steps, 0.15-0.25 when one or two answers miss) jumped "x12" over its median
+    every few seconds on healthy soaks; a reward model gone noisy raises the level of every batch.
+    Tested by test_detectors.py::test_baseline_ratio.
     """
 
     def __init__(self, window: float = 1800.0, ratio: float = 3.0, power: float = 1.0,
-                 min_samples: int = 10, every: float = 60.0) -> None:
+                 min_samples: int = 10, every: float = 60.0, recent: int = 1) -> None:
+        if recent < 1:
+            raise ValueError(f"recent must be >= 1 sample, got {recent}")
         self.window_s, self.ratio, self.power, self.min_samples = window, ratio, power, min_samples
         self.every_s = every  # the baseline median is refreshed this often, not on every sample
+        self.recent = recent
         self.reset()
 
     def reset(self) -> None:
         self._buf: deque[tuple[float, float]] = deque()
+        self._last: deque[float] = deque(maxlen=self.recent)
         self._base: float | None = None
         self._next = -math.inf
 
@@ -122,7 +130,8 @@ class BaselineRatioDetector(Detector):
             self._base = float(np.median([v for _, v in self._buf])) if len(self._buf) >= self.min_samples else None
         base = self._base
         self._buf.append((t, x))
-        if base is None or base <= 0:
+        self._last.append(x)
+        if base is None or base <= 0 or len(self._last) < self.recent:
             return Finding(t, False)
-        r = x / base
+        r = float(np.median(self._last)) / base
         return Finding(t, r >= self.ratio, min(1.0, r / self.ratio), {"ratio": r, "baseline": base, "value": value})

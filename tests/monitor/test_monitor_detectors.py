@@ -57,6 +57,19 @@ def test_baseline_ratio() -> None:
     assert not d.update(310, 0.8).active  # x2.56
 
 
+def test_baseline_ratio_recent_level_ignores_one_batch_wobbles() -> None:
+    """A saturated policy's reward std: 0.01 most steps, one 16-answer batch with a miss at 0.25. With
+    ``recent: 5`` that one sample does not move the level; a reward model gone noisy (every batch) does."""
+    d = BaselineRatioDetector(window=600, ratio=3, power=2, min_samples=5, every=0, recent=5)
+    one = BaselineRatioDetector(window=600, ratio=3, power=2, min_samples=5, every=0)
+    for t in range(0, 300, 10):
+        assert not d.update(t, 0.01).active and not one.update(t, 0.01).active
+    assert one.update(300, 0.25).active  # the single-sample detector pages on one wobble
+    assert not d.update(300, 0.25).active
+    hits = [d.update(t, 0.3).active for t in range(310, 360, 10)]
+    assert hits == [False, True, True, True, True]  # from three high of the last five (0.25 included) on
+
+
 def test_counter_increase_and_reset() -> None:
     d = CounterIncreaseDetector(window=300, min_increase=2)
     assert not d.update(0, 10).active

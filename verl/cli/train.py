@@ -130,10 +130,21 @@ def main(argv: list[str] | None = None) -> int:
         trainer = RLTrainer(config, checkpoint_dir=args.checkpoint_dir)
         if args.standby and not wait_for_takeover():
             return 0  # dismissed: the run finished or the supervisor is gone
-        url = _start_metrics(trainer, args.standby)
-        if url:
-            print(f"metrics: {url}", flush=True)
-        trainer.train(resume_from_checkpoint=args.resume or args.resume_or_start, resume_or_start=args.resume_or_start)
+        resuming = args.resume or args.resume_or_start
+
+        def serve() -> None:
+            url = _start_metrics(trainer, args.standby)
+            if url:
+                print(f"metrics: {url}", flush=True)
+
+        if not resuming:
+            serve()
+        # A resumed process serves /metrics only once its first step has set the step gauges: before that
+        # they read 0 (reward mean 0, global_step 0), and a monitor scraping a restarted trainer in that
+        # second saw a reward cliff and paged "reward model fails" (a hot-standby soak did). A second of
+        # connection refused is the truth instead: the trainer was restarting.
+        trainer.train(resume_from_checkpoint=resuming, resume_or_start=args.resume_or_start,
+                      after_first_step=serve if resuming else None)
     except (ConfigError, PortInUseError) as exc:
         print(f"verl-train: error: {exc}", file=sys.stderr)
         return 2

@@ -199,6 +199,10 @@ class RewardGuard:
       reference sigmas beyond the reference's central range (all but its ``tail``: the article's
       "top-1 %"; a quantile, so one stray reward accepted earlier does not widen it). The share must
       exceed ``extreme_ratio`` with at least ``min_extreme_count`` samples (one in 16 is already 6 %).
+      3, not 2: once a policy's rewards saturate (all 1.0), its own occasional one or two misses in a
+      16-answer batch are beyond the collapsed reference range; at 2 they paused healthy 600-step runs
+      (2 of 1800 steps) and the soak, at 3 none, and three zeroed scores (the ``zeros3`` fault) are
+      still caught 9 of 9 times. The cost: a reward model zeroing just two answers of 16 passes this test.
 
     ``benchmarks/reward_guard.py`` measures both sides: pauses on healthy ppo_tiny runs (false pauses)
     and injected reward-model faults caught (see ``benchmarks/RESULTS.md``).
@@ -226,7 +230,7 @@ class RewardGuard:
         tail: float = 0.01,
         min_std: float = 0.05,
         max_consecutive_pauses: int = 3,
-        min_extreme_count: int = 2,
+        min_extreme_count: int = 3,
         top_k: int = 10,
         paused_counter: Any = None,
     ) -> None:

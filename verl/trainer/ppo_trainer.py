@@ -18,6 +18,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -166,10 +167,12 @@ class RLTrainer:
         return param_digest(self)
 
     # ---- the loop -------------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: bool = False, resume_or_start: bool = False) -> TrainResult:
+    def train(self, resume_from_checkpoint: bool = False, resume_or_start: bool = False,
+              after_first_step: Callable[[], None] | None = None) -> TrainResult:
         """``resume_from_checkpoint``: continue from the newest complete checkpoint, and raise
         ``ConfigError`` when there is none (a mistyped directory must not silently start over);
-        ``resume_or_start`` also allows that fresh start."""
+        ``resume_or_start`` also allows that fresh start. ``after_first_step`` runs once, after this
+        process's first step (``verl-train`` starts a resumed run's /metrics there)."""
         cfg = self.config
         if resume_from_checkpoint:
             self._resume(resume_or_start)
@@ -182,6 +185,9 @@ class RLTrainer:
                 result.rewards.append(stats.reward_mean)
                 result.tokens_per_second.append(stats.tokens_per_second)
                 self.telemetry.report(stats)
+                if after_first_step is not None:
+                    after_first_step()
+                    after_first_step = None
                 if self.stop_reason is not None:
                     self._stop()
             if self.checkpointer is not None:

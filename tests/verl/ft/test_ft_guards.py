@@ -128,7 +128,8 @@ def test_bad_schema_is_one_line_naming_the_file(tmp_path: Path) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_one_extreme_sample_in_a_small_batch_is_not_a_share() -> None:
+def test_one_or_two_extreme_samples_in_a_small_batch_are_not_a_share() -> None:
+    """A saturated policy's own one or two misses in 16 answers look exactly like this; three are a share."""
     guard = RewardGuard()
     rng = np.random.default_rng(1)
     for _ in range(5):
@@ -138,7 +139,10 @@ def test_one_extreme_sample_in_a_small_batch_is_not_a_share() -> None:
     assert not guard.check(one).skip
     two = list(rng.normal(0.9, 0.02, 16))
     two[4] = two[9] = 0.2
-    verdict = guard.check(two)
+    assert not guard.check(two).skip
+    three = list(rng.normal(0.9, 0.02, 16))
+    three[4] = three[9] = three[11] = 0.2
+    verdict = guard.check(three)
     assert verdict.skip and verdict.reason == "extreme_values"
 
 

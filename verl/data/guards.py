@@ -329,6 +329,12 @@ class RewardGuard:
             self._reference.append(judged)
         return GuardVerdict(False, None, var, baseline, ratio)
 
+    def restart_reference(self) -> None:
+        """Forget the reference: the next batches warm it up again (a reward model that was down and
+        answers again is a new regime; the policy trained on cached scores meanwhile)."""
+        self._reference.clear()
+        self.consecutive_pauses = 0
+
     def outliers(self, k: int | None = None) -> list[dict[str, Any]]:
         """The most anomalous of the last 200 judged rewards (largest score first), for
         ``/api/v1/reward_outliers``."""

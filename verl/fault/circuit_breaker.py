@@ -229,6 +229,8 @@ class RewardCircuitBreaker:
         self._state = CircuitState.CLOSED
         self._failures = 0
         self._next_probe = 0.0
+        self.last_cached = False
+        """The last ``score()`` answered from the cache (not the model)."""
         # deadline mode (touched by the calling thread only, except _hung, which a good probe clears)
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._pending: _Call | None = None
@@ -248,6 +250,7 @@ class RewardCircuitBreaker:
         """Rewards for ``texts``; ``prompts`` (same length) are the cache keys, default ``texts``."""
         texts = list(texts)
         keys = list(prompts) if prompts is not None else texts
+        self.last_cached = False
         if self._probe_texts is None and texts:
             self._probe_texts = texts[:1]
         if self._state is CircuitState.CLOSED and self.deadline_multiplier > 0:
@@ -263,6 +266,7 @@ class RewardCircuitBreaker:
                 return rewards
             self._record_failure(outcome)
         self._count("cached")
+        self.last_cached = True  # the caller's reward guard judges the model's scores, not the cache's
         return self.cache.lookup(keys, self.fallback_score)
 
     def deadline_s(self) -> float:

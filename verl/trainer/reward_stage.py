@@ -18,6 +18,7 @@ from typing import Any
 from verl.config import Config
 from verl.data.buffer import Rollout, RolloutBuffer
 from verl.data.guards import GuardVerdict
+from verl.fault.circuit_breaker import CircuitState
 from verl.metrics.registry import MetricsRegistry
 from verl.trainer.distributed import DistContext, any_across_ranks, gather_objects
 from verl.trainer.guards import DataGuards, RewardPath, pause_label
@@ -53,6 +54,7 @@ class RewardStage:
         self._ooms_answered = 0
         """Reward OOMs already answered by a shed. Counted across steps, not per ``score``: a call that missed
         its deadline can run out of memory after its step has moved on (the next step sheds then)."""
+        self._circuit_was_closed = True
 
     def run(self, step: int, rollouts: list[Rollout], batch_size: int) -> ScoredBatch:
         self.validate(rollouts)
@@ -71,11 +73,19 @@ class RewardStage:
         taken_at = self.clock.now()
         batch = self.buffer.take(batch_size)
         valid = [r for r in batch if not r.extra.get("dropped")]
-        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan), r.response)
-                                for r in valid], self.ctx)
-        scores = [score for ranked in pairs for _, score, _ in ranked]
-        verdict = self.guards.reward.check(scores, [p for ranked in pairs for p, _, _ in ranked], step,
-                                           responses=[resp for ranked in pairs for _, _, resp in ranked])
+        pairs = gather_objects([(r.prompt, float(r.reward if r.reward is not None else math.nan), r.response,
+                                 bool(r.extra.get("reward_cached"))) for r in valid], self.ctx)
+        rows = [row for ranked in pairs for row in ranked]
+        scores = [score for _, score, _, _ in rows]
+        # The guard judges the reward model: scores the breaker served from its cache (circuit open, or
+        # a call past its deadline) are the cache's, and judging them, or letting them into the
+        # reference, paused healthy batches once the model answered again (every soak's reward hang).
+        model = [(p, sc, resp) for p, sc, resp, cached in rows if not cached]
+        if model:
+            verdict = self.guards.reward.check([sc for _, sc, _ in model], [p for p, _, _ in model], step,
+                                               responses=[resp for _, _, resp in model])
+        else:
+            verdict = GuardVerdict(False, None, 0.0, None, 0.0)
         pause = any_across_ranks(verdict.skip, self.ctx)
         return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
 
@@ -85,6 +95,15 @@ class RewardStage:
         log.warning("reward guard: update of step %d skipped (%s)", step, label)
         if self.config.metrics.enabled:
             self.registry["verl_batches_paused_total"].labels(reason=label).inc()
+
+    def _note_recovery(self) -> None:
+        """The circuit closed again after being open: the reward guard re-learns its reference from the
+        model's next batches instead of comparing them with batches from before the outage."""
+        closed = self.path.breaker.state is CircuitState.CLOSED
+        if closed and not self._circuit_was_closed:
+            self.guards.reward.restart_reference()
+            log.info("reward model answers again: the reward guard re-learns its reference")
+        self._circuit_was_closed = closed
 
     def validate(self, rollouts: list[Rollout]) -> None:
         keep = set(self.guards.validator.filter([r.response for r in rollouts],
@@ -100,11 +119,17 @@ class RewardStage:
         keys = [r.prompt for r in valid]  # the breaker's cache answers by the most similar prompt
         scores: list[float] = []
         breaker = self.reward is self.path.breaker
+        cached: list[bool] = []
         for i in range(0, len(texts), size):
             if breaker:
-                scores.extend(float(s) for s in self.reward.score(texts[i:i + size], prompts=keys[i:i + size]))
+                chunk = [float(s) for s in self.reward.score(texts[i:i + size], prompts=keys[i:i + size])]
+                scores.extend(chunk)
+                cached.extend([self.path.breaker.last_cached] * len(chunk))
             else:
                 scores.extend(float(s) for s in self.reward.score(texts[i:i + size]))
                 self.registry["verl_reward_model_calls_total"].labels(outcome="ok").inc()
-        for rollout, score in zip(valid, scores, strict=True):
+        for j, (rollout, score) in enumerate(zip(valid, scores, strict=True)):
             rollout.reward = score
+            if j < len(cached) and cached[j]:
+                rollout.extra["reward_cached"] = True
+        self._note_recovery()

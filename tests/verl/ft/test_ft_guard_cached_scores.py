@@ -1,0 +1,43 @@
+"""The reward guard judges the reward model, not the breaker's cache: during a hang the steps' scores come
+from the similarity cache and must neither be judged nor enter the guard's reference, and once the model
+answers again the guard re-learns its reference (before this, every soak's reward hang ended in a false
+RewardVarianceSpike: the model's first real batches against a reference of cached scores)."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.trainer import RLTrainer
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+
+
+def test_cached_scores_are_not_judged_and_recovery_restarts_the_reference() -> None:
+    trainer = RLTrainer("ppo_tiny", overrides=[
+        "trainer.total_steps=40", "metrics.layer_kl=false", "rollout_worker_num=0", "reward.timeout_s=0.3",
+        "reward.probe_interval_s=0.3", "faults.reward_hang_at_step=6", "faults.reward_hang_seconds=2"])
+    guard = trainer.data_guards.reward
+    judged: list[tuple[int, int]] = []  # (step, rewards judged)
+    restarts: list[int] = []
+    check, restart = guard.check, guard.restart_reference
+
+    def recording_check(rewards, prompts=None, step=None, responses=None):  # noqa: ANN001, ANN202
+        judged.append((step, len(rewards)))
+        return check(rewards, prompts, step, responses=responses)
+
+    def recording_restart() -> None:
+        restarts.append(trainer.global_step)
+        restart()
+
+    guard.check, guard.restart_reference = recording_check, recording_restart
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    steps = {s for s, _ in judged}
+    unjudged = set(range(1, 41)) - steps
+    assert unjudged, "every step was judged: the hang's cached scores went to the guard"
+    assert min(unjudged) >= 6  # only steps from the hang on ran on cached scores
+    assert trainer.reward_path.breaker.state.name == "CLOSED"  # the model answered again
+    assert len(restarts) == 1 and restarts[0] > max(unjudged) - 1  # re-learned once, after the outage
+    assert all(n > 0 for _, n in judged)

@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             print("verl-train: error: --hot-standby needs --checkpoint-dir DIR (the standby resumes from it)",
                   file=sys.stderr)
             return 2
+        if args.metrics_port == 0:
+            print("verl-train: error: --hot-standby needs a fixed --metrics-port (the standby takes over the "
+                  "same port; 0 would give it another one)", file=sys.stderr)
+            return 2
         return HotStandbySupervisor(list(sys.argv[1:] if argv is None else argv)).run()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)

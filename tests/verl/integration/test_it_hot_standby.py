@@ -56,8 +56,12 @@ def test_sigkilled_active_trainer_is_replaced_by_the_standby_exactly(
     assert not psutil.pid_exists(active) or psutil.Process(active).status() == psutil.STATUS_ZOMBIE
 
 
-def test_hot_standby_needs_a_checkpoint_dir() -> None:
-    proc = subprocess.run([sys.executable, "-m", "verl.cli.train", "--hot-standby"], cwd=ROOT,
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "--hot-standby needs --checkpoint-dir"),
+    (["--checkpoint-dir", "ck", "--metrics-port", "0"], "--hot-standby needs a fixed --metrics-port"),
+])
+def test_hot_standby_usage_errors(extra: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "verl.cli.train", "--hot-standby", *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "--hot-standby needs --checkpoint-dir" in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -41,6 +41,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import time
@@ -136,6 +137,11 @@ class Soak:
         self.plan = plan_faults(args.duration, args.fault_interval, args.seed)
         self.rng = random.Random(args.seed)  # which rollout worker a worker_kill takes
         self.trigger = workdir / "fault-trigger.jsonl"
+        # the trainer's in-memory checkpoint tier: tmpfs when there is one, removed when the soak ends
+        # (a stopped trainer keeps its tier for a successor; the soak has none)
+        shm = Path("/dev/shm")
+        self.memory_dir = (shm / f"verl-ops-soak-{os.getpid()}" if shm.is_dir() and os.access(shm, os.W_OK)
+                           else workdir / "memory-tier")
         self.trainers: list[Trainer] = []
         self.runs: list[Run] = []
         self.wall = 0.0  # seconds from the first trainer launch to the end (ETTR's denominator)
@@ -153,7 +159,8 @@ class Soak:
                 "--checkpoint-dir", str(self.workdir / "checkpoints"), *(["--resume-or-start"] if resume else []),
                 "trainer.total_steps=1000000", "rollout_worker_num=2", f"checkpoint.interval={self.args.checkpoint_interval}",
                 f"reward.timeout_s={self.args.reward_timeout}", f"faults.trigger_file={self.trigger}",
-                *([f"checkpoint.memory_interval={mi}"] if (mi := getattr(self.args, "memory_interval", None)) else []))
+                *([f"checkpoint.memory_interval={mi}", f"checkpoint.memory_dir={self.memory_dir}"]
+                  if (mi := getattr(self.args, "memory_interval", None)) else []))
 
     def _launch(self, resume: bool) -> None:
         j = self.stack.journal
@@ -231,6 +238,7 @@ class Soak:
                 time.sleep(1.0)
         finally:
             self.stack.close()
+            shutil.rmtree(self.memory_dir, ignore_errors=True)
         return report(self)
 
     def _restart(self, trainer: Trainer) -> None:

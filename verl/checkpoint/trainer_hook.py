@@ -100,6 +100,7 @@ class TrainerCheckpointer:
                         "(set checkpoint.memory_dir to a tmpfs directory)", self.memory_interval)
         elif where is not None:
             self.memory = MemorySnapshotter(where, keep_last=getattr(ck, "memory_keep_last", 2))
+        self._model_hash = config_hash(_model_config(config))
         self._metrics_bound = False
         self._finished = False
 
@@ -137,7 +138,7 @@ class TrainerCheckpointer:
         state = dict(trainer.state_dict())
         state.pop("rng", None)  # captured by the snapshotter itself
         models, optimizers = self._objects(trainer)
-        mem.snapshot(step, models, optimizers, state, config_hash(_model_config(self.config)))
+        mem.snapshot(step, models, optimizers, state, self._model_hash)
         return time.perf_counter() - t0
 
     def _save_to(self, manager: CheckpointManager, trainer: Any, step: int) -> float:
@@ -161,33 +162,25 @@ class TrainerCheckpointer:
         another model) is logged and the disk tier used instead."""
         mem = self.memory.latest_complete() if self.memory is not None else None
         disk = self.manager.latest_complete()
-        if self.memory is not None and mem is not None and (step_of(mem) or 0) > (step_of(disk or "x") or 0):
+        if mem is not None and (disk is None or (step_of(mem) or 0) > (step_of(disk) or 0)):
             try:
-                return self._resume_from_memory(self.memory, trainer)
+                return self._resume_from_memory(trainer)
             except CheckpointError as exc:
                 log.warning("in-memory snapshot %s unusable, resuming from disk instead: %s", mem, exc)
-        return self._resume_from(self.manager, trainer)
+        return self._resume_from_disk(trainer)
 
-    def _resume_from_memory(self, mem: MemorySnapshotter, trainer: Any) -> int | None:
-        from verl.utils.seeding import rng_state
-
+    def _resume_from_memory(self, trainer: Any) -> int | None:
+        assert self.memory is not None
         models, optimizers = self._objects(trainer)
-        snap = mem.load(models, optimizers, config_hash(_model_config(self.config)))
+        snap = self.memory.load(models, optimizers, self._model_hash)
         if snap is None:
             return None
-        state = dict(snap.trainer_state)
-        state["rng"] = rng_state()  # the snapshotter already restored the streams
-        try:
-            trainer.load_state_dict(state)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
-            raise ResumeError(f"{snap.path.name}/meta.json trainer state is malformed "
-                              f"({type(exc).__name__}: {short(str(exc))})") from None
+        _apply_trainer_state(trainer, dict(snap.trainer_state), f"{snap.path.name}/meta.json trainer state")
         log.info("resuming from the in-memory snapshot %s", snap.path)
         return snap.step
 
-    def _resume_from(self, manager: CheckpointManager, trainer: Any) -> int | None:
-        from verl.utils.seeding import rng_state
-
+    def _resume_from_disk(self, trainer: Any) -> int | None:
+        manager = self.manager
         models, optimizers = self._objects(trainer)
         try:
             loaded = manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config))
@@ -204,13 +197,7 @@ class TrainerCheckpointer:
             state["buffer"] = {**loaded.extra.get("buffer", {}), "items": _buffer_from_rows(rows)}
         except (KeyError, TypeError, ValueError) as exc:
             raise ResumeError(f"{where}rollout_cache rows are malformed ({type(exc).__name__}: {short(str(exc))})") from None
-        state["rng"] = rng_state()  # the manager already restored this rank's streams
-        try:
-            trainer.load_state_dict(state)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
-            # extra is the trainer's own opaque state: its shape is checked by the code that reads it
-            raise ResumeError(f"{where}meta.json extra.trainer is malformed "
-                              f"({type(exc).__name__}: {short(str(exc))})") from None
+        _apply_trainer_state(trainer, state, f"{where}meta.json extra.trainer")
         return loaded.step
 
     def close(self) -> None:
@@ -220,6 +207,19 @@ class TrainerCheckpointer:
             if self._finished:
                 # the run ended with a final disk checkpoint: the snapshots would only hold RAM
                 shutil.rmtree(self.memory.root, ignore_errors=True)
+
+
+def _apply_trainer_state(trainer: Any, state: dict[str, Any], what: str) -> None:
+    """``trainer.load_state_dict`` with the RNG streams as already restored (by the manager or the
+    snapshotter); a state the trainer cannot take is a ``ResumeError`` naming ``what``."""
+    from verl.utils.seeding import rng_state
+
+    state["rng"] = rng_state()
+    try:
+        trainer.load_state_dict(state)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:
+        # the trainer's own opaque state: its shape is checked by the code that reads it
+        raise ResumeError(f"{what} is malformed ({type(exc).__name__}: {short(str(exc))})") from None
 
 
 def make_checkpointer(config: Any, checkpoint_dir: str | Path, clock: Any, ctx: Any = None) -> TrainerCheckpointer:

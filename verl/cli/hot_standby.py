@@ -46,7 +46,6 @@ RESPAWN_BACKOFF_S = 2.0
 @dataclass
 class Child:
     proc: subprocess.Popen[str]
-    role: str
     stepped: threading.Event = field(default_factory=threading.Event)
 
 
@@ -64,7 +63,7 @@ class HotStandbySupervisor:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env,
                                 preexec_fn=(lambda: os.nice(STANDBY_NICE)) if standby else None)  # noqa: PLW1509
-        child = Child(proc, role)
+        child = Child(proc)
         threading.Thread(target=self._relay, args=(child,), daemon=True).start()
         return child
 
@@ -111,7 +110,6 @@ class HotStandbySupervisor:
                         standby.proc.stdin.write("go\n")
                         standby.proc.stdin.flush()
                         active, standby = standby, None
-                        active.role = "active"
                     self._say(f"active trainer pid {active.proc.pid}")
                     next_spawn = 0.0
                 if standby is not None and standby.proc.poll() is not None:

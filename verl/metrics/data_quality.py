@@ -1,8 +1,14 @@
 """Data-level metrics (every ``metrics.data_interval_steps``, computed off the training thread).
 
-- ``verl_prompt_diversity{method="lexical"}``: distinct-2, the share of unique character bigrams among all
-  bigrams of the recent prompts (1 = no repetition). The semantic variant (embedding distance) needs a
-  local sentence-embedding model; none ships here, so the label says "lexical".
+- ``verl_prompt_diversity{method=...}``: with the semantic extra installed (``verl-ops[semantic]``,
+  ``metrics.prompt_analysis`` auto or semantic), ``method="semantic"``: the mean pairwise cosine distance
+  of the sentence embeddings of up to 256 prompts sampled from the recent window (why that and not a
+  BERTScore-style matching: ``verl.metrics.prompt_semantics``). Otherwise, or when the model fails to
+  load, ``method="lexical"``: distinct-2, the share of unique character bigrams among all bigrams of the
+  recent prompts (1 = no repetition). The label always says which ran.
+- ``verl_prompt_shift_pvalue``: permutation p-value of the MMD between the embeddings of the first 256
+  prompts of the run (the reference) and the last 256 (semantic only; 1 until both windows hold
+  enough prompts, and always 1 without the extra); small = the prompt distribution moved.
 - ``verl_reward_shift_ks_pvalue``: two-sample Kolmogorov-Smirnov p-value of the recent reward window
   against the first window seen (the reference); small = the reward distribution moved.
 - ``verl_buffer_sample_age_seconds``: mean age of the samples trained on since the last report.
@@ -10,10 +16,21 @@
 
 from __future__ import annotations
 
+import logging
+import random
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
+from verl.data.embeddings import EmbeddingUnavailable, semantic_available, shared_embedder
 from verl.metrics.registry import MetricsRegistry
+
+log = logging.getLogger("verl.metrics")
+
+DIVERSITY_SAMPLE = 256  # prompts embedded per report: bounds its cost (~2.5 s of one CPU core) whatever the window
+SHIFT_WINDOW = 256  # prompts in the reference and in the recent window of the shift test
+MIN_RECENT = 64  # fewer recent prompts than this: no shift test yet (p stays 1)
 
 
 def distinct_n(texts: list[str], n: int = 2) -> float:
@@ -21,13 +38,27 @@ def distinct_n(texts: list[str], n: int = 2) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
+def wants_semantic(prompt_analysis: str) -> bool:
+    """auto: semantic when the extra is installed; the config check refuses semantic without it."""
+    return prompt_analysis == "semantic" or (prompt_analysis == "auto" and semantic_available())
+
+
 class DataQualityAnalyzer:
-    def __init__(self, metrics: MetricsRegistry, window: int = 2048) -> None:
+    def __init__(self, metrics: MetricsRegistry, window: int = 2048, prompt_analysis: str = "auto",
+                 embedder: Callable[[], Any] = shared_embedder) -> None:
         self.metrics = metrics
         self.prompts: deque[str] = deque(maxlen=window)
         self.rewards: deque[float] = deque(maxlen=window)
         self.reference: list[float] | None = None
         self.ages: list[float] = []
+        self.semantic = wants_semantic(prompt_analysis)
+        self._embedder_factory = embedder
+        self._embedder: Any = None
+        self.reference_prompts: list[str] = []
+        self.recent_prompts: deque[str] = deque(maxlen=SHIFT_WINDOW)
+        self.reports = 0
+        self.method: str | None = None
+        """The method of the last diversity reading ("semantic" | "lexical")."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-data-metrics")
         self._pending: Future | None = None
 
@@ -35,19 +66,29 @@ class DataQualityAnalyzer:
         self.prompts.extend(prompts)
         self.rewards.extend(rewards)
         self.ages.extend(sample_ages)
+        if self.semantic:
+            room = SHIFT_WINDOW - len(self.reference_prompts)
+            self.reference_prompts.extend(prompts[:room])
+            self.recent_prompts.extend(prompts[max(room, 0):])
 
-    def report(self) -> None:
-        """Snapshot and compute in the background; a report still running is not queued twice."""
+    def report(self) -> Future | None:
+        """Snapshot and compute in the background; a report still running is not queued twice (None)."""
         if self._pending is not None and not self._pending.done():
-            return
+            return None
         prompts, rewards, ages = list(self.prompts), list(self.rewards), self.ages
         self.ages = []
         if self.reference is None:
             self.reference = rewards
-        self._pending = self._pool.submit(self._compute, prompts, rewards, list(self.reference), ages)
+        shift = (list(self.reference_prompts), list(self.recent_prompts))
+        self.reports += 1
+        self._pending = self._pool.submit(self._compute, prompts, rewards, list(self.reference), ages, shift,
+                                          self.reports)
+        return self._pending
 
-    def _compute(self, prompts: list[str], rewards: list[float], reference: list[float], ages: list[float]) -> None:
-        self.metrics["verl_prompt_diversity"].labels(method="lexical").set(distinct_n(prompts))
+    def _compute(self, prompts: list[str], rewards: list[float], reference: list[float], ages: list[float],
+                 shift: tuple[list[str], list[str]], report: int) -> None:
+        if not (self.semantic and self._semantic_report(prompts, shift, report)):
+            self._set_diversity("lexical", distinct_n(prompts))
         if len(rewards) >= 2 and len(reference) >= 2:
             # imported here, on the report thread: scipy.stats is ~1 s of the trainer's start-up otherwise
             from scipy.stats import ks_2samp
@@ -55,6 +96,36 @@ class DataQualityAnalyzer:
             self.metrics["verl_reward_shift_ks_pvalue"].set(float(ks_2samp(reference, rewards).pvalue))
         if ages:
             self.metrics["verl_buffer_sample_age_seconds"].set(sum(ages) / len(ages))
+
+    def _semantic_report(self, prompts: list[str], shift: tuple[list[str], list[str]], report: int) -> bool:
+        """Diversity and shift from embeddings; False (lexical this time) when none can be had."""
+        from verl.metrics.prompt_semantics import mean_pairwise_distance, mmd_permutation_pvalue
+
+        if not prompts:
+            return False
+        try:
+            if self._embedder is None:
+                self._embedder = self._embedder_factory()  # the one model load, on this thread
+            # seeded per report: a rerun of the same steps reads the same sample
+            sample = random.Random(report).sample(prompts, min(DIVERSITY_SAMPLE, len(prompts)))
+            self._set_diversity("semantic", mean_pairwise_distance(self._embedder.embed(sample)))
+            reference, recent = shift
+            if len(reference) >= SHIFT_WINDOW and len(recent) >= MIN_RECENT:
+                p = mmd_permutation_pvalue(self._embedder.embed(reference), self._embedder.embed(recent))
+                self.metrics["verl_prompt_shift_pvalue"].set(p)
+            return True
+        except (EmbeddingUnavailable, RuntimeError, OSError, ValueError) as exc:
+            # the loop carries on: lexical from now on, said once
+            log.warning("semantic prompt analysis off, lexical diversity instead: %s", exc)
+            self.semantic = False
+            return False
+
+    def _set_diversity(self, method: str, value: float) -> None:
+        gauge = self.metrics["verl_prompt_diversity"]
+        if self.method is not None and self.method != method:
+            gauge.remove(self.method)  # one method label at a time: a dashboard must not mix readings
+        gauge.labels(method=method).set(value)
+        self.method = method
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

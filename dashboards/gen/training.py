@@ -137,10 +137,10 @@ def data() -> Row:
               thresholds=[(None, "red"), (0.01, "green")], threshold_style="dashed"),
         Panel("timeseries", "Prompt shift (MMD p-value)",
               "MMD permutation p-value of the recent prompts' sentence embeddings against the run's "
-              "first prompts; below 0.01 the prompt distribution moved (PromptDistributionShift). "
+              "first prompts; below 0.001 the prompt distribution moved (PromptDistributionShift). "
               "Stays 1 without verl-ops[semantic].", "none",
               [Target(f"min(verl_prompt_shift_pvalue{{{SEL}}})", "p-value")], width=6,
-              thresholds=[(None, "red"), (0.01, "green")], threshold_style="dashed"),
+              thresholds=[(None, "red"), (0.001, "green")], threshold_style="dashed"),
         Panel("timeseries", "Buffer sample age", "Mean age of the samples drawn from the rollout buffer.",
               "s", [Target(f"max(verl_buffer_sample_age_seconds{{{SEL}}})", "mean age")], width=6),
     ])

@@ -96,7 +96,7 @@ def test_mmd_pvalue_small_for_another_topic_large_for_the_same_mix(embedder: emb
     reference = embedder.embed([p for s in range(8) for p in stream.batch(s)])
     same = embedder.embed([p for s in range(4) for p in stream.batch(s)])
     one_topic = embedder.embed(PromptStream(switch_at=0, seed=2).batch(0, size=64))
-    assert mmd_permutation_pvalue(reference, one_topic) <= 0.002
+    assert mmd_permutation_pvalue(reference, one_topic) < 0.001
     assert mmd_permutation_pvalue(reference, same) > 0.05
 
 

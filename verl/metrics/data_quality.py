@@ -2,13 +2,14 @@
 
 - ``verl_prompt_diversity{method=...}``: with the semantic extra installed (``verl-ops[semantic]``,
   ``metrics.prompt_analysis`` auto or semantic), ``method="semantic"``: the mean pairwise cosine distance
-  of the sentence embeddings of up to 256 prompts sampled from the recent window (why that and not a
-  BERTScore-style matching: ``verl.metrics.prompt_semantics``). Otherwise, or when the model fails to
+  of the sentence embeddings of the last 256 prompts (why that and not a BERTScore-style matching:
+  ``verl.metrics.prompt_semantics``). Otherwise, or when the model fails to
   load, ``method="lexical"``: distinct-2, the share of unique character bigrams among all bigrams of the
   recent prompts (1 = no repetition). The label always says which ran.
 - ``verl_prompt_shift_pvalue``: permutation p-value of the MMD between the embeddings of the first 256
-  prompts of the run (the reference) and the last 256 (semantic only; 1 until both windows hold
-  enough prompts, and always 1 without the extra); small = the prompt distribution moved.
+  prompts of the run (the reference, embedded once) and the last 256 (semantic only; 1 until 64
+  prompts followed the reference, and always 1 without the extra); small = the prompt distribution
+  moved. A report embeds at most those 256 recent prompts (cached by text: repeats cost nothing).
 - ``verl_reward_shift_ks_pvalue``: two-sample Kolmogorov-Smirnov p-value of the recent reward window
   against the first window seen (the reference); small = the reward distribution moved.
 - ``verl_buffer_sample_age_seconds``: mean age of the samples trained on since the last report.
@@ -17,7 +18,6 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,9 +28,8 @@ from verl.metrics.registry import MetricsRegistry
 
 log = logging.getLogger("verl.metrics")
 
-DIVERSITY_SAMPLE = 256  # prompts embedded per report: bounds its cost (~2.5 s of one CPU core) whatever the window
-SHIFT_WINDOW = 256  # prompts in the reference and in the recent window of the shift test
-MIN_RECENT = 64  # fewer recent prompts than this: no shift test yet (p stays 1)
+SHIFT_WINDOW = 256  # prompts in the reference and in the recent window: bounds a report's embedding work
+MIN_RECENT = 64  # fewer prompts after the reference than this: no shift test yet (p stays 1)
 
 
 def distinct_n(texts: list[str], n: int = 2) -> float:
@@ -56,7 +55,9 @@ class DataQualityAnalyzer:
         self._embedder: Any = None
         self.reference_prompts: list[str] = []
         self.recent_prompts: deque[str] = deque(maxlen=SHIFT_WINDOW)
-        self.reports = 0
+        self.after_reference = 0
+        """Prompts observed since the reference window filled."""
+        self._reference_vectors: Any = None
         self.method: str | None = None
         """The method of the last diversity reading ("semantic" | "lexical")."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-data-metrics")
@@ -69,7 +70,8 @@ class DataQualityAnalyzer:
         if self.semantic:
             room = SHIFT_WINDOW - len(self.reference_prompts)
             self.reference_prompts.extend(prompts[:room])
-            self.recent_prompts.extend(prompts[max(room, 0):])
+            self.after_reference += len(prompts[room:])
+            self.recent_prompts.extend(prompts)
 
     def report(self) -> Future | None:
         """Snapshot and compute in the background; a report still running is not queued twice (None)."""
@@ -79,15 +81,13 @@ class DataQualityAnalyzer:
         self.ages = []
         if self.reference is None:
             self.reference = rewards
-        shift = (list(self.reference_prompts), list(self.recent_prompts))
-        self.reports += 1
-        self._pending = self._pool.submit(self._compute, prompts, rewards, list(self.reference), ages, shift,
-                                          self.reports)
+        recent = list(self.recent_prompts), self.after_reference >= MIN_RECENT
+        self._pending = self._pool.submit(self._compute, prompts, rewards, list(self.reference), ages, recent)
         return self._pending
 
     def _compute(self, prompts: list[str], rewards: list[float], reference: list[float], ages: list[float],
-                 shift: tuple[list[str], list[str]], report: int) -> None:
-        if not (self.semantic and self._semantic_report(prompts, shift, report)):
+                 recent: tuple[list[str], bool]) -> None:
+        if not (self.semantic and self._semantic_report(*recent)):
             self._set_diversity("lexical", distinct_n(prompts))
         if len(rewards) >= 2 and len(reference) >= 2:
             # imported here, on the report thread: scipy.stats is ~1 s of the trainer's start-up otherwise
@@ -97,21 +97,21 @@ class DataQualityAnalyzer:
         if ages:
             self.metrics["verl_buffer_sample_age_seconds"].set(sum(ages) / len(ages))
 
-    def _semantic_report(self, prompts: list[str], shift: tuple[list[str], list[str]], report: int) -> bool:
+    def _semantic_report(self, recent: list[str], test_shift: bool) -> bool:
         """Diversity and shift from embeddings; False (lexical this time) when none can be had."""
         from verl.metrics.prompt_semantics import mean_pairwise_distance, mmd_permutation_pvalue
 
-        if not prompts:
+        if not recent:
             return False
         try:
             if self._embedder is None:
                 self._embedder = self._embedder_factory()  # the one model load, on this thread
-            # seeded per report: a rerun of the same steps reads the same sample
-            sample = random.Random(report).sample(prompts, min(DIVERSITY_SAMPLE, len(prompts)))
-            self._set_diversity("semantic", mean_pairwise_distance(self._embedder.embed(sample)))
-            reference, recent = shift
-            if len(reference) >= SHIFT_WINDOW and len(recent) >= MIN_RECENT:
-                p = mmd_permutation_pvalue(self._embedder.embed(reference), self._embedder.embed(recent))
+            vectors = self._embedder.embed(recent)
+            self._set_diversity("semantic", mean_pairwise_distance(vectors))
+            if test_shift:
+                if self._reference_vectors is None:  # the reference never changes: embedded once
+                    self._reference_vectors = self._embedder.embed(self.reference_prompts)
+                p = mmd_permutation_pvalue(self._reference_vectors, vectors)
                 self.metrics["verl_prompt_shift_pvalue"].set(p)
             return True
         except (EmbeddingUnavailable, RuntimeError, OSError, ValueError) as exc:

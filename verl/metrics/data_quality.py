@@ -81,13 +81,13 @@ class DataQualityAnalyzer:
         self.ages = []
         if self.reference is None:
             self.reference = rewards
-        recent = list(self.recent_prompts), self.after_reference >= MIN_RECENT
-        self._pending = self._pool.submit(self._compute, prompts, rewards, list(self.reference), ages, recent)
+        self._pending = self._pool.submit(self._compute, prompts, rewards, list(self.reference), ages,
+                                          list(self.recent_prompts), self.after_reference >= MIN_RECENT)
         return self._pending
 
     def _compute(self, prompts: list[str], rewards: list[float], reference: list[float], ages: list[float],
-                 recent: tuple[list[str], bool]) -> None:
-        if not (self.semantic and self._semantic_report(*recent)):
+                 recent: list[str], test_shift: bool) -> None:
+        if not (self.semantic and self._semantic_report(recent, test_shift)):
             self._set_diversity("lexical", distinct_n(prompts))
         if len(rewards) >= 2 and len(reference) >= 2:
             # imported here, on the report thread: scipy.stats is ~1 s of the trainer's start-up otherwise
@@ -118,6 +118,7 @@ class DataQualityAnalyzer:
             # the loop carries on: lexical from now on, said once
             log.warning("semantic prompt analysis off, lexical diversity instead: %s", exc)
             self.semantic = False
+            self.metrics["verl_prompt_shift_pvalue"].set(1.0)  # no test any more: no evidence, not a stale one
             return False
 
     def _set_diversity(self, method: str, value: float) -> None:

@@ -1,6 +1,6 @@
 """Semantic cooldown clusters (``data.dedup_method: semantic``): ``PromptClusters`` whose prompts are
 compared by meaning — the cosine of their sentence embeddings (``verl.data.embeddings``) — instead of
-character shingles, so "How do I bake sourdough?" and "What are the steps to make sourdough bread?"
+the Jaccard estimate of character shingles (the comparison hooks of PromptClusters), so "How do I bake sourdough?" and "What are the steps to make sourdough bread?"
 share one cluster and one 30-minute cooldown. Candidates come from random-hyperplane LSH over the same
 embeddings; the cooldown, the coolest-first fallback and the checkpointed state are PromptClusters'.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from verl.data.embeddings import DIM, EmbeddingUnavailable, shared_embedder
-from verl.data.guards import GuardConfigError, PromptClusters, _norm_key
+from verl.data.guards import GuardConfigError, PromptClusters
 
 # 20 bands of 6 sign bits: a pair at cosine 0.75 (the cluster threshold) shares a band with p ≈ 0.99,
 # an unrelated pair (cosine ~0.1) with p ≈ 0.4 (then the exact cosine turns it away)
@@ -64,63 +64,23 @@ class SemanticClusters(PromptClusters):
         super().__init__(cooldown_minutes=cooldown_minutes, dedup=dedup, cluster_threshold=cluster_threshold,
                          dedup_threshold=dedup_threshold, clock=clock)
 
-    def _reset(self) -> None:
-        self._index = HyperplaneLSH()
-        self._vec: dict[str, np.ndarray] = {}
-        self._cluster: dict[str, int] = {}
-        self._texts: list[str] = []
-        self._last_used: dict[int, float] = {}
-        self._next_cluster = 0
-
-    def _nearest_vec(self, vec: np.ndarray) -> tuple[str | None, float]:
-        best, best_sim = None, -2.0
-        for key in sorted(self._index.query(vec), key=lambda k: self._cluster[k]):
-            sim = float(vec @ self._vec[key])
-            if sim > best_sim:
-                best, best_sim = key, sim
-        return best, best_sim
-
-    def _insert(self, texts: Sequence[str]) -> list[int]:
-        new = [(t, _norm_key(t)) for t in texts]
-        todo = [(t, k) for t, k in new if k not in self._cluster]
-        vecs = self._embed([t for t, _ in todo])
-        for (text, key), vec in zip(todo, vecs, strict=True):
-            if key in self._cluster:  # a repeat within this batch
-                continue
-            near, sim = self._nearest_vec(vec)
-            if near is not None and sim >= self.cluster_threshold:
-                self._cluster[key] = self._cluster[near]
-            else:
-                self._cluster[key] = self._next_cluster
-                self._next_cluster += 1
-            self._index.insert(key, vec)
-            self._vec[key] = vec
-            self._texts.append(text)
-        return [self._cluster[k] for _, k in new]
-
-    def _embed(self, texts: list[str]) -> np.ndarray | list[np.ndarray]:
+    def _signatures(self, texts: list[str]) -> Sequence[np.ndarray]:
         if all(t in self._dataset_vecs for t in texts):
             return [self._dataset_vecs[t] for t in texts]
         return self.embedder.embed(texts)
 
-    def dedup(self, texts: Sequence[str]) -> list[int]:
-        """Indices of ``texts`` to keep: the first of every group whose cosine reaches ``dedup_threshold``.
-        Embeds the whole dataset once, at start-up (``dedup=False`` too), and keeps the vectors (1.5 KB a
-        prompt), so no admission during training runs the model."""
-        vecs = self.embedder.embed(list(texts))
-        self._dataset_vecs.update(zip(texts, vecs, strict=True))
-        if not self.dedup_enabled:
-            return list(range(len(texts)))
-        index, kept, keep = HyperplaneLSH(), {}, []
-        for i, (text, vec) in enumerate(zip(texts, vecs, strict=True)):
-            key = _norm_key(text)
-            if key in kept or any(float(vec @ kept[k]) >= self.dedup_threshold for k in index.query(vec)):
-                continue
-            index.insert(key, vec)
-            kept[key] = vec
-            keep.append(i)
-        return keep
+    def _similarity(self, a: np.ndarray, b: np.ndarray) -> float:
+        return float(a @ b)  # unit vectors: the cosine
 
+    def _new_index(self, threshold: float) -> HyperplaneLSH:
+        return HyperplaneLSH()  # banded for the cluster threshold: pairs at the higher dedup threshold share a band surely
+
+    def dedup(self, texts: Sequence[str]) -> list[int]:
+        """PromptClusters.dedup by cosine, after embedding the whole dataset once, at start-up
+        (``dedup=False`` too): the vectors are kept (1.5 KB a prompt), so no admission during training
+        runs the model."""
+        self._dataset_vecs.update(zip(texts, self.embedder.embed(list(texts)), strict=True))
+        return super().dedup(texts)
 
 DEDUP_METHODS = ("minhash", "semantic")
 

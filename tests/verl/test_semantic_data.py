@@ -37,6 +37,20 @@ def gauge(reg: MetricsRegistry, name: str, **labels: str) -> float | None:
     return reg.registry.get_sample_value(name, labels)
 
 
+def test_loading_and_running_the_model_leave_the_training_rng_alone() -> None:
+    """The model loads and runs on the metrics thread mid-run: a draw from torch's global generator
+    there would shift the training's random stream (and break exact kill -9 resume)."""
+    if not embeddings.semantic_available():
+        pytest.skip("needs verl-ops[semantic] (make setup)")
+    import torch
+
+    torch.manual_seed(7)
+    expected = torch.rand(4)
+    torch.manual_seed(7)
+    embeddings.SentenceEmbedder(cache_size=0).embed(PARAPHRASES[:2])
+    assert torch.equal(torch.rand(4), expected)
+
+
 # ------------------------------------------------------------------------------------------ diversity
 def test_paraphrases_score_clearly_lower_than_unrelated_questions(embedder: embeddings.SentenceEmbedder) -> None:
     # same count, same length: what differs is meaning only

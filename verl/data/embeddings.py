@@ -76,8 +76,6 @@ class SentenceEmbedder:
         # forward pass (seconds for a window of new prompts on CPU)
         self._cache_lock = threading.Lock()
         self._model_lock = threading.Lock()
-        self.embedded = 0
-        """Texts actually run through the model (cache misses), for benchmarks."""
 
     @property
     def parameter_bytes(self) -> int:
@@ -93,7 +91,6 @@ class SentenceEmbedder:
                 for i in range(0, len(missing), BATCH):
                     chunk = missing[i:i + BATCH]
                     found.update(zip(chunk, self._forward(chunk), strict=True))
-                    self.embedded += len(chunk)
         with self._cache_lock:
             for text in texts:
                 self._cache[text] = found[text]

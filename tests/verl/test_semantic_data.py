@@ -70,14 +70,23 @@ def test_mean_pairwise_distance_is_the_mean_over_pairs() -> None:
 
 
 def test_analyzer_reports_semantic_diversity_and_only_that_label(embedder: embeddings.SentenceEmbedder) -> None:
-    reg = MetricsRegistry()
-    analyzer = DataQualityAnalyzer(reg, prompt_analysis="auto", embedder=lambda: embedder)
-    analyzer.observe(PARAPHRASES, [0.0] * 8, [])
-    analyzer.report().result()
+    reg, loads = MetricsRegistry(), []
+
+    def load() -> embeddings.SentenceEmbedder:
+        loads.append(1)
+        return embedder
+
+    analyzer = DataQualityAnalyzer(reg, prompt_analysis="auto", embedder=load, preload=True)
+    analyzer._pool.submit(lambda: None).result()  # behind the preload on the one worker
+    assert loads == [1]  # before any report
+    for _ in range(2):
+        analyzer.observe(PARAPHRASES, [0.0] * 8, [])
+        analyzer.report().result()
     semantic = gauge(reg, "verl_prompt_diversity", method="semantic")
     assert semantic is not None and semantic < 0.3
     assert gauge(reg, "verl_prompt_diversity", method="lexical") is None
     analyzer.close()
+    assert loads == [1]  # the reports reuse it
 
 
 def test_lexical_when_asked_or_when_the_model_cannot_load(caplog: pytest.LogCaptureFixture) -> None:

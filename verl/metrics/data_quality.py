@@ -44,7 +44,9 @@ def wants_semantic(prompt_analysis: str) -> bool:
 
 class DataQualityAnalyzer:
     def __init__(self, metrics: MetricsRegistry, window: int = 2048, prompt_analysis: str = "auto",
-                 embedder: Callable[[], Any] = shared_embedder) -> None:
+                 embedder: Callable[[], Any] = shared_embedder, preload: bool = False) -> None:
+        """``preload``: start loading the embedding model now, on the metrics thread, so the first
+        report (step 1) finds it ready instead of waiting seconds for it."""
         self.metrics = metrics
         self.prompts: deque[str] = deque(maxlen=window)
         self.rewards: deque[float] = deque(maxlen=window)
@@ -62,6 +64,8 @@ class DataQualityAnalyzer:
         """The method of the last diversity reading ("semantic" | "lexical")."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verl-data-metrics")
         self._pending: Future | None = None
+        if self.semantic and preload:
+            self._pool.submit(self._load_embedder)  # reports queue behind it on the one worker
 
     def observe(self, prompts: list[str], rewards: list[float], sample_ages: list[float]) -> None:
         self.prompts.extend(prompts)
@@ -101,11 +105,9 @@ class DataQualityAnalyzer:
         """Diversity and shift from embeddings; False (lexical this time) when none can be had."""
         from verl.metrics.prompt_semantics import mean_pairwise_distance, mmd_permutation_pvalue
 
-        if not recent:
+        if not recent or not self._load_embedder():
             return False
         try:
-            if self._embedder is None:
-                self._embedder = self._embedder_factory()  # the one model load, on this thread
             vectors = self._embedder.embed(recent)
             self._set_diversity("semantic", mean_pairwise_distance(vectors))
             if test_shift:
@@ -114,12 +116,24 @@ class DataQualityAnalyzer:
                 p = mmd_permutation_pvalue(self._reference_vectors, vectors)
                 self.metrics["verl_prompt_shift_pvalue"].set(p)
             return True
-        except (EmbeddingUnavailable, RuntimeError, OSError, ValueError) as exc:
-            # the loop carries on: lexical from now on, said once
-            log.warning("semantic prompt analysis off, lexical diversity instead: %s", exc)
-            self.semantic = False
-            self.metrics["verl_prompt_shift_pvalue"].set(1.0)  # no test any more: no evidence, not a stale one
+        except (RuntimeError, OSError, ValueError) as exc:
+            self._give_up(exc)
             return False
+
+    def _load_embedder(self) -> bool:
+        """The one model load, on the metrics thread; False when it cannot be had."""
+        if self._embedder is None and self.semantic:
+            try:
+                self._embedder = self._embedder_factory()
+            except (EmbeddingUnavailable, RuntimeError, OSError, ValueError) as exc:
+                self._give_up(exc)
+        return self._embedder is not None and self.semantic
+
+    def _give_up(self, exc: Exception) -> None:
+        # the loop carries on: lexical from now on, said once
+        log.warning("semantic prompt analysis off, lexical diversity instead: %s", exc)
+        self.semantic = False
+        self.metrics["verl_prompt_shift_pvalue"].set(1.0)  # no test any more: no evidence, not a stale one
 
     def _set_diversity(self, method: str, value: float) -> None:
         gauge = self.metrics["verl_prompt_diversity"]

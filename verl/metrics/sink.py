@@ -47,7 +47,7 @@ class TrainerMetrics:
         self.metrics = metrics
         self.clock = clock
         self.enabled = enabled
-        self.data = DataQualityAnalyzer(metrics, prompt_analysis=prompt_analysis)
+        self.data = DataQualityAnalyzer(metrics, prompt_analysis=prompt_analysis, preload=enabled)
 
     def set_config_info(self, labels: dict[str, str]) -> None:
         self.metrics["verl_config_info"].info(labels)

@@ -27,8 +27,11 @@ limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_a
 retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 ```
-Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none) and
-``sample_limit`` (samples per scrape; default 0 = none); exceeding either fails that scrape (``up`` 0).
+Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
+``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),
+``label_value_length_limit`` (characters per label value; all three default 0 = none): exceeding any
+fails that scrape as a whole (``up`` 0, the reason counted and logged per target), as in Prometheus.
+``honor_timestamps: false`` stamps every sample with the scrape time instead of the target's stamp.
 
 ``default_config`` is what ``verl-monitor run`` uses without ``--config``: the trainer's documented
 port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
@@ -53,7 +56,7 @@ DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 80
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
     "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env",
-                "body_size_limit", "sample_limit"},
+                "body_size_limit", "sample_limit", "label_limit", "label_value_length_limit", "honor_timestamps"},
     "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
     "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
     "dmon": {"path", "command", "node"},
@@ -376,7 +379,10 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         node = _text(raw["node"], f"{key}.node") if raw.get("node") is not None else None
         cfg.targets.append(Target(name, raw["url"], node, _text(raw.get("job", "verl"), f"{key}.job"), interval, timeout,
                                   _size(raw.get("body_size_limit", "32MiB"), f"{key}.body_size_limit"),
-                                  _count(raw.get("sample_limit", 0), f"{key}.sample_limit")))
+                                  _count(raw.get("sample_limit", 0), f"{key}.sample_limit"),
+                                  _count(raw.get("label_limit", 0), f"{key}.label_limit"),
+                                  _count(raw.get("label_value_length_limit", 0), f"{key}.label_value_length_limit"),
+                                  _flag(raw.get("honor_timestamps", True), f"{key}.honor_timestamps")))
         token = _token(raw, f"{key}.api_token")
         if token:
             cfg.target_tokens[name] = token

@@ -154,7 +154,8 @@ class Daemon:
         with self.lock:
             return len(self.pipeline.submit_external(alerts))
 
-    def ingest(self, batch: SourceBatch, target: str | None = None) -> None:
+    def ingest(self, batch: SourceBatch, target: str | None = None, seen: float | None = None) -> None:
+        """``seen``: the scrape's time, for scraped batches (liveness from the scrape, not the stamps)."""
         source = target or batch.source
         samples = batch.samples
         limit = self.clock.now() + FUTURE_LIMIT_S
@@ -166,7 +167,14 @@ class Daemon:
             self.metrics.scrape_errors.labels(source, reason).inc(n)
             self._log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
         with self.lock:
-            self.pipeline.ingest(samples, source)
+            self.pipeline.ingest(samples, source, seen)
+            if batch.refused and seen is not None:
+                self.pipeline.touch(batch.refused, seen)
+            rejects, self.pipeline.rejects = self.pipeline.rejects, {}
+        for (src, reason), n in rejects.items():  # out of order, repeated stamps, over the series budget
+            self._log_once(src, reason, f"{n} sample(s) refused" + (
+                f"; the source holds {self.pipeline.store.held_by(src)} series, its fair share is "
+                f"{self.pipeline.store.fair_share(src)}" if reason == "series_limit" else ""))
 
     # -- enrichment: RewardDistributionDrift gets the trainer's top-3 anomalous prompts -------------
 
@@ -228,10 +236,11 @@ class Daemon:
         await self._sleep(due - time.monotonic())
         while not self._stop.is_set():
             try:
-                batch, duration, up = await scrape(client, target, self.clock.now())
+                now = self.clock.now()
+                batch, duration, up = await scrape(client, target, now)
                 self.metrics.scrape_duration.labels(target.name).set(duration)
                 self.metrics.target_up.labels(target.name).set(1 if up else 0)
-                self.ingest(batch, target.name)
+                self.ingest(batch, target.name, now)
                 self._freeze_if_grown()
             except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                 self._source_failed(target.name, exc, target.job, target.node,

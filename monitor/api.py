@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from monitor.durations import DurationError, parse_duration
+from monitor.httpguard import GuardedHandler, GuardedHTTPServer
 from monitor.sources.alertmanager import PayloadError, parse_webhook
 
 log = logging.getLogger("monitor.api")
@@ -42,7 +43,7 @@ class MonitorAPI:
         self.token = token
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(GuardedHandler):
             server_version = "verl-monitor"
             timeout = READ_DEADLINE_S  # socket read deadline: a silent or dripping client cannot pin a thread
 
@@ -58,8 +59,8 @@ class MonitorAPI:
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        # request line and headers within READ_DEADLINE_S, at most 128 connections (monitor.httpguard)
+        self.server = GuardedHTTPServer((host, port), Handler, header_deadline_s=READ_DEADLINE_S)
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, name="monitor-api", daemon=True)
 

@@ -128,6 +128,8 @@ class NotifyStage:
         if result.ok:
             self.outbox.delivered(rows)
             status = "delivered"
+            if result.error:  # delivered, with a part lost (a plot): say so once, not silently
+                log.warning("receiver %s: delivered, but %s", receiver, result.error)
         elif result.retryable:
             not_before = limiter.next_free(now) if limiter and result.rate_limited else 0.0
             self.outbox.retry(rows, now, result.error, not_before)

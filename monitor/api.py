@@ -13,6 +13,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -158,6 +159,16 @@ class MonitorAPI:
         got = h.headers.get("Authorization", "")
         return hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode())
 
+    def _signed_plot(self, h: BaseHTTPRequestHandler) -> bool:
+        """A plot link the monitor signed (monitor.plotlinks): people open it from chat without a token."""
+        links = getattr(self.daemon.pipeline, "plot_links", None)
+        path, _, query = h.path.partition("?")
+        m = _PLOT_RE.match(path)
+        if links is None or m is None or h.command != "GET":
+            return False
+        q = {k: v[0] for k, v in parse_qs(query).items()}
+        return bool(links.valid(m.group(1), q.get("exp", ""), q.get("sig", "")))
+
     # -- routes ----------------------------------------------------------------------------------
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -170,7 +181,7 @@ class MonitorAPI:
                 return self._send(h, 200, generate_latest(self.daemon.metrics.registry), CONTENT_TYPE_LATEST)
             if not path.startswith("/api/"):
                 return self._json(h, 404, {"error": f"no route {path}"})
-            if not self._authorized(h):
+            if not self._authorized(h) and not self._signed_plot(h):
                 return self._json(h, 401, {"error": "missing or wrong bearer token (Authorization: Bearer ...)"})
             self._api(h, method, path)
         except PayloadError as exc:

@@ -43,6 +43,7 @@ from monitor.evaluator import Candidate
 from monitor.metrics import MonitorMetrics
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.pipeline import Pipeline
+from monitor.plotlinks import PlotLinks
 from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
@@ -410,6 +411,11 @@ class Daemon:
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
         self.pipeline.set_base_url(base)  # plots and alert links are served by our API
+        if self.config.plots_dir:  # links that work for people with a token set; notifiers read the files
+            self.pipeline.plot_links = PlotLinks(self.config.plots_dir, f"{base.rstrip('/')}/api/v1/plots",
+                                                 self.config.bearer_token)
+            if self.engine is not None:
+                self.engine.set_plot_store(self.pipeline.plot_links.read)
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
         self.pipeline.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
         if self.engine is not None:

@@ -71,6 +71,7 @@ class Pipeline:
         # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
         # once; the file follows within a second, long before a notification leaves group_wait).
         self.plot_executor: Any = None
+        self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
         self.nonfinite = NonFiniteLog()
         self.evidence = StoreEvidence(self.store, clock, self.nonfinite)
         set_evidence = getattr(engine, "set_evidence", None)
@@ -249,6 +250,8 @@ class Pipeline:
             self.plot_executor.submit(_render_quietly, *args)
         elif _render_quietly(*args) is None:
             return None
+        if self.plot_links is not None:
+            return str(self.plot_links.url(name))
         return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(args[0])
 
     def close(self) -> None:

@@ -35,7 +35,10 @@ class WeComNotifier(Notifier):
         return 1 if digest or not _plot_ref(notes) else 2
 
     def _load_plot(self, ref: str) -> bytes:
-        if ref.startswith(("http://", "https://")):
+        raw = self.plot_store(ref) if self.plot_store is not None else None
+        if raw is not None:  # the monitor's own plot: read from its plot directory, no HTTP
+            pass
+        elif ref.startswith(("http://", "https://")):
             resp = self.client.get(ref)
             resp.raise_for_status()
             raw = resp.content

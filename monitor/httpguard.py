@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +28,7 @@ MAX_CONNECTIONS = 128
 
 class GuardedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS  # socketserver's 5 drops connections of a burst before accept
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
                  header_deadline_s: float = HEADER_DEADLINE_S, max_connections: int = MAX_CONNECTIONS) -> None:
@@ -90,6 +92,11 @@ class GuardedHTTPServer(ThreadingHTTPServer):
                 self.cut += 1
                 with contextlib.suppress(OSError):  # the handler's blocked readline returns b"" and it ends
                     c.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (or was cut) is routine, not a traceback on stderr."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
     def server_close(self) -> None:
         self._closed.set()

@@ -104,7 +104,10 @@ class Notifier:
             over = self.overshoot(self.build(rendered, notes, digest))
             if over <= 0 or rerender is None:
                 return rendered
-            budget -= max(over, budget // 20)
+            # every text byte is at least one request byte, so cutting ``over`` from the text as it
+            # is (not from the budget: whole alert lines often leave it well under) gets there
+            size = len(rendered.text.encode())
+            budget = min(budget, size) - max(over, size // 50)
             rendered = rerender(max(budget, 64))
         return rendered
 

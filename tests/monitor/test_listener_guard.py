@@ -114,3 +114,24 @@ def test_indexed_silences_match_like_a_scan() -> None:
     assert not mute(Alert({"alertname": "A", "node": "late"})) and store.muting(60.0)(Alert({"node": "late"}))
     assert store.muting(10.0)(Alert({"node": "expired"}))
     assert store.expire(gone, 20.0) and not store.muting(20.0)(Alert({"node": "expired"}))
+
+
+def test_the_trainers_metrics_listener_cuts_slowloris_too(monkeypatch) -> None:  # noqa: ANN001
+    from prometheus_client import CollectorRegistry
+
+    import verl.metrics.server as srv
+
+    monkeypatch.setattr(srv, "REQUEST_DEADLINE_S", 0.5)
+    server = srv.MetricsServer(CollectorRegistry(), "127.0.0.1", 0, lambda: {"status": "ok"}, lambda k: [])
+    try:
+        held = [drip(server.port) for _ in range(20)]
+        assert httpx.get(server.url, timeout=2).status_code == 200
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not all(closed(s) for s in held):
+            time.sleep(0.1)
+        assert all(closed(s) for s in held)
+        assert httpx.get(server.url, timeout=2).status_code == 200
+        for s in held:
+            s.close()
+    finally:
+        server.close()

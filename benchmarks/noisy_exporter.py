@@ -5,7 +5,8 @@
 Each part measures the old behaviour and the new one in the same run:
 
 1. **label churn beside a healthy trainer**: an exporter adds 4000 new ``pod=<uuid>`` series of
-   ``verl_gpu_memory_used_bytes`` per 5 s scrape for 2 min (default limits: 20 000 series, 2000 per metric);
+   ``verl_gpu_memory_used_bytes`` (``same_metric``) or of its own 20 metrics (``other_metric``) per 5 s
+   scrape for 2 min (default limits: 20 000 series, 2000 per metric);
    at 60 s the trainer's new ``verl_gpu_memory_used_bytes{gpu="0"}`` reads 70 GB under a threshold rule.
    *before*: one shared pool (every series in one budget, as the store was); *after*: budgets per
    source (fair share, per-metric cap per source, eviction). Reports whether the trainer's series was
@@ -15,8 +16,9 @@ Each part measures the old behaviour and the new one in the same run:
    liveness from the scrape).
 3. **message sizes per robot**: digests of hostile alerts (1000 one-line alerts; 60 alerts full of quotes
    and backslashes) rendered for DingTalk / Feishu / WeCom: largest encoded size against the documented
-   limit (DingTalk 20 000 B text, Feishu 20 KB body, WeCom 4096 B content). *before*: budget on the text;
-   *after*: fitted on the encoded request.
+   limit (DingTalk 20 000 B text, Feishu 20 KB body, WeCom 4096 B content). *before*: budget on the
+   text; *after*: fitted on the encoded request. (Forged lines and markup are asserted by
+   tests/alerting/test_message_fit.py.)
 4. **8000 silences**: cost of one flush's silence matching (40 alerts). *before*: re-read and re-parse all,
    scan each; *after*: the index.
 5. **slowloris**: ``--slowloris`` connections dripping the request line (a byte every 2 s) against the
@@ -66,7 +68,7 @@ GB = 1e9
 
 
 # -- 1. label churn ------------------------------------------------------------------------------------
-def churn(shared_pool: bool, tmp: Path) -> dict[str, Any]:
+def churn(shared_pool: bool, tmp: Path, metric: str) -> dict[str, Any]:
     rule = tmp / "mem.yaml"
     rule.write_text("rules:\n  - alert: GPUMemoryHigh\n    severity: P1\n    select: verl_gpu_memory_used_bytes\n"
                     "    detector: {type: threshold, op: '>', value: 6.0e10}\n    summary: high\n")
@@ -80,7 +82,8 @@ def churn(shared_pool: bool, tmp: Path) -> dict[str, Any]:
         batch = []
         for _ in range(4000):
             uid += 1
-            batch.append(Sample("verl_gpu_memory_used_bytes", {"pod": f"{uid:032x}", "node": "n2"}, 1.0, now))
+            name = metric if metric.startswith("verl_") else f"{metric}_{uid % 20}"  # 20 names: past the per-metric cap
+            batch.append(Sample(name, {"pod": f"{uid:032x}", "node": "n2"}, 1.0, now))
         started = time.perf_counter()
         pipe.ingest(batch, noisy, now)
         costs.append(time.perf_counter() - started)
@@ -145,7 +148,8 @@ def messages() -> dict[str, Any]:
                             starts_at=T0) for i in range(count)]
             notes = [Notification(kind, "g", {}, "firing", alerts, [a.fingerprint for a in alerts], T0)]
             link = "http://127.0.0.1:9105/api/v1/alerts"
-            before = max(before, wire(kind, n.build(render(notes, max_bytes=n.max_bytes, link=link), notes)))
+            old = render(notes, max_bytes=n.max_bytes, link=link)
+            before = max(before, wire(kind, n.build(old, notes)))
 
             def again(b: int, notes: list[Notification] = notes, link: str = link, kind: str = kind) -> Any:
                 return render(notes, max_bytes=b, link=link, dialect=kind)
@@ -251,7 +255,10 @@ def main() -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        result: dict[str, Any] = {"churn": {"before": churn(True, Path(tmp)), "after": churn(False, Path(tmp))}}
+        result: dict[str, Any] = {f"churn_{label}": {"before": churn(True, Path(tmp), metric),
+                                                     "after": churn(False, Path(tmp), metric)}
+                                  for label, metric in (("same_metric", "verl_gpu_memory_used_bytes"),
+                                                        ("other_metric", "exporter_pod_info"))}
     result["clock_behind_trainerdown"] = {"before": clock_behind(False), "after": clock_behind(True)}
     result["messages"] = messages()
     result["silences"] = silences()

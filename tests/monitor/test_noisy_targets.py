@@ -176,3 +176,67 @@ def test_a_for_rule_starts_when_the_monitor_saw_the_sample_not_at_its_stamp() ->
     (c,) = pipe.evaluator.tick(T0)
     assert c.since == T0 and not c.ready
     pipe.close()
+
+
+# -- end to end: a churning exporter beside a healthy trainer, over HTTP ---------------------------
+
+class Exposition:
+    """A loopback endpoint serving ``body()`` anew on every scrape."""
+
+    def __init__(self, body) -> None:  # noqa: ANN001
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                data = body().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+def test_a_churning_exporter_beside_the_trainer_end_to_end(tmp_path: Path) -> None:
+    import itertools
+    import time
+
+    from monitor_http import RunningDaemon, wait_for
+
+    uid = itertools.count()
+    churn = Exposition(lambda: "".join(f'verl_gpu_memory_used_bytes{{pod="{next(uid):x}"}} 1\n' for _ in range(100)))
+    started = time.monotonic()
+    trainer = Exposition(lambda: "verl_global_step 5\n" + (
+        'verl_gpu_memory_used_bytes{gpu="0"} 7e10\n' if time.monotonic() - started > 2 else ""))
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"rules": [
+        {"alert": "GPUMemoryHigh", "severity": "P1", "select": "verl_gpu_memory_used_bytes",
+         "detector": {"type": "threshold", "op": ">", "value": 6e10}, "summary": "high"}]}))
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({
+        "listen": "127.0.0.1:0", "state_db": str(tmp_path / "state" / "state.db"), "eval_interval": "0.1s",
+        "rules": ["rules.yaml"], "reward_outliers": False, "limits": {"max_series": 300, "max_series_per_metric": 200},
+        "targets": [{"name": "noisy", "url": churn.url, "interval": "0.2s", "node": "n2"},
+                    {"name": "trainer", "url": trainer.url, "interval": "0.2s", "node": "n1"}]}))
+    d = RunningDaemon(path)
+    try:
+        firing = lambda: [a for a in d.daemon.pipeline.book.firing() if a.labels.get("gpu") == "0"]  # noqa: E731
+        assert wait_for(lambda: bool(firing()), timeout=15)
+        assert d.daemon.pipeline.store.held_by("noisy") <= 201  # its metric cap, plus its `up`
+        assert d.daemon.metrics.scrape_errors.labels("noisy", "series_limit")._value.get() > 0
+    finally:
+        d.stop()
+        churn.close()
+        trainer.close()

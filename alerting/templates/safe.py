@@ -25,7 +25,8 @@ from collections.abc import Iterable
 # bidi embeddings/overrides/isolates and marks, zero-width characters, the BOM, the soft hyphen
 _INVISIBLE = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\u061c\u00ad\u180e]")
 _BREAKS = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u2028\u2029]+")
-_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*)://([^/\s?#]+)|\b(www\.[^/\s?#]+)")
+# a URL as far as it stays in a charset with no markup in it (no brackets, parentheses, quotes, * or `)
+_URL = re.compile(r"(?i)\b(?:([a-z][a-z0-9+.-]*)://|(?=www\.))([a-z0-9.\-:]+)([a-z0-9\-._~:/?#@!$&+,;=%]*)")
 
 _COMMON = {"<": "＜", ">": "＞", "[": "［", "]": "］", "@": "＠", "`": "ˋ", "*": "∗", "#": "＃", "~": "～"}
 DIALECTS: dict[str, dict[str, str]] = {
@@ -42,7 +43,7 @@ def _show(m: re.Match[str]) -> str:
 
 def host_of(url: str) -> str:
     m = _URL.match(url.strip())
-    return (m.group(2) or m.group(3) or "").lower().rsplit("@", 1)[-1] if m else ""
+    return m.group(2).lower().split(":")[0] if m else ""
 
 
 def clean(value: object, dialect: str = "plain", link_hosts: Iterable[str] = ()) -> str:
@@ -51,20 +52,24 @@ def clean(value: object, dialect: str = "plain", link_hosts: Iterable[str] = ())
     text = _INVISIBLE.sub(_show, text)
     text = _BREAKS.sub(" ", text).strip()
     table = DIALECTS.get(dialect, _COMMON)
-    if table:
-        text = text.translate(str.maketrans(table))
-        allowed = {h.lower() for h in link_hosts}
-
-        def defang(m: re.Match[str]) -> str:
-            host = (m.group(2) or m.group(3) or "").lower()
-            if host.rsplit("＠", 1)[-1] in allowed:
-                return m.group(0)
-            scheme = m.group(1)
+    if not table:
+        return text
+    trans = str.maketrans(table)
+    allowed = {h.lower() for h in link_hosts}
+    out, at = [], 0
+    for m in _URL.finditer(text):
+        out.append(text[at:m.start()].translate(trans))
+        scheme, host, rest = m.group(1), m.group(2), m.group(3)
+        if host.lower().split(":")[0] in allowed and not rest.startswith("@"):  # not https://ours@evil
+            out.append(m.group(0))  # ours (monitor, runbooks, link_hosts): a working link, verbatim
+        else:
             shown = host.replace(".", "[.]")
-            return f"{'hxxp' + scheme[4:] if scheme and scheme.lower().startswith('http') else scheme}://{shown}" \
-                if scheme else shown
-        text = _URL.sub(defang, text)
-    return text
+            lead = f"hxxp{scheme[4:]}://" if scheme and scheme.lower().startswith("http") else (
+                f"{scheme}://" if scheme else "")
+            out.append(lead + shown + rest.translate(trans))
+        at = m.end()
+    out.append(text[at:].translate(trans))
+    return "".join(out)
 
 
 def clean_map(values: dict[str, str], dialect: str, link_hosts: Iterable[str]) -> dict[str, str]:

@@ -119,3 +119,10 @@ def test_at_all_only_where_the_receiver_configures_it(tmp_path: Path, clock: Sim
 ])
 def test_clean_per_dialect(dialect: str, value: str, want: str) -> None:
     assert clean(value, dialect) == want
+
+
+def test_links_to_configured_hosts_stay_whole_and_others_cannot_hide_behind_them() -> None:
+    runbook = "https://github.com/o/r/blob/main/prometheus/README.md#trainerdown?a=1&b=2"
+    assert clean(f"Runbook: {runbook}", "feishu", ["github.com"]) == f"Runbook: {runbook}"
+    assert clean("https://github.com@evil.example/x", "wecom", ["github.com"]).startswith("hxxps://github[.]com＠")
+    assert "](" not in clean("https://github.com/a](http://evil.example)", "dingtalk", ["github.com"])

@@ -23,7 +23,7 @@ jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger 
                                                 # resolved_config (.hydra/config.yaml: values for runbooks)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
-limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
+limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m, evict_after: 1h}
 retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 ```
@@ -61,7 +61,7 @@ SECTION_KEYS = {
     "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
     "dmon": {"path", "command", "node"},
     "nvml": {"enabled", "interval"},
-    "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after"},
+    "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
@@ -421,5 +421,6 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
                              _int(lim.get("max_series", 20000), "limits.max_series"),
                              _int(lim.get("max_series_per_metric", 2000), "limits.max_series_per_metric"),
-                             _dur(lim.get("stale_after", 300), "limits.stale_after"))
+                             _dur(lim.get("stale_after", 300), "limits.stale_after"),
+                             _dur(lim.get("evict_after", 3600), "limits.evict_after"))
     return cfg

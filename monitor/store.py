@@ -107,7 +107,8 @@ class StoreLimits:
     capacity: int = 4096           # samples per series: 5.7 h at 5 s
     max_series: int = 20000        # shared fairly by the sources (see SeriesStore)
     max_series_per_metric: int = 2000  # per source and metric name: a noisy exporter cannot use up the trainer's
-    stale_after_s: float = 300.0   # Prometheus' lookback delta; also how long an unseen series is kept
+    stale_after_s: float = 300.0   # Prometheus' lookback delta
+    evict_after_s: float = 3600.0  # an unseen series is evicted after this (and stale_after, 3 own intervals)
 
 
 class SeriesStore:
@@ -178,9 +179,11 @@ class SeriesStore:
         return False
 
     def evict_stale(self, now: float, horizon: Callable[[Series], float] | None = None) -> int:
-        """Remove series not seen for ``stale_after_s`` nor for ``horizon(series)`` (a series' own longer
-        freshness, e.g. 3 training steps); returns how many."""
-        stale = self.limits.stale_after_s
+        """Remove series not seen for ``evict_after_s`` (at least ``stale_after_s``) nor for
+        ``horizon(series)`` (a series' own longer freshness, e.g. 3 training steps); returns how many.
+        An hour by default, not the 5-min lookback: a per-step series of a 6-min step has no known
+        cadence before its 4th sample and must not be evicted between its first ones."""
+        stale = max(self.limits.stale_after_s, self.limits.evict_after_s)
         gone = [s for s in self._series.values() if now - s.seen > stale
                 and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)]
         for s in gone:

@@ -57,7 +57,7 @@ def test_the_per_metric_cap_is_per_source() -> None:
 
 def test_unseen_series_are_evicted_but_pinned_ones_stay() -> None:
     pinned: set[str] = {"keep"}
-    store = SeriesStore(StoreLimits(capacity=4, max_series=3, stale_after_s=300.0),
+    store = SeriesStore(StoreLimits(capacity=4, max_series=3, stale_after_s=300.0, evict_after_s=600.0),
                         pinned=lambda s: s.labels.get("id") in pinned)
     for i, name in enumerate(("a", "b", "keep")):
         s = store.get_or_create("m", {"id": name}, "x")
@@ -71,7 +71,7 @@ def test_unseen_series_are_evicted_but_pinned_ones_stay() -> None:
 
 def test_evicted_series_leave_the_evaluator_and_come_back_fresh() -> None:
     clock = SimulatedClock(T0)
-    pipe = Pipeline(load_rule_files(None), clock, limits=StoreLimits(stale_after_s=60.0))
+    pipe = Pipeline(load_rule_files(None), clock, limits=StoreLimits(stale_after_s=60.0, evict_after_s=300.0))
     labels = {"node": "n1", "gpu": "0", "job": "dcgm"}
     pipe.ingest([Sample("DCGM_FI_DEV_GPU_TEMP", labels, 50.0, T0)], "dcgm", T0)
     (s,) = list(pipe.store)

@@ -18,6 +18,7 @@ from alerting.notifiers.base import Rerender
 from alerting.outbox import Outbox, OutboxRow
 from alerting.ratelimit import RobotLimiter
 from alerting.templates import Rendered, render
+from alerting.templates.safe import DIALECTS
 
 log = logging.getLogger("verl.alerting")
 
@@ -96,7 +97,7 @@ class NotifyStage:
         def rerender(max_bytes: int) -> Rendered:
             return render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
                           max_bytes=max_bytes, runbook_base=self.config.runbook_base_url,
-                          dialect=notifier.kind if notifier.kind in ("wecom", "dingtalk", "feishu") else "plain",
+                          dialect=notifier.kind if notifier.kind in DIALECTS else "plain",
                           link_hosts=self.config.link_hosts)
 
         rendered = notifier.fit(rerender(notifier.max_bytes), notes, digest, rerender)

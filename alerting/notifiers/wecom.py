@@ -35,14 +35,14 @@ class WeComNotifier(Notifier):
         return 1 if digest or not _plot_ref(notes) else 2
 
     def _load_plot(self, ref: str) -> bytes:
+        # the monitor's own plot comes from its plot directory, no HTTP (with a token set, a GET
+        # without it was a 401 and no image); other references are fetched or read as given
         raw = self.plot_store(ref) if self.plot_store is not None else None
-        if raw is not None:  # the monitor's own plot: read from its plot directory, no HTTP
-            pass
-        elif ref.startswith(("http://", "https://")):
+        if raw is None and ref.startswith(("http://", "https://")):
             resp = self.client.get(ref)
             resp.raise_for_status()
             raw = resp.content
-        else:
+        elif raw is None:
             raw = Path(ref).read_bytes()
         if len(raw) > MAX_IMAGE_BYTES or not raw.startswith((b"\x89PNG", b"\xff\xd8")):
             raise ValueError("plot is not a PNG/JPEG of at most 2 MB")

@@ -180,33 +180,17 @@ def test_a_for_rule_starts_when_the_monitor_saw_the_sample_not_at_its_stamp() ->
 
 # -- end to end: a churning exporter beside a healthy trainer, over HTTP ---------------------------
 
-class Exposition:
+def exposition(body):  # noqa: ANN001, ANN201
     """A loopback endpoint serving ``body()`` anew on every scrape."""
+    from monitor_http import Peer
 
-    def __init__(self, body) -> None:  # noqa: ANN001
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                data = body().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def handle(h) -> None:  # noqa: ANN001
+        data = body().encode()
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+    return Peer(handle)
 
 
 @pytest.mark.slow
@@ -217,9 +201,9 @@ def test_a_churning_exporter_beside_the_trainer_end_to_end(tmp_path: Path) -> No
     from monitor_http import RunningDaemon, wait_for
 
     uid = itertools.count()
-    churn = Exposition(lambda: "".join(f'verl_gpu_memory_used_bytes{{pod="{next(uid):x}"}} 1\n' for _ in range(100)))
+    churn = exposition(lambda: "".join(f'verl_gpu_memory_used_bytes{{pod="{next(uid):x}"}} 1\n' for _ in range(100)))
     started = time.monotonic()
-    trainer = Exposition(lambda: "verl_global_step 5\n" + (
+    trainer = exposition(lambda: "verl_global_step 5\n" + (
         'verl_gpu_memory_used_bytes{gpu="0"} 7e10\n' if time.monotonic() - started > 2 else ""))
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"rules": [
         {"alert": "GPUMemoryHigh", "severity": "P1", "select": "verl_gpu_memory_used_bytes",

@@ -124,6 +124,9 @@ class Notifier:
             budget //= 2
             rendered = self.fit(rerender(budget), notes, digest, rerender, budget)
             result = self.send(rendered, notes, digest)
+        if result.too_long and rerender is not None:  # refused at a quarter of the size: not the size
+            # (40058 also means "a field is invalid"); permanent, or the outbox would retry it for ever
+            return Delivery.permanent(f"{result.error}; refused again at {budget} B of text", result.code)
         return result
 
     def close(self) -> None:

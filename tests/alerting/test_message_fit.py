@@ -126,3 +126,16 @@ def test_links_to_configured_hosts_stay_whole_and_others_cannot_hide_behind_them
     assert clean(f"Runbook: {runbook}", "feishu", ["github.com"]) == f"Runbook: {runbook}"
     assert clean("https://github.com@evil.example/x", "wecom", ["github.com"]).startswith("hxxps://github[.]com＠")
     assert "](" not in clean("https://github.com/a](http://evil.example)", "dingtalk", ["github.com"])
+
+
+def test_a_robot_refusing_even_a_quarter_of_the_size_fails_for_another_reason(
+        tmp_path: Path, clock: SimulatedClock, fakes: dict[str, Any]) -> None:
+    fakes["wecom"].fail_next(3, "errcode:40058")  # "too long or a field is invalid": not the size
+    cfg = make_config([receiver("wecom", fakes["wecom"])], group_wait="0s", group_by=["cluster"])
+    h = Harness(tmp_path, cfg, clock)
+    h.engine.submit([noisy(i) for i in range(30)])
+    assert h.engine.drain(600)
+    (rec,) = [r for r in h.records if r["kind"] == "notification"]
+    assert fakes["wecom"].attempts == 3 and rec["status"] == "failed" and rec["retry"] is False
+    assert "refused again at" in rec["error"]
+    h.engine.close()

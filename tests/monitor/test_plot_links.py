@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import pytest
+import yaml
 
 from alerting.config import parse_config
 from alerting.model import Alert, Notification
@@ -59,3 +61,28 @@ def test_wecom_sends_the_plot_from_the_store_not_over_http(tmp_path: Path) -> No
     assert res.ok and not res.error
     kinds = [r.body["msgtype"] for r in robot.received]
     assert kinds == ["markdown", "image"]
+
+
+@pytest.mark.slow
+def test_the_daemon_signs_plot_links_and_hands_notifiers_the_plot_store(tmp_path: Path) -> None:
+    from monitor_http import RunningDaemon
+
+    robot = WeComStandIn()
+    (tmp_path / "alerting.yaml").write_text(yaml.safe_dump({
+        "receivers": [{"name": "wecom", "type": "wecom", "url": robot.url}],
+        "route": {"receiver": "wecom"}}))
+    (tmp_path / "monitor.yaml").write_text(yaml.safe_dump({
+        "listen": "127.0.0.1:0", "state_db": str(tmp_path / "state" / "state.db"), "bearer_token": "s3cret",
+        "notify_config": "alerting.yaml", "reward_outliers": False, "targets": []}))
+    d = RunningDaemon(tmp_path / "monitor.yaml")
+    try:
+        links = d.daemon.pipeline.plot_links
+        plots = Path(d.daemon.config.plots_dir)
+        plots.mkdir(parents=True, exist_ok=True)
+        (plots / "p.png").write_bytes(PNG)
+        url = links.url("p.png")
+        assert url.startswith(f"{d.url}/api/v1/plots/p.png?exp=") and httpx.get(url).content == PNG
+        assert d.daemon.engine.notifiers["wecom"].plot_store(url) == PNG
+    finally:
+        d.stop()
+        robot.close()

@@ -112,6 +112,11 @@ class AlertEngine:
         with self.lock:
             self.correlator.evidence = reader
 
+    def set_plot_store(self, read: Callable[[str], bytes | None]) -> None:
+        """Where notifiers that send images read a plot link's PNG, instead of fetching it over HTTP."""
+        for n in self.notifiers.values():
+            n.plot_store = read
+
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """Stage changes and their snapshot commit together, so a crash cannot queue a notification

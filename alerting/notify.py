@@ -14,9 +14,11 @@ from alerting.config import AlertingConfig
 from alerting.metrics import AlertingMetrics
 from alerting.model import Notification
 from alerting.notifiers import Delivery, Notifier
+from alerting.notifiers.base import Rerender
 from alerting.outbox import Outbox, OutboxRow
 from alerting.ratelimit import RobotLimiter
 from alerting.templates import Rendered, render
+from alerting.templates.safe import DIALECTS
 
 log = logging.getLogger("verl.alerting")
 
@@ -30,6 +32,7 @@ class Job:
     rendered: Rendered
     digest: bool
     limiter: RobotLimiter | None
+    rerender: Rerender | None = None  # the same message at a smaller text budget (fitting, "too long")
 
 
 class NotifyStage:
@@ -90,19 +93,25 @@ class NotifyStage:
         notes: list[Notification] = [r.notification for r in rows]
         cfg = notifier.cfg
         link = f"{self.config.monitor_url}/api/v1/alerts" if self.config.monitor_url else "verl-monitor /api/v1/alerts"
-        rendered = render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
-                          max_bytes=notifier.max_bytes, runbook_base=self.config.runbook_base_url)
+
+        def rerender(max_bytes: int) -> Rendered:
+            return render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
+                          max_bytes=max_bytes, runbook_base=self.config.runbook_base_url,
+                          dialect=notifier.kind if notifier.kind in DIALECTS else "plain",
+                          link_hosts=self.config.link_hosts)
+
+        rendered = notifier.fit(rerender(notifier.max_bytes), notes, digest, rerender)
         if rendered.fell_back:
             self.metrics.template_failures.labels(cfg.name).inc()
             log.warning("receiver %s: template failed, used the built-in one: %s", cfg.name, rendered.error)
         if limiter:
             limiter.take(now, notifier.cost(notes, digest))
-        return Job(notifier, rows, rendered, digest, limiter)
+        return Job(notifier, rows, rendered, digest, limiter, rerender)
 
     def send(self, job: Job) -> Delivery:
         """The HTTP call; touches no shared state, so it runs without the engine's lock."""
         try:
-            return job.notifier.send(job.rendered, [r.notification for r in job.rows], digest=job.digest)
+            return job.notifier.deliver(job.rendered, [r.notification for r in job.rows], job.digest, job.rerender)
         except Exception as exc:  # a notifier bug must not stop the monitor's loop; never retried blindly
             log.error("receiver %s: notifier crashed (%s)", job.notifier.cfg.name, type(exc).__name__)
             return Delivery.permanent(f"{job.notifier.cfg.type} notifier error ({type(exc).__name__})")
@@ -120,6 +129,8 @@ class NotifyStage:
         if result.ok:
             self.outbox.delivered(rows)
             status = "delivered"
+            if result.error:  # delivered, with a part lost (a plot): say so once, not silently
+                log.warning("receiver %s: delivered, but %s", receiver, result.error)
         elif result.retryable:
             not_before = limiter.next_free(now) if limiter and result.rate_limited else 0.0
             self.outbox.retry(rows, now, result.error, not_before)

@@ -43,6 +43,7 @@ from monitor.evaluator import Candidate
 from monitor.metrics import MonitorMetrics
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.pipeline import Pipeline
+from monitor.plotlinks import PlotLinks
 from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
@@ -154,7 +155,8 @@ class Daemon:
         with self.lock:
             return len(self.pipeline.submit_external(alerts))
 
-    def ingest(self, batch: SourceBatch, target: str | None = None) -> None:
+    def ingest(self, batch: SourceBatch, target: str | None = None, seen: float | None = None) -> None:
+        """``seen``: the scrape's time, for scraped batches (liveness from the scrape, not the stamps)."""
         source = target or batch.source
         samples = batch.samples
         limit = self.clock.now() + FUTURE_LIMIT_S
@@ -166,7 +168,14 @@ class Daemon:
             self.metrics.scrape_errors.labels(source, reason).inc(n)
             self._log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
         with self.lock:
-            self.pipeline.ingest(samples, source)
+            self.pipeline.ingest(samples, source, seen)
+            if batch.refused and seen is not None:
+                self.pipeline.touch(batch.refused, seen)
+            rejects, self.pipeline.rejects = self.pipeline.rejects, {}
+        for (src, reason), n in rejects.items():  # out of order, repeated stamps, over the series budget
+            self._log_once(src, reason, f"{n} sample(s) refused" + (
+                f"; the source holds {self.pipeline.store.held_by(src)} series, its fair share is "
+                f"{self.pipeline.store.fair_share(src)}" if reason == "series_limit" else ""))
 
     # -- enrichment: RewardDistributionDrift gets the trainer's top-3 anomalous prompts -------------
 
@@ -228,10 +237,11 @@ class Daemon:
         await self._sleep(due - time.monotonic())
         while not self._stop.is_set():
             try:
-                batch, duration, up = await scrape(client, target, self.clock.now())
+                now = self.clock.now()
+                batch, duration, up = await scrape(client, target, now)
                 self.metrics.scrape_duration.labels(target.name).set(duration)
                 self.metrics.target_up.labels(target.name).set(1 if up else 0)
-                self.ingest(batch, target.name)
+                self.ingest(batch, target.name, now)
                 self._freeze_if_grown()
             except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                 self._source_failed(target.name, exc, target.job, target.node,
@@ -401,6 +411,11 @@ class Daemon:
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
         self.pipeline.set_base_url(base)  # plots and alert links are served by our API
+        if self.config.plots_dir:  # links that work for people with a token set; notifiers read the files
+            self.pipeline.plot_links = PlotLinks(self.config.plots_dir, f"{base.rstrip('/')}/api/v1/plots",
+                                                 self.config.bearer_token)
+            if self.engine is not None:
+                self.engine.set_plot_store(self.pipeline.plot_links.read)
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
         self.pipeline.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
         if self.engine is not None:

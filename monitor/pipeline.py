@@ -28,11 +28,12 @@ from monitor.model import PLUMBING_LABELS, Sample
 from monitor.plots import render_fit
 from monitor.rules import Rule
 from monitor.sources import verl_jsonl, verl_keys
-from monitor.store import Series, SeriesStore, StoreLimits
+from monitor.store import Series, SeriesStore, StoreLimits, series_key
 
 log = logging.getLogger("monitor.pipeline")
 
 Record = dict[str, Any]
+EVICT_EVERY_S = 60.0
 Enricher = Callable[[Candidate, dict[str, str]], dict[str, str]]
 
 
@@ -50,8 +51,11 @@ class Pipeline:
                  restore_grace_s: float = 600.0) -> None:
         self.clock = clock
         self.metrics = metrics or MonitorMetrics()
-        self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc())
+        self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc(),
+                                 on_evict=lambda s: self.evaluator.forget(s),
+                                 pinned=lambda s: self.evaluator.pinned(s))
         self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
+        self._evicted_at = -math.inf
         self.book = AlertBook(db_path, restore_grace_s)
         self.cluster = cluster
         self.plots_dir = Path(plots_dir) if plots_dir else None
@@ -60,12 +64,14 @@ class Pipeline:
         self.on_record = on_record
         self.enrich = enrich
         self.rejected: dict[str, int] = {}
+        self.rejects: dict[tuple[str, str], int] = {}  # (source, reason) since the caller last cleared it
         self._newest = -math.inf
         self.config_info: dict[str, dict[str, str]] = {}  # node -> the run's settings (verl_config_info)
         self.verl_nodes: set[str] = set()  # nodes whose series came from volcengine verl (vocabulary)
         # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
         # once; the file follows within a second, long before a notification leaves group_wait).
         self.plot_executor: Any = None
+        self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
         self.nonfinite = NonFiniteLog()
         self.evidence = StoreEvidence(self.store, clock, self.nonfinite)
         set_evidence = getattr(engine, "set_evidence", None)
@@ -74,20 +80,39 @@ class Pipeline:
 
     # -- ingest ----------------------------------------------------------------------------------
 
-    def ingest(self, samples: Iterable[Sample], source: str = "replay") -> int:
+    def ingest(self, samples: Iterable[Sample], source: str = "replay", seen: float | None = None) -> int:
+        """``seen``: the monitor's clock at a scrape (its samples' liveness and alert start time)."""
         started = time.perf_counter()
         n = 0
+        at = seen if seen is not None else self.clock.now()  # for eviction: when the monitor last saw it
         for s in samples:
             if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):  # verl 0.9's Prometheus gauges
                 s = self._from_rl_insight(s)
-            series = self.series(s.name, s.labels)
-            if series is not None and self.observe(series, s.t, s.value, source):
+            series = self.series(s.name, s.labels, source)
+            if series is None:
+                continue
+            if self.observe(series, s.t, s.value, source, seen):
                 n += 1
+            elif seen is not None:
+                self.evaluator.touch(series, seen)
+            if at > series.seen:
+                series.seen = at
         if n:
             self.metrics.samples_ingested.labels(source).inc(n)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         self.metrics.series.set(len(self.store))
         return n
+
+    def touch(self, samples: Iterable[Sample], seen: float) -> None:
+        """Samples refused for their stamps (too old, too far ahead) that were in a successful scrape:
+        their series are alive at ``seen`` (absence rules, eviction) though no value is stored."""
+        for s in samples:
+            if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):
+                s = self._from_rl_insight(s)
+            series = self.store.get(series_key(s.name, s.labels))
+            if series is not None:
+                self.evaluator.touch(series, seen)
+                series.seen = max(series.seen, seen)
 
     def _from_rl_insight(self, s: Sample) -> Sample:
         m = verl_keys.map_rl_insight(s.name)
@@ -96,10 +121,13 @@ class Pipeline:
         self.verl_nodes.add(s.labels.get("node", "unknown"))
         return Sample(m.name, {**s.labels, **m.labels}, s.value * m.factor, s.t)
 
-    def series(self, name: str, labels: dict[str, str]) -> Series | None:
-        """The stored series for ``name``/``labels`` (created on first sight; None when capped)."""
+    def series(self, name: str, labels: dict[str, str], source: str = "") -> Series | None:
+        """The stored series for ``name``/``labels`` (created on first sight in ``source``'s budget; None
+        when capped)."""
         known = len(self.store)
-        series = self.store.get_or_create(name, labels)
+        series = self.store.get_or_create(name, labels, source)
+        if series is None:
+            self._count_reject(source, "series_limit")
         if series is not None and len(self.store) > known:
             if labels.get("job") == verl_jsonl.JOB:
                 self.verl_nodes.add(labels.get("node", "unknown"))
@@ -116,7 +144,8 @@ class Pipeline:
         return Vocabulary(vocabulary.VERL if node in self.verl_nodes else vocabulary.OURS,
                           self.config_info.get(node))
 
-    def observe(self, series: Series, t: float, value: float, source: str = "replay") -> bool:
+    def observe(self, series: Series, t: float, value: float, source: str = "replay",
+                seen: float | None = None) -> bool:
         """Fast path for one sample of a known series; False if rejected (non-finite, out of order,
         or a repeat of the last timestamp, e.g. an exporter's explicit timestamp scraped twice)."""
         if not math.isfinite(value):
@@ -127,20 +156,27 @@ class Pipeline:
             self._reject(source, "out_of_order" if t < series.last_t else "duplicate_timestamp")
             return False
         v = series.append(t, value)
-        self.evaluator.observe(series, t, v)
+        self.evaluator.observe(series, t, v, seen)
         if t > self._newest:
             self._newest = t
         return True
 
     def _reject(self, source: str, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self._count_reject(source, reason)
+
+    def _count_reject(self, source: str, reason: str) -> None:
         self.metrics.scrape_errors.labels(source, reason).inc()
+        self.rejects[(source, reason)] = self.rejects.get((source, reason), 0) + 1
 
     # -- evaluate --------------------------------------------------------------------------------
 
     def tick(self) -> list[Alert]:
         now = self.clock.now()
         started = time.perf_counter()
+        if now - self._evicted_at >= EVICT_EVERY_S:  # the head GC: unseen series give their budget back
+            self._evicted_at = now
+            self.store.evict_stale(now, self.evaluator.horizon)
         candidates = self.evaluator.tick(now)
         transitions = self.book.update(now, candidates, self._annotate)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
@@ -214,6 +250,8 @@ class Pipeline:
             self.plot_executor.submit(_render_quietly, *args)
         elif _render_quietly(*args) is None:
             return None
+        if self.plot_links is not None:
+            return str(self.plot_links.url(name))
         return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(args[0])
 
     def close(self) -> None:

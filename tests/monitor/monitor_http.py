@@ -71,6 +71,27 @@ class Targets:
         self.server.server_close()
 
 
+class Peer:
+    """A loopback endpoint answering with one handler function (drip, oversize, garbage, ...)."""
+
+    def __init__(self, handle) -> None:  # noqa: ANN001
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                handle(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 class RunningDaemon:
     def __init__(self, config_path: Path) -> None:
         self.daemon = Daemon(load_config(config_path))

@@ -1,18 +1,26 @@
 """Silences (Alertmanager semantics): matchers plus a time range; a silenced alert is muted at flush
 time and notified normally once the silence ends. Stored in the state database so ``verl-alert silence``
-can add or expire them while the monitor runs."""
+can add or expire them while the monitor runs, and -- as Alertmanager keeps its silences in a snapshot
+file -- also in a plain JSON snapshot next to it (``silences.json``), rewritten after every change that
+committed, so they survive a lost or corrupt database: at start, snapshot silences missing from the
+table are put back."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from alerting.matchers import Matcher, all_match, parse_matcher
 from alerting.model import Alert, rfc3339
+
+log = logging.getLogger("verl.alerting")
 
 
 @dataclass
@@ -35,9 +43,39 @@ class Silence:
                 "createdBy": self.created_by, "comment": self.comment, "status": {"state": self.state(now)}}
 
 
+_ROW = "id, matchers, starts_at, ends_at, created_by, comment, created_at"
+
+
 class SilenceStore:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, snapshot: str | Path | None = None) -> None:
         self.conn = conn
+        self.snapshot = Path(snapshot) if snapshot is not None else None
+        if self.snapshot is not None:
+            self._load_snapshot()
+
+    def _load_snapshot(self) -> None:
+        assert self.snapshot is not None
+        try:
+            rows = json.loads(self.snapshot.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.error("silence snapshot %s unreadable (%s); using the database's silences", self.snapshot, exc)
+            return
+        back = self.conn.executemany(f"INSERT OR IGNORE INTO silences({_ROW}) VALUES(?,?,?,?,?,?,?)",
+                                     [tuple(r) for r in rows]).rowcount
+        if back > 0:
+            log.warning("restored %d silence(s) from %s that the database had lost", back, self.snapshot)
+
+    def save_snapshot(self) -> None:
+        """Rewrite the snapshot from the table (write a temporary file, then rename: never half a file).
+        Raises OSError (the caller reports it as a storage error)."""
+        if self.snapshot is None:
+            return
+        rows = self.conn.execute(f"SELECT {_ROW} FROM silences ORDER BY created_at, id").fetchall()
+        tmp = self.snapshot.with_name(self.snapshot.name + ".tmp")
+        tmp.write_text(json.dumps([list(r) for r in rows]))
+        os.replace(tmp, self.snapshot)
 
     def add(self, matchers: list[str], starts_at: float, ends_at: float, created_by: str = "verl-alert",
             comment: str = "") -> str:

@@ -121,10 +121,9 @@ _crash_after = int(os.environ.get(CRASH_ENV) or 0)
 def committed() -> None:
     """Called after every commit on the alert path (the crash-point test's boundaries)."""
     global _commits
-    if _crash_after:
-        _commits += 1
-        if _commits >= _crash_after:
-            os._exit(137)
+    _commits += 1
+    if _crash_after and _commits >= _crash_after:
+        os._exit(137)
 
 
 def commit_count() -> int:

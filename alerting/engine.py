@@ -131,8 +131,10 @@ class AlertEngine:
         not applied) and StorageUnavailable is raised; the caller retries later."""
         try:
             self.conn.execute("BEGIN IMMEDIATE")
+            before = self.conn.total_changes
             try:
                 yield
+                wrote = self.conn.total_changes != before
                 self.conn.execute("COMMIT")
             except BaseException:
                 with suppress(sqlite3.Error):
@@ -143,7 +145,8 @@ class AlertEngine:
             if reload:
                 self._reload()
             raise StorageUnavailable(f"{self.db_name}: {op}: {exc}") from exc
-        committed()
+        if wrote:  # a quiet tick's empty transaction is no crash point
+            committed()
         self.health.ok(self.db_name)
 
     def _reload(self) -> None:
@@ -168,6 +171,21 @@ class AlertEngine:
         if fresh is not None:
             self.conn = self.outbox.conn = self.silences_store.conn = fresh
             self._save_silences()
+
+    def page_pending(self, fp: str) -> bool:
+        """True while ``fp`` fires but its page has not flushed into the outbox yet (held for correlation,
+        or in a group that has not flushed since it arrived); False once paged or when it is muted."""
+        with self.lock:
+            if fp in self.correlator.held:
+                return True
+            muted = self._muted_fn(self.clock.now())
+            for g in self.dispatcher.groups.values():
+                a = g.alerts.get(fp)
+                if a is not None and a.status == "firing" and not muted(a):
+                    log = self.dispatcher.nflog.get(g.key)
+                    if log is None or fp not in log.firing:
+                        return True
+            return False
 
     def firing_alerts(self) -> list[Alert]:
         """The alerts the engine holds firing (the monitor reconciles its alert book against them)."""

@@ -77,6 +77,7 @@ class Pipeline:
         # Committed in the book, not yet accepted by the engine (its database failed): sent again, in
         # order, on every tick until the engine takes them.
         self.unsubmitted: list[Alert] = []
+        self._awaiting: set[str] = set()  # resolves held back until their backlogged page has flushed
         engine_firing = getattr(engine, "firing_alerts", None)
         if engine_firing is not None:  # one truth at restart: the engine's view rebuilt from the book's
             missed = reconcile(self.book, engine_firing(), clock.now())
@@ -189,15 +190,33 @@ class Pipeline:
             self._submit(alerts)
 
     def _submit(self, alerts: list[Alert]) -> None:
-        """Hand committed transitions to the engine, after any it refused before (order kept)."""
+        """Hand committed transitions to the engine, after any it refused before (order kept).
+
+        A backlog (writes that failed for a while) can hold an alert's firing and its resolve together;
+        handed over at once, the resolve would replace the firing before its group flushed and the
+        outage would never page. So the resolve (and what follows it) waits until the engine has
+        flushed that page: FIRING, then RESOLVED, as if the disk had never been full."""
         assert self.engine is not None
         todo = self.unsubmitted + list(alerts)
-        try:
-            self.engine.submit(todo)
-        except StorageUnavailable:  # already counted and logged by the engine; retried next tick
-            self.unsubmitted = todo
-        else:
-            self.unsubmitted = []
+        page_pending = getattr(self.engine, "page_pending", None)
+        cut, fired = len(todo), set()
+        for i, a in enumerate(todo):
+            fp = a.fingerprint
+            if a.status == "firing":
+                fired.add(fp)
+            elif page_pending is not None and (fp in fired or (fp in self._awaiting and page_pending(fp))):
+                cut = i
+                self._awaiting.add(fp)
+                break
+            else:
+                self._awaiting.discard(fp)
+        if cut:
+            try:
+                self.engine.submit(todo[:cut])
+            except StorageUnavailable:  # already counted and logged by the engine; retried next tick
+                self.unsubmitted = todo
+                return
+        self.unsubmitted = todo[cut:]
 
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -32,8 +33,27 @@ class StorageUnavailable(Exception):
     """A state write did not land; nothing was applied, the caller retries later."""
 
 
-def classify(exc: BaseException) -> str:
-    """A short reason for logs and /healthz: disk_full, read_only, io_error, gone, locked or error."""
+def classify(exc: BaseException, path: str | Path | None = None) -> str:
+    """A short reason for logs and /healthz: disk_full, read_only, io_error, gone, locked or error.
+    SQLite reports a write refused by a read-only or full filesystem as a plain "disk I/O error";
+    given the database's ``path``, its filesystem is asked which it is."""
+    kind = _classify(exc)
+    if kind == "io_error" and path is not None:
+        probe = Path(str(path) + ".probe")  # one tiny write tells EROFS / ENOSPC apart from a bad disk
+        try:
+            with open(probe, "wb") as fh:
+                fh.write(b"x")
+                fh.flush()
+                os.fsync(fh.fileno())
+            probe.unlink()
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+            return {28: "disk_full", 30: "read_only", 2: "gone"}.get(err.errno or 0, kind)
+    return kind
+
+
+def _classify(exc: BaseException) -> str:
     text = str(exc).lower()
     if "full" in text or getattr(exc, "errno", None) == 28:
         return "disk_full"
@@ -60,8 +80,8 @@ class StorageHealth:
         self.notes: dict[str, tuple[float, str]] = {}  # db -> (monotonic, event): moved aside, recreated
         self.moved_aside: set[str] = set()  # databases found corrupt at start and replaced by fresh ones
 
-    def failed(self, db: str, op: str, exc: BaseException) -> None:
-        reason = classify(exc)
+    def failed(self, db: str, op: str, exc: BaseException, path: str | Path | None = None) -> None:
+        reason = classify(exc, path)
         with self._lock:
             self._failing[db] = f"{db}: {op} failed ({reason}: {str(exc)[:120]})"
             mono = time.monotonic()

@@ -141,7 +141,7 @@ class AlertEngine:
                     self.conn.execute("ROLLBACK")
                 raise
         except STORAGE_ERRORS as exc:
-            self.health.failed(self.db_name, op, exc)
+            self.health.failed(self.db_name, op, exc, self.db_path)
             if reload:
                 self._reload()
             raise StorageUnavailable(f"{self.db_name}: {op}: {exc}") from exc

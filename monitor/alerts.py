@@ -248,7 +248,7 @@ class AlertBook:
                 raise
         except STORAGE_ERRORS as exc:
             self._backoff.failed()
-            self.health.failed(self.DB, "transition", exc)
+            self.health.failed(self.DB, "transition", exc, self._path)
             return []
         committed()
         self._backoff.landed()
@@ -291,7 +291,7 @@ class AlertBook:
                                      (before,)).rowcount
                 return n + self._db.execute("DELETE FROM alert_events WHERE at<?", (before,)).rowcount
             except STORAGE_ERRORS as exc:
-                self.health.failed(self.DB, "prune", exc)
+                self.health.failed(self.DB, "prune", exc, self._path)
                 return 0
 
     def firing(self) -> list[Alert]:

@@ -400,11 +400,7 @@ class Daemon:
         interval = self.config.eval_interval
         self._done("evaluation", max(interval, 1.0))
         while not self._stop.is_set():
-            step = self.clock.check()
-            if step is not None:
-                self.metrics.clock_steps.inc()
-                log.warning("wall clock stepped %+.1fs; the monitor keeps its own timeline (durations and for: "
-                            "run on the monotonic clock, samples stamped by the stepped clock are re-anchored)", step)
+            self.check_clock()
             with self.lock:
                 try:
                     self.pipeline.tick()
@@ -421,6 +417,15 @@ class Daemon:
                     self._eval_error = None
                     self._done("evaluation", max(interval, 1.0))  # a failed tick is not a completed one
             await self._sleep(interval)
+
+    def check_clock(self) -> float | None:
+        """Detect (log, count) a wall-clock step since the last evaluation; the step in seconds."""
+        step = self.clock.check()
+        if step is not None:
+            self.metrics.clock_steps.inc()
+            log.warning("wall clock stepped %+.1fs; the monitor keeps its own timeline (durations and for: "
+                        "run on the monotonic clock, samples stamped by the stepped clock are re-anchored)", step)
+        return step
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):

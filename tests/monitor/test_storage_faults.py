@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,3 +219,32 @@ def test_classify_names_the_fault() -> None:
     assert classify(READ_ONLY) == "read_only" and classify(OSError(30, "Read-only file system")) == "read_only"
     assert classify(sqlite3.OperationalError("disk I/O error")) == "io_error"
     assert classify(sqlite3.OperationalError("unable to open database file")) == "gone"
+
+
+def test_a_stuck_delivery_worker_is_reported(mon: Monitor) -> None:
+    release, inside = threading.Event(), threading.Event()
+    notifier = mon.engine.notifiers["hook"]
+    real_send = notifier.send
+
+    def hanging(*args: Any, **kw: Any) -> Any:
+        inside.set()
+        release.wait(10)
+        return real_send(*args, **kw)
+
+    notifier.send = hanging  # type: ignore[method-assign]
+    mon.engine.start_delivery()
+    try:
+        mon.step(hot=True, n=2)
+        assert inside.wait(5)
+        time.sleep(0.3)
+        assert mon.engine.delivery_problems(stuck_after_s=0.2) == [
+            "delivery worker hook: stuck, no round finished for 0s"]
+        release.set()
+        deadline = time.monotonic() + 5
+        while mon.pages() != ["firing"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)
+        assert mon.pages() == ["firing"] and mon.engine.delivery_problems(stuck_after_s=0.2) == []
+    finally:
+        release.set()
+        mon.engine.stop_delivery()

@@ -241,12 +241,15 @@ class AlertEngine:
             try:
                 with self._transaction("flush"):
                     changed = self._flush(now)
-                    if now - self._pruned_at >= PRUNE_EVERY_S:
+                    pruning = now - self._pruned_at >= PRUNE_EVERY_S
+                    if pruning:
                         changed = self.prune(now) or changed
                     if changed:  # a quiet tick (the common case in replay) writes nothing
                         self._save()
             except StorageUnavailable:
-                changed = False  # not applied: the same groups flush again on a later tick
+                changed = pruning = False  # not applied: the same groups flush again on a later tick
+            if pruning:  # also picks up silences that verl-alert wrote straight into the database
+                self._save_silences()
             if self._workers:
                 if changed:
                     for wake in self._wake.values():

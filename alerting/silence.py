@@ -50,6 +50,7 @@ class SilenceStore:
     def __init__(self, conn: sqlite3.Connection, snapshot: str | Path | None = None) -> None:
         self.conn = conn
         self.snapshot = Path(snapshot) if snapshot is not None else None
+        self._saved: str | None = None  # the snapshot's text as last written by this store
         if self.snapshot is not None:
             self._load_snapshot()
 
@@ -73,9 +74,13 @@ class SilenceStore:
         if self.snapshot is None:
             return
         rows = self.conn.execute(f"SELECT {_ROW} FROM silences ORDER BY created_at, id").fetchall()
+        text = json.dumps([list(r) for r in rows])
+        if text == self._saved and self.snapshot.exists():
+            return  # unchanged (the engine asks once a minute)
         tmp = self.snapshot.with_name(self.snapshot.name + ".tmp")
-        tmp.write_text(json.dumps([list(r) for r in rows]))
+        tmp.write_text(text)
         os.replace(tmp, self.snapshot)
+        self._saved = text
 
     def add(self, matchers: list[str], starts_at: float, ends_at: float, created_by: str = "verl-alert",
             comment: str = "") -> str:

@@ -19,8 +19,10 @@ verdict per alert. ``python -m harness.crashpoint`` runs every crash point and p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -87,8 +89,8 @@ def run_scenario(state: Path, url: str) -> int:
     return durable.commit_count()
 
 
-def _fork(state: Path, url: str, crash_after: int) -> int:
-    """Run the scenario in a child process; its exit status (137: killed at the crash point)."""
+def _spawn(state: Path, url: str, crash_after: int) -> int:
+    """Start the scenario in a child process; its pid."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into the caller (a test runner) -- it leaves by os._exit
         code = 1
@@ -99,7 +101,41 @@ def _fork(state: Path, url: str, crash_after: int) -> int:
             code = 0
         finally:
             os._exit(code)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return pid
+
+
+def _fork(state: Path, url: str, crash_after: int) -> int:
+    """Run the scenario in a child process; its exit status (137: killed at the crash point)."""
+    return os.waitstatus_to_exitcode(os.waitpid(_spawn(state, url, crash_after), 0)[1])
+
+
+def kill_in_flight(root: Path, robot: WebhookStandIn) -> Verdict:
+    """A real SIGKILL while the first page is in flight: the robot has the message, the monitor dies
+    before the answer (so before the outcome commit). After the restart that one message is sent
+    again: the one duplicate the promise allows."""
+    state = root / "in-flight"
+    state.mkdir(parents=True)
+    robot.received.clear()
+    victim: dict[str, int] = {}
+
+    def kill_first(_: Any) -> None:
+        pid = victim.pop("pid", 0)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)  # dead before the robot answers
+
+    robot.on_receive = kill_first
+    try:
+        victim["pid"] = pid = _spawn(state, robot.url, 0)
+        with contextlib.suppress(ChildProcessError):  # reaped by kill_first
+            os.waitpid(pid, 0)
+    finally:
+        robot.on_receive = None
+    killed = "pid" not in victim
+    if _fork(state, robot.url, 0) != 0:
+        raise RuntimeError("in-flight kill: restarted scenario failed")
+    return check(list(robot.received), -1, killed)
 
 
 @dataclass

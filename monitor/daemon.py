@@ -128,8 +128,9 @@ class Daemon:
             if mono - last > STALE_LOOPS * interval:
                 reasons.append(f"{name}: no completed round for {mono - last:.0f}s (interval {interval:g}s)")
         engine = self.engine
-        if engine is not None:
-            reasons += engine.delivery_problems()
+        problems = getattr(engine, "delivery_problems", None)
+        if problems is not None:
+            reasons += problems()
         try:
             oldest = engine.oldest_undelivered() if engine is not None else None
         except (OSError, sqlite3.Error) as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.crashpoint import WINDOWS, crash_at, run_all
+from harness.crashpoint import WINDOWS, crash_at, kill_in_flight, run_all
 from harness.standin import WebhookStandIn
 
 
@@ -32,3 +32,14 @@ def test_a_kill_between_the_books_commit_and_the_engine_pages_after_restart(tmp_
         robot.close()
     assert v.killed and v.problems() == []
     assert v.firing == {n: 1 for n in WINDOWS} and v.resolved == {n: 1 for n in WINDOWS}
+
+
+def test_sigkill_with_a_page_in_flight_sends_it_at_most_once_more(tmp_path: Path) -> None:
+    robot = WebhookStandIn()
+    try:
+        v = kill_in_flight(tmp_path, robot)
+    finally:
+        robot.close()
+    assert v.killed and v.problems() == []
+    assert sorted(v.firing.values()) == [1, 1, 2]  # the message in flight, and only it, went twice
+    assert v.resolved == {n: 1 for n in WINDOWS}

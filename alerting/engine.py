@@ -258,14 +258,14 @@ class AlertEngine:
             self._deliver(self.notify.plan(now))
             self.metrics.outbox_depth.set(self.outbox.depth())
 
-    def _deliver(self, jobs: list[Job]) -> None:
+    def _deliver(self, jobs: list[Job], worker: bool = False) -> None:
         """Commit the attempt, send, commit the outcome. An attempt that cannot be recorded is not
         sent; an outcome that cannot be recorded is held in memory (its rows are not planned again)
-        and written when the disk takes it."""
+        and written when the disk takes it. A delivery worker stops between jobs when asked to."""
         if not self._write_outcomes():
             return
         for job in jobs:
-            if self._stopping.is_set():
+            if worker and self._stopping.is_set():
                 break
             try:
                 with self.lock, self._transaction("claim", reload=False):
@@ -348,7 +348,7 @@ class AlertEngine:
             try:
                 with self.lock:
                     jobs = self.notify.plan(self.clock.now(), receiver)
-                self._deliver(jobs)
+                self._deliver(jobs, worker=True)
                 if jobs and not self._held_outcomes:
                     continue
                 with self.lock:

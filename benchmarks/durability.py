@@ -31,36 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import sqlite3  # noqa: E402
-
 from alerting.clock import SimulatedClock  # noqa: E402
 from alerting.durable import StorageHealth  # noqa: E402
 from alerting.engine import AlertEngine  # noqa: E402
 from alerting.model import Alert  # noqa: E402
 from harness.crashpoint import RULES, T0, engine_config, kill_in_flight, run_all  # noqa: E402
 from harness.standin import WebhookStandIn  # noqa: E402
+from harness.storagefault import FULL, inject  # noqa: E402
 from monitor.pipeline import Pipeline  # noqa: E402
 from monitor.rules import load_rules  # noqa: E402
-
-
-class _Full:
-    """A connection whose writes fail while ``on`` (reads pass), as on a full disk."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.inner, self.on = conn, False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        if self.on and not sql.lstrip().upper().startswith(("SELECT", "PRAGMA", "ROLLBACK")):
-            raise sqlite3.OperationalError("database or disk is full")
-        return self.inner.execute(sql, params)
-
-    def executemany(self, sql: str, seq: Any) -> Any:
-        if self.on:
-            raise sqlite3.OperationalError("database or disk is full")
-        return self.inner.executemany(sql, seq)
 
 
 def outage(tmp: Path, n: int) -> dict[str, Any]:
@@ -70,9 +49,7 @@ def outage(tmp: Path, n: int) -> dict[str, Any]:
     engine = AlertEngine(engine_config(robot.url), tmp / "alerting.db", clock, health=health)
     pipe = Pipeline(load_rules(tmp / "rules.yaml"), clock, db_path=tmp / "state.db", engine=engine,
                     restore_grace_s=0.0, health=health)
-    book, eng = _Full(pipe.book._db), _Full(engine.conn)  # type: ignore[arg-type]
-    pipe.book._db = book  # type: ignore[assignment]
-    engine.conn = engine.outbox.conn = engine.silences_store.conn = eng  # type: ignore[assignment]
+    book, eng = inject(pipe, engine)
 
     def step(hot: set[str], k: int = 1) -> None:
         for _ in range(k):
@@ -85,12 +62,12 @@ def outage(tmp: Path, n: int) -> dict[str, Any]:
 
     everyone = {f"n{i}" for i in range(n)}
     try:
-        book.on = eng.on = True
+        book.error = eng.error = FULL
         step(everyone, 6)
         step({f"n{i}" for i in range(n // 2, n)}, 6)  # the first half resolves during the outage
         during = len(robot.received)
         reasons = health.reasons()
-        book.on = eng.on = False
+        book.error = eng.error = None
         back = clock.now()
         step({f"n{i}" for i in range(n // 2, n)}, 12)
         step(set(), 12)

@@ -1,5 +1,5 @@
-"""Storage faults on the alert path, unit level: a fault injector in front of both SQLite connections
-(disk full, read-only, I/O error on every write, or on one statement), a corrupt database at start, a
+"""Storage faults on the alert path, unit level: a fault injector (harness/storagefault.py) in front of
+both SQLite connections (disk full, read-only, I/O error on every write, or on one statement), a corrupt database at start, a
 lost database, a deleted state dir. The real-filesystem versions (a full and a read-only tmpfs) are in
 test_storage_faults_e2e.py; the crash points in test_crash_points.py."""
 
@@ -20,40 +20,9 @@ from alerting.durable import StorageHealth, classify
 from alerting.engine import AlertEngine
 from harness.crashpoint import RULES, T0, engine_config
 from harness.standin import WebhookStandIn
+from harness.storagefault import FULL, READ_ONLY, Faulty, inject
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rules
-
-FULL = sqlite3.OperationalError("database or disk is full")
-READ_ONLY = sqlite3.OperationalError("attempt to write a readonly database")
-
-
-class Faulty:
-    """A sqlite3 connection whose write statements raise ``error`` while it is set (only those
-    containing ``only`` when given); reads go through, as on a full or read-only disk."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.inner = conn
-        self.error: Exception | None = None
-        self.only: str | None = None
-        self.refused = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _check(self, sql: str) -> None:
-        if self.error is None or sql.lstrip().upper().startswith(("SELECT", "PRAGMA", "ROLLBACK")):
-            return
-        if self.only is None or self.only in sql:
-            self.refused += 1
-            raise self.error
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        self._check(sql)
-        return self.inner.execute(sql, params)
-
-    def executemany(self, sql: str, seq: Any) -> Any:
-        self._check(sql)
-        return self.inner.executemany(sql, seq)
 
 
 class Monitor:
@@ -67,13 +36,9 @@ class Monitor:
         self.engine = AlertEngine(engine_config(robot.url), state / "alerting.db", clock, health=self.health)
         self.pipe = Pipeline(load_rules(state.parent / "rules.yaml"), clock, db_path=state / "state.db",
                              engine=self.engine, restore_grace_s=0.0, health=self.health)
-        self.book_db = self.engine_db = None
 
     def inject(self) -> tuple[Faulty, Faulty]:
-        book, engine = Faulty(self.pipe.book._db), Faulty(self.engine.conn)  # type: ignore[arg-type]
-        self.pipe.book._db = book  # type: ignore[assignment]
-        self.engine.conn = self.engine.outbox.conn = self.engine.silences_store.conn = engine  # type: ignore[assignment]
-        return book, engine
+        return inject(self.pipe, self.engine)
 
     def step(self, hot: bool, n: int = 1) -> None:
         for _ in range(n):

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from monitor_http import RunningDaemon, metric, wait_for
+from monitor_http import RunningDaemon, Targets, metric, wait_for
 
 from harness.standin import WebhookStandIn
 
@@ -25,31 +23,24 @@ RULES = {"rules": [{"alert": "StateDiskProbe", "severity": "P1", "select": "prob
 
 
 class Probe:
-    """A scrape target whose one gauge the test sets."""
+    """A scrape target whose one gauge the test sets (on monitor_http's loopback server)."""
 
     def __init__(self) -> None:
+        self.targets = Targets()
+        self.url = f"{self.targets.url}/probe"
         self.value = 0.0
-        probe = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
+    @property
+    def value(self) -> float:
+        return self._value
 
-            def do_GET(self) -> None:
-                body = f"# TYPE probe_temperature gauge\nprobe_temperature {probe.value}\n".encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    @value.setter
+    def value(self, v: float) -> None:
+        self._value = v
+        self.targets.bodies["/probe"] = f"# TYPE probe_temperature gauge\nprobe_temperature {v}\n"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.targets.close()
 
 
 def _mount(*args: str) -> subprocess.CompletedProcess[str]:

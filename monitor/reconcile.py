@@ -24,7 +24,8 @@ def reconcile(book: Book, engine_firing: list[Alert], now: float) -> list[Alert]
     """The transitions the engine missed, in the order to submit them."""
     ours = {a.fingerprint: a for a in book.firing()}
     theirs = {a.fingerprint: a for a in engine_firing}
-    out = [a for fp, a in ours.items() if fp not in theirs or theirs[fp].starts_at != a.starts_at]
+    # startsAt travels through RFC 3339 (microseconds) in the engine's table: equal within a millisecond
+    out = [a for fp, a in ours.items() if fp not in theirs or abs(theirs[fp].starts_at - a.starts_at) > 1e-3]
     for fp, a in theirs.items():
         if fp in ours:
             continue

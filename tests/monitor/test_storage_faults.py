@@ -213,3 +213,19 @@ def test_a_stuck_delivery_worker_is_reported(mon: Monitor) -> None:
     finally:
         release.set()
         mon.engine.stop_delivery()
+
+
+def test_the_restart_reconcile_is_idempotent(tmp_path: Path, robot: WebhookStandIn) -> None:
+    from monitor.reconcile import reconcile
+
+    clock = SimulatedClock(T0)
+    m = Monitor(tmp_path / "state", robot, clock)
+    m.step(hot=True, n=2)
+    m.close()
+    m = Monitor(tmp_path / "state", robot, clock)  # both databases agree: nothing to hand over
+    try:
+        assert [a.name for a in m.pipe.book.firing()] == ["CrashPointHot"]
+        assert reconcile(m.pipe.book, m.engine.firing_alerts(), clock.now()) == []
+        assert m.pipe.unsubmitted == [] and m.pages() == ["firing"]
+    finally:
+        m.close()

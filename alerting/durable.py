@@ -168,16 +168,18 @@ def open_sqlite(path: str | Path, schema: str, health: StorageHealth | None = No
         conn.executescript(schema)
         return conn
     p.parent.mkdir(parents=True, exist_ok=True)
+    conn: sqlite3.Connection | None = None
     try:
         conn = _connect(p)
         if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-            conn.close()
             raise sqlite3.DatabaseError("quick_check failed")
         conn.executescript(schema)
         return conn
     except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and classify(exc) != "error":
-            raise  # read-only, full, cannot open: not corruption, the operator must fix the path
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, sqlite3.OperationalError):
+            raise  # read-only, full, locked, cannot open: not corruption, the operator must fix the path
         aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
         for suffix in ("", "-wal", "-shm"):
             src = Path(str(p) + suffix)

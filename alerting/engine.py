@@ -258,25 +258,29 @@ class AlertEngine:
             self._deliver(self.notify.plan(now))
             self.metrics.outbox_depth.set(self.outbox.depth())
 
-    def _deliver(self, jobs: list[Job], worker: bool = False) -> None:
+    def _deliver(self, jobs: list[Job], worker: bool = False) -> bool:
         """Commit the attempt, send, commit the outcome. An attempt that cannot be recorded is not
         sent; an outcome that cannot be recorded is held in memory (its rows are not planned again)
-        and written when the disk takes it. A delivery worker stops between jobs when asked to."""
+        and written when the disk takes it. A delivery worker stops between jobs when asked to.
+        True when every job was sent and recorded (a worker then plans again at once; otherwise it
+        waits its round, so a full disk is not retried in a tight loop)."""
         if not self._write_outcomes():
-            return
+            return False
         for job in jobs:
             if worker and self._stopping.is_set():
-                break
+                return False
             try:
                 with self.lock, self._transaction("claim", reload=False):
                     self.notify.outbox.claim(job.rows)
             except StorageUnavailable:
-                return
+                return False
             result = self.notify.send(job)  # no lock held by a worker: only this receiver waits
             with self.lock:
                 self._held_outcomes.append((job, result, self.clock.now()))
                 self.notify.held.update(r.id for r in job.rows)
-            self._write_outcomes()
+            if not self._write_outcomes():
+                return False
+        return True
 
     def _write_outcomes(self) -> bool:
         """Commit the held outcomes; True when none is left."""
@@ -348,14 +352,15 @@ class AlertEngine:
             try:
                 with self.lock:
                     jobs = self.notify.plan(self.clock.now(), receiver)
-                self._deliver(jobs, worker=True)
-                if jobs and not self._held_outcomes:
+                sent = self._deliver(jobs, worker=True)
+                if sent and jobs:
                     continue
-                with self.lock:
-                    now = self.clock.now()
-                    nxt = self.notify.next_due(now, receiver)
-                if nxt is not None:
-                    wait = min(1.0, max(0.01, nxt - now))
+                if sent:  # a write that failed waits out the round (1 s): no tight loop on a full disk
+                    with self.lock:
+                        now = self.clock.now()
+                        nxt = self.notify.next_due(now, receiver)
+                    if nxt is not None:
+                        wait = min(1.0, max(0.01, nxt - now))
                 failed_before = False
             except Exception as exc:  # the worker must outlive any one failure (e.g. a locked database)
                 if self._stopping.is_set():

@@ -229,3 +229,16 @@ def test_the_restart_reconcile_is_idempotent(tmp_path: Path, robot: WebhookStand
         assert m.pipe.unsubmitted == [] and m.pages() == ["firing"]
     finally:
         m.close()
+
+
+def test_a_delivery_worker_does_not_spin_on_a_full_disk(mon: Monitor) -> None:
+    _, engine = mon.inject()
+    engine.error, engine.only = FULL, "attempts=attempts+1"
+    mon.step(hot=True)  # queued in the outbox; its attempt cannot be recorded, so it is not sent
+    assert mon.pages() == [] and engine.refused == 1
+    mon.engine.start_delivery()
+    try:
+        time.sleep(1.5)
+        assert mon.pages() == [] and 2 <= engine.refused <= 5  # about one claim a second, not hundreds
+    finally:
+        mon.engine.stop_delivery()

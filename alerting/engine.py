@@ -129,10 +129,12 @@ class AlertEngine:
         Commit, then act: when the write fails (disk full, read-only, I/O error) the transaction is
         rolled back, the in-memory stages are rebuilt from what is committed (``reload``: the change is
         not applied) and StorageUnavailable is raised; the caller retries later."""
+        entered = False
         try:
             self.conn.execute("BEGIN IMMEDIATE")
             before = self.conn.total_changes
             try:
+                entered = True
                 yield
                 wrote = self.conn.total_changes != before
                 self.conn.execute("COMMIT")
@@ -142,7 +144,7 @@ class AlertEngine:
                 raise
         except STORAGE_ERRORS as exc:
             self.health.failed(self.db_name, op, exc, self.db_path)
-            if reload:
+            if reload and entered:  # a BEGIN that failed changed nothing in memory
                 self._reload()
             raise StorageUnavailable(f"{self.db_name}: {op}: {exc}") from exc
         if wrote:  # a quiet tick's empty transaction is no crash point

@@ -4,8 +4,12 @@ Pipeline of one save::
 
     save()  [caller blocks]   wait for the previous save -> stage params/optimizer into reused CPU
                               buffers -> capture RNG, offsets, extra
-    writer  [background]      rollout cache (Arrow) -> dcp.save per part -> gather per-rank RNG and
-                              shard lists -> rank 0: manifest (sha256) -> meta.json -> COMPLETE -> rotate
+    writer  [background]      rollout cache (Arrow) -> dcp.save per part -> per rank and part a
+                              writer-rank<R>.json (run id, step, sha256 of its files) -> gather per-rank
+                              RNG and shard lists -> rank 0: manifest (sha256) -> meta.json -> COMPLETE
+                              -> rotate
+    a failed save             every rank stops at the same point, rank 0 removes the step's directory
+                              (partial shards included), one warning; the next interval saves again
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import queue
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -134,6 +139,12 @@ class CheckpointManager:
             self._pg = process_group or dist.new_group(backend="gloo")
         else:
             self.rank, self.world_size, self._pg = 0, 1, None
+        self.run_id: str = self.gather(uuid.uuid4().hex)[0]
+        """This run's id (rank 0's, shared): in meta.json and in every part's writer files, so a checkpoint
+        made of parts written by two runs never verifies."""
+        self.strategy: str | None = None
+        """Recorded in meta.json ("ddp", "fsdp"): a resume under another strategy is refused."""
+        self._failed_streak = 0
         self._buffers = StagingBuffers()
         # One long-lived writer thread fed through a queue: starting a thread per save made the caller
         # wait for the new thread to be scheduled (24 ms of a 90 ms stall on a busy host).
@@ -192,6 +203,8 @@ class CheckpointManager:
             "global_step": int(step),
             "created_at": self.clock.now(),
             "world_size": self.world_size,
+            "run_id": self.run_id,
+            "strategy": self.strategy,
             "lr_scheduler": _state_of(lr_scheduler),
             "dataset": dataset_state,
             "kl_controller": {"value": kl_value},
@@ -229,9 +242,11 @@ class CheckpointManager:
             self._stall_gauge.set(self._result.stall_s)
         return self.wait()
 
-    def wait(self, raise_on_error: bool = True) -> SaveResult | None:
-        """Block until the save in flight (if any) is complete; return its result."""
-        self._idle.wait()
+    def wait(self, raise_on_error: bool = True, timeout: float | None = None) -> SaveResult | None:
+        """Block until the save in flight (if any) is complete; return its result. With ``timeout``:
+        ``None`` when it is still being written after that many seconds (the result stays pending)."""
+        if not self._idle.wait(timeout):
+            return None
         result, self._result = self._result, None
         if result is not None:
             self.last_result = result
@@ -251,42 +266,88 @@ class CheckpointManager:
         res = self._result
         assert res is not None
         try:
-            shards: list[dict[str, Any]] = []
-            if s.rollout is not None:
-                written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
-                shards = [{**asdict(sh), "rank": self.rank} for sh in written]
-            for part, state in s.parts.items():
-                self._dcp_save(state, s.path / part)
-            for hook in self.before_commit:
-                hook()
-            gathered = self._gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
-            if self.rank == 0:
-                meta = s.meta
-                meta["rng"] = [g["rng"] for g in gathered]
-                if any(g["has_cache"] for g in gathered):
-                    meta["parts"]["rollout_cache"] = {
-                        "version": rcache.ROLLOUT_CACHE_VERSION,
-                        "path": "rollout_cache",
-                        "shards": [sh for g in gathered for sh in g["shards"]],
-                    }
-                meta["manifest"] = layout.manifest(s.path)
-                layout.atomic_write_json(s.path / layout.META, meta)
-                meta_sha = layout.sha256_file(s.path / layout.META)
-                layout.atomic_write_json(s.path / layout.MARKER, {"global_step": s.step, "meta_sha256": meta_sha})
-                layout.rotate(self.root, self.keep_last)
+            self._write_parts(s)
             if self._last_gauge is not None:
                 self._last_gauge.set(self.clock.now())
+            self._failed_streak = 0
         except (Exception, CheckpointException) as exc:  # a failed save is counted and reported, training goes on
             res.error = one_line(exc)
-            log.error("checkpoint global_step_%d failed: %s", s.step, res.error)
-            if self._failures is not None:
-                self._failures.inc()
+            self._discard(s.path, res.error)
         res.write_s = time.perf_counter() - t0
         if res.error is None:
             log.info("checkpoint global_step_%d complete: blocked the step %.3fs, written in %.2fs",
                      s.step, res.stall_s, res.write_s)
         if self._on_saved is not None:
             self._on_saved(res)
+
+    def _write_parts(self, s: _Staged) -> None:
+        # A rank-local failure (the rollout cache, a writer file) is shared before the next collective, so
+        # no rank waits in dcp.save for one that gave up; dcp.save itself reports a failure on every rank.
+        shards: list[dict[str, Any]] = []
+        local_error = None
+        try:
+            if s.rollout is not None:
+                written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
+                shards = [{**asdict(sh), "rank": self.rank} for sh in written]
+                self._write_writer_file(s, s.path / "rollout_cache", [f"rollout_cache/{sh.file}" for sh in written])
+        except Exception as exc:
+            local_error = one_line(exc)
+        self._raise_if_any(local_error)
+        for part, state in s.parts.items():
+            self._dcp_save(state, s.path / part)
+            try:
+                self._write_writer_file(s, s.path / part, None)
+            except Exception as exc:
+                local_error = one_line(exc)
+            self._raise_if_any(local_error)
+        for hook in self.before_commit:
+            hook()
+        gathered = self.gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
+        if self.rank == 0:
+            meta = s.meta
+            meta["rng"] = [g["rng"] for g in gathered]
+            if any(g["has_cache"] for g in gathered):
+                meta["parts"]["rollout_cache"] = {
+                    "version": rcache.ROLLOUT_CACHE_VERSION,
+                    "path": "rollout_cache",
+                    "shards": [sh for g in gathered for sh in g["shards"]],
+                }
+            meta["manifest"] = layout.manifest(s.path)
+            layout.atomic_write_json(s.path / layout.META, meta)
+            meta_sha = layout.sha256_file(s.path / layout.META)
+            layout.atomic_write_json(s.path / layout.MARKER, {"global_step": s.step, "meta_sha256": meta_sha})
+            layout.rotate(self.root, self.keep_last)
+
+    def _write_writer_file(self, s: _Staged, part_dir: Path, files: list[str] | None) -> None:
+        """``<part>/writer-rank<R>.json``: which run wrote this rank's files of the part, at which step, and
+        their sha256 as written. ``verify`` checks them against meta.json and the manifest."""
+        rel_part = part_dir.relative_to(s.path).as_posix()
+        if files is None:  # a DCP part: this rank's data file(s) are named __<rank>_<k>.distcp, rank 0 adds .metadata
+            mine = sorted(part_dir.glob(f"__{self.rank}_*.distcp")) + ([part_dir / ".metadata"] if self.rank == 0 else [])
+            files = [f"{rel_part}/{p.name}" for p in mine]
+        part_dir.mkdir(parents=True, exist_ok=True)
+        doc = {"run_id": self.run_id, "global_step": s.step, "rank": self.rank, "world_size": self.world_size,
+               "files": {rel: layout.sha256_file(s.path / rel) for rel in files}}
+        layout.atomic_write_json(part_dir / layout.writer_file(self.rank), doc)
+
+    def _raise_if_any(self, local_error: str | None) -> None:
+        errors = [e for e in self.gather(local_error) if e]
+        if errors:
+            raise CheckpointError(errors[0])
+
+    def _discard(self, path: Path, error: str) -> None:
+        """A failed save leaves nothing behind: its partial files would fill the disk for every later save
+        too. One warning per failure streak (a full disk fails every interval until space is freed)."""
+        if self.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        self._failed_streak += 1
+        if self._failed_streak == 1:
+            log.warning("checkpoint %s failed, its partial files removed; training goes on and the next "
+                        "interval saves again: %s", path.name, error)
+        else:
+            log.debug("checkpoint %s failed again (%d in a row): %s", path.name, self._failed_streak, error)
+        if self._failures is not None:
+            self._failures.inc()
 
     def _dcp_save(self, state: Any, path: Path) -> None:
         writer = FileSystemWriter(str(path), sync_files=True)
@@ -295,7 +356,7 @@ class CheckpointManager:
         else:
             dcp.save(state, storage_writer=writer, no_dist=True)
 
-    def _gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: Any) -> list[Any]:
         if not self._distributed:
             return [obj]
         out: list[Any] = [None] * self.world_size
@@ -388,9 +449,17 @@ class CheckpointManager:
         table = rcache.read(path / "rollout_cache", [s["file"] for s in shards])
         return table.take(list(range(self.rank, table.num_rows, self.world_size)))  # resharded round-robin
 
-    def close(self) -> None:
+    @property
+    def idle(self) -> bool:
+        """No save in flight."""
+        return self._idle.is_set()
+
+    def close(self, wait: bool = True) -> None:
         """Finish the save in flight. Call it before the process exits: the writer is a daemon thread,
-        and a save cut short leaves only an incomplete (ignored) directory."""
+        and a save cut short leaves only an incomplete (ignored) directory. ``wait=False``: leave a save
+        still in flight to die with the process (a SIGTERM grace period ran out)."""
+        if not wait and not self.idle:
+            return
         self.wait(raise_on_error=False)
         if self._writer is not None:
             self._jobs.put(None)

@@ -88,6 +88,7 @@ RANGES: dict[str, Range] = {
     "checkpoint.rollout_cache_shard_bytes": AT_LEAST_1,
     "checkpoint.memory_interval": AT_LEAST_0,
     "checkpoint.memory_keep_last": AT_LEAST_1,
+    "checkpoint.sigterm_grace_s": POSITIVE,
     "faults.reward_hang_at_step": AT_LEAST_0,
     "faults.reward_oom_at_step": AT_LEAST_0,
     "faults.critic_oom_at_step": AT_LEAST_0,
@@ -117,4 +118,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.kl_ctrl": ("fixed", "adaptive"),
     "rollout.engine": ("hf", "vllm"),
     "trainer.dist_backend": ("auto", "gloo", "nccl"),
+    "actor.strategy": ("ddp", "fsdp"),
+    "critic.strategy": ("ddp", "fsdp"),
 }

@@ -97,6 +97,8 @@ class ActorConfig:
     """Recompute activations in backward (OOM degradation turns this on)."""
     micro_batches: int = 1
     """Split each mini-batch into this many forward/backward passes."""
+    strategy: str = "ddp"
+    """ddp (every rank holds the whole model) or fsdp (FSDP2 fully_shard per block and at the root; the reference follows)."""
 
 
 @dataclass
@@ -115,6 +117,8 @@ class CriticConfig:
     """Recompute activations in backward."""
     micro_batches: int = 1
     """Split each mini-batch into this many forward/backward passes."""
+    strategy: str = "ddp"
+    """ddp or fsdp, as actor.strategy."""
 
 
 @dataclass
@@ -201,6 +205,10 @@ class CheckpointConfig:
     """The in-memory tier's directory, on tmpfs (default: /dev/shm/verl-ops-<hash of checkpoint dir>)."""
     memory_keep_last: int = 2
     """Snapshots kept in the in-memory tier."""
+    save_on_sigterm: bool = True
+    """On SIGTERM (a preemption) finish the save in flight or checkpoint the last finished step, then exit 0."""
+    sigterm_grace_s: float = 30.0
+    """Longest the SIGTERM save may take; a save still being written then is abandoned (never half-complete)."""
 
 
 @dataclass

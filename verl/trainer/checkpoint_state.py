@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.config import ConfigError
 from verl.trainer.distributed import gather_objects
+from verl.trainer.fsdp import full
 from verl.utils.seeding import load_rng_state, rng_state
 
 if TYPE_CHECKING:
@@ -56,9 +57,10 @@ def load_trainer_state(t: RLTrainer, state: dict[str, Any]) -> None:
 
 
 def param_digest(t: RLTrainer) -> str:
+    """Over the full parameters: the same for DDP and FSDP, any world size (every rank calls it)."""
     h = hashlib.sha256()
     for model in (t.models.actor, t.models.critic):
         for name, tensor in sorted(model.state_dict().items()):
             h.update(name.encode())
-            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+            h.update(full(tensor).detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()

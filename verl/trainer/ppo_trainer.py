@@ -89,7 +89,8 @@ class RLTrainer:
         cfg = self.config
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.clock = clock or SystemClock()
-        self.ctx: DistContext = init_distributed(cfg.trainer.dist_backend)
+        fsdp = "fsdp" in (cfg.actor.strategy, cfg.critic.strategy)
+        self.ctx: DistContext = init_distributed(cfg.trainer.dist_backend, single_process_group=fsdp)
         if cfg.trainer.torch_threads > 0:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed + self.ctx.rank)

@@ -186,7 +186,9 @@ class CheckpointManager:
         t0 = time.perf_counter()
         self.wait(raise_on_error=False)  # at most one save in flight
         path = layout.step_dir(self.root, step)
-        if layout.is_complete(path):
+        # rank 0's view for all: it writes COMPLETE, and another rank's writer can be done before that
+        # (the final save of a step that was also an interval step hung when ranks decided differently)
+        if self.gather(layout.is_complete(path))[0]:
             return None
         if self.rank == 0 and path.exists():
             shutil.rmtree(path)  # debris of a save that was killed before its marker
@@ -389,12 +391,17 @@ class CheckpointManager:
             return None
         meta = verify(path)
         name = path.name
+        saved_strategy = meta.get("strategy") or "ddp"  # checkpoints from before FSDP are DDP ones
+        if self.strategy is not None and saved_strategy != self.strategy:
+            raise CheckpointError(
+                f"strategy mismatch: {name} was written by a {saved_strategy} run, this run uses {self.strategy} "
+                f"(set actor.strategy/critic.strategy back to {saved_strategy}; converting between them is not supported)")
         saved_ws = meta["world_size"]
         if saved_ws != self.world_size and not allow_reshard:
             raise CheckpointError(
                 f"world size mismatch: {name} was saved by {saved_ws} ranks, this run has {self.world_size} "
-                "(relaunch with the same number of ranks, or load with allow_reshard=True: parameters are "
-                "resharded by DCP but RNG streams will not continue exactly)"
+                "(relaunch with the same number of ranks; actor.strategy=fsdp runs reshard, "
+                "CheckpointManager.load(allow_reshard=True) does for any)"
             )
         want = config_hash(model_config)
         if want is not None and meta.get("model_config_hash") not in (None, want):

@@ -231,7 +231,9 @@ class TrainerCheckpointer:
         manager = self.manager
         models, optimizers = self._objects(trainer)
         try:
-            loaded = manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config))
+            # FSDP parameters and optimizer state are DTensors that DCP reshards to any world size
+            loaded = manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config),
+                                  allow_reshard=manager.strategy == "fsdp")
         except CheckpointError as exc:
             raise ResumeError(f"cannot resume from {manager.root}: {exc}") from None
         if loaded is None:

@@ -99,6 +99,18 @@ class _Staged:
     rollout: pa.Table | None
 
 
+LOW_SPACE_BYTES = 16 * 1024**2
+
+
+def _disk_note(path: Path) -> str:
+    """A full disk surfaces from torch's writer as e.g. "unexpected pos 704 vs 598", not ENOSPC: name it."""
+    try:
+        free = shutil.disk_usage(path if path.exists() else path.parent).free
+    except OSError:
+        return ""
+    return f" (disk full: {free} bytes free under {path.parent})" if free < LOW_SPACE_BYTES else ""
+
+
 class CheckpointManager:
     """Saves and loads ``DIR/global_step_<N>/`` checkpoints (see ``verl/checkpoint/README.md``).
 
@@ -145,6 +157,8 @@ class CheckpointManager:
         self.strategy: str | None = None
         """Recorded in meta.json ("ddp", "fsdp"): a resume under another strategy is refused."""
         self._failed_streak = 0
+        self.writing_step: int | None = None
+        """The step the background writer is saving (for ``before_commit`` hooks), None when idle."""
         self._buffers = StagingBuffers()
         # One long-lived writer thread fed through a queue: starting a thread per save made the caller
         # wait for the new thread to be scheduled (24 ms of a 90 ms stall on a busy host).
@@ -267,14 +281,16 @@ class CheckpointManager:
         t0 = time.perf_counter()
         res = self._result
         assert res is not None
+        self.writing_step = s.step
         try:
             self._write_parts(s)
             if self._last_gauge is not None:
                 self._last_gauge.set(self.clock.now())
             self._failed_streak = 0
         except (Exception, CheckpointException) as exc:  # a failed save is counted and reported, training goes on
-            res.error = one_line(exc)
+            res.error = one_line(exc) + _disk_note(s.path)
             self._discard(s.path, res.error)
+        self.writing_step = None
         res.write_s = time.perf_counter() - t0
         if res.error is None:
             log.info("checkpoint global_step_%d complete: blocked the step %.3fs, written in %.2fs",

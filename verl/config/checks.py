@@ -95,6 +95,7 @@ RANGES: dict[str, Range] = {
     "faults.critic_oom_repeat": AT_LEAST_1,
     "faults.reward_hang_seconds": AT_LEAST_0,
     "faults.kill_rollout_worker_at_steps": AT_LEAST_0,
+    "faults.checkpoint_enospc_at_steps": AT_LEAST_1,
     "faults.checkpoint_write_delay_s": AT_LEAST_0,
     "faults.gpu_leak_mb_per_min": AT_LEAST_0,
     "faults.throughput_drop_at_step": AT_LEAST_0,

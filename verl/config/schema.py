@@ -227,6 +227,8 @@ class FaultsConfig:
     """SIGKILL a rollout worker at each of these steps."""
     checkpoint_write_delay_s: float = 0.0
     """The background checkpoint writer pauses this long between the data files and meta.json/COMPLETE (a SIGKILL then lands mid-save)."""
+    checkpoint_enospc_at_steps: list[int] = field(default_factory=list)
+    """The checkpoint saves of these steps fail with ENOSPC (disk full) after their data files are written."""
     gpu_leak_mb_per_min: float = 0.0
     """Hold a real, growing allocation of this many MB per minute (GPU if present, else host memory)."""
     throughput_drop_at_step: int | None = None

@@ -35,7 +35,13 @@ from verl.metrics.sink import StepStats
 from verl.models.reward import load_reward_model
 from verl.trainer.build import build_models, build_rollout
 from verl.trainer.checkpoint_state import load_trainer_state, param_digest, trainer_state
-from verl.trainer.distributed import DistContext, any_across_ranks, init_distributed, resolve_placement, shutdown
+from verl.trainer.distributed import (
+    DistContext,
+    any_across_ranks,
+    init_distributed,
+    resolve_placement,
+    shutdown,
+)
 from verl.trainer.fault_injection import install_fault_plan
 from verl.trainer.guards import build_data_guards, build_reward_path, build_update_guards
 from verl.trainer.ppo_step import ppo_step

@@ -98,6 +98,10 @@ class TrainerCheckpointer:
         self.memory_interval = int(getattr(ck, "memory_interval", 0) or 0)
         where = memory_tier_dir(checkpoint_dir, getattr(ck, "memory_dir", None)) if self.memory_interval > 0 else None
         world = getattr(ctx, "world_size", 1) or 1
+        if self.memory_interval > 0 and strategy_of(config) == "fsdp":
+            raise ConfigError("checkpoint.memory_interval needs actor.strategy=ddp and critic.strategy=ddp: the "
+                              "in-memory tier stores whole tensors, not FSDP shards (set checkpoint.memory_interval=0; "
+                              "disk checkpoints are sharded and async)")
         if self.memory_interval > 0 and world > 1:
             log.warning("checkpoint.memory_interval is single-process only (this run has %d ranks): disk "
                         "checkpoints only", world)
@@ -126,6 +130,10 @@ class TrainerCheckpointer:
         errors = self.manager.gather(error)
         if errors[0]:
             raise DirectoryLocked(errors[0])
+
+    def release(self) -> None:
+        """Give the directory's lock back (end of ``train()``; ``close()`` does too)."""
+        self.lock.release()
 
     def save_on_signal(self, trainer: Any, step: int, grace_s: float) -> str:
         """SIGTERM (a preemption): finish the save in flight, then checkpoint ``step`` if that one is not

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from verl.config import Config
+from verl.config import Config, ConfigError
 from verl.models.loading import load_causal_lm, load_critic, load_tokenizer
 from verl.rollout import make_rollout_engine
 from verl.trainer import core_algos
@@ -93,6 +93,10 @@ def _wrap(module: nn.Module, device: torch.device, ctx: DistContext, strategy: s
 
 def build_rollout(cfg: Config, models: PPOModels, clock: Clock, registry: Any) -> Any:
     """The in-process engine, or supervised worker processes when ``rollout_worker_num > 0`` (hf)."""
+    if cfg.actor.strategy == "fsdp" and (cfg.rollout_worker_num > 0 or cfg.rollout.engine != "hf"):
+        # both copy whole weights out of the actor, which an FSDP rank does not hold
+        raise ConfigError("actor.strategy=fsdp generates in-process with the hf engine only: set "
+                          "rollout_worker_num=0 and rollout.engine=hf, or actor.strategy=ddp")
     if cfg.rollout_worker_num <= 0 or cfg.rollout.engine != "hf":
         engine = make_rollout_engine(cfg, models.actor, models.tokenizer, clock)
         if cfg.actor.strategy == "fsdp" and hasattr(engine, "synced_gpus"):

@@ -212,6 +212,9 @@ class RLTrainer:
         finally:
             if sigterm is not None:
                 sigterm.uninstall()
+            release = getattr(self.checkpointer, "release", None)
+            if release is not None:
+                release()  # nothing writes the directory between train() calls; a later train() locks again
             self.telemetry.end_progress_line()
         result.steps = self.global_step
         if self.ctx.is_main:

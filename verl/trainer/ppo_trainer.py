@@ -287,15 +287,13 @@ class _SigtermFlag:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.previous: Any = signal.signal(signal.SIGTERM, self._handle)
 
     @classmethod
     def install(cls) -> _SigtermFlag | None:
         if threading.current_thread() is not threading.main_thread():
             return None  # signal handlers can only be set from the main thread; the embedder owns signals
-        flag = cls()
-        flag._previous = signal.signal(signal.SIGTERM, flag._handle)
-        return flag
+        return cls()
 
     def _handle(self, signum: int, frame: Any) -> None:
         if not self.requested:
@@ -303,7 +301,7 @@ class _SigtermFlag:
         self.requested = True
 
     def uninstall(self) -> None:
-        signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, self.previous if self.previous is not None else signal.SIG_DFL)
 
 
 def _default_checkpointer(trainer: RLTrainer) -> Checkpointer | None:

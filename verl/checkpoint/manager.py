@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,11 @@ class _Staged:
 
 
 LOW_SPACE_BYTES = 16 * 1024**2
+
+
+def _run_all(hooks: list[Callable[[], None]]) -> None:
+    for hook in hooks:
+        hook()
 
 
 def _disk_note(path: Path) -> str:
@@ -299,27 +305,11 @@ class CheckpointManager:
             self._on_saved(res)
 
     def _write_parts(self, s: _Staged) -> None:
-        # A rank-local failure (the rollout cache, a writer file) is shared before the next collective, so
-        # no rank waits in dcp.save for one that gave up; dcp.save itself reports a failure on every rank.
-        shards: list[dict[str, Any]] = []
-        local_error = None
-        try:
-            if s.rollout is not None:
-                written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
-                shards = [{**asdict(sh), "rank": self.rank} for sh in written]
-                self._write_writer_file(s, s.path / "rollout_cache", [f"rollout_cache/{sh.file}" for sh in written])
-        except Exception as exc:
-            local_error = one_line(exc)
-        self._raise_if_any(local_error)
+        shards: list[dict[str, Any]] = self._together(partial(self._write_rollout, s)) or []
         for part, state in s.parts.items():
-            self._dcp_save(state, s.path / part)
-            try:
-                self._write_writer_file(s, s.path / part, None)
-            except Exception as exc:
-                local_error = one_line(exc)
-            self._raise_if_any(local_error)
-        for hook in self.before_commit:
-            hook()
+            self._dcp_save(state, s.path / part)  # dcp.save reports a failure on every rank itself
+            self._together(partial(self._write_writer_file, s, s.path / part, None))
+        self._together(partial(_run_all, self.before_commit))
         gathered = self.gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
         if self.rank == 0:
             meta = s.meta
@@ -348,10 +338,25 @@ class CheckpointManager:
                "files": {rel: layout.sha256_file(s.path / rel) for rel in files}}
         layout.atomic_write_json(part_dir / layout.writer_file(self.rank), doc)
 
-    def _raise_if_any(self, local_error: str | None) -> None:
-        errors = [e for e in self.gather(local_error) if e]
+    def _write_rollout(self, s: _Staged) -> list[dict[str, Any]]:
+        if s.rollout is None:
+            return []
+        written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
+        self._write_writer_file(s, s.path / "rollout_cache", [f"rollout_cache/{sh.file}" for sh in written])
+        return [{**asdict(sh), "rank": self.rank} for sh in written]
+
+    def _together(self, action: Callable[[], Any]) -> Any:
+        """Run a rank-local write; a failure on any rank raises on every rank, before the next collective,
+        so no rank waits in dcp.save or a gather for one that gave up."""
+        result, error = None, None
+        try:
+            result = action()
+        except Exception as exc:
+            error = one_line(exc)
+        errors = [e for e in self.gather(error) if e]
         if errors:
             raise CheckpointError(errors[0])
+        return result
 
     def _discard(self, path: Path, error: str) -> None:
         """A failed save leaves nothing behind: its partial files would fill the disk for every later save

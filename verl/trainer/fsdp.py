@@ -16,6 +16,7 @@ without torchrun gets a one-rank process group (``init_distributed(single_proces
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -26,6 +27,10 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from verl.config import ConfigError
 
 BLOCK_LISTS = ("h", "layers", "blocks")  # GPT-2 transformer.h; Llama/Qwen/Mistral model.layers
+
+# The value model returns a squeezed view; nothing modifies it in place (values_of slices it into a new
+# tensor), so FSDP2's per-forward warning about in-place ops on views is noise in every step's log.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(\w+\) returned a view tensor")
 
 
 def mesh_for(device: torch.device, world_size: int) -> DeviceMesh:

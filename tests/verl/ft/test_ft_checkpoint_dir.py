@@ -189,3 +189,18 @@ def test_the_in_memory_tier_refuses_fsdp_with_one_line(tmp_path: Path) -> None:
     ddp = make_checkpointer(load_config("ppo_tiny", []), tmp_path, SystemClock())
     assert ddp.manager.strategy == "ddp"
     ddp.close()
+
+
+def test_resharded_loader_offsets_never_repeat_a_prompt_and_count_what_they_skip() -> None:
+    from verl.trainer.checkpoint_state import resharded_rank_state
+
+    def state(position: int) -> dict:
+        return {"dataloader": {"position": position, "batches_consumed": position // 4, "cooldown_skips": 0}}
+
+    # 2 ranks x 4 prompts per global batch of 8, both at the boundary of batch 3: exact on 1 or 4 ranks
+    aligned = [state(12), state(12)]
+    assert resharded_rank_state(aligned, 0, 1, 8)["dataloader"]["position"] == 3 * 8
+    assert [resharded_rank_state(aligned, r, 4, 8)["dataloader"]["position"] for r in range(4)] == [6] * 4
+    # rank 1 had begun batch 3 (a cooling skip): every new rank starts at batch 4, nothing read twice
+    ragged = [state(12), state(13)]
+    assert resharded_rank_state(ragged, 0, 1, 8)["dataloader"]["position"] == 4 * 8

@@ -59,3 +59,24 @@ def test_a_full_disk_fails_saves_cleanly_and_the_final_one_with_one_line(tmp_pat
                            cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
     verify(layout.step_dir(ckpt, 6))
+
+
+def test_sigterm_with_a_grace_period_shorter_than_the_save_abandons_it_cleanly(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ck"
+    proc = start(train(ckpt, "trainer.total_steps=200", "checkpoint.interval=2", "faults.checkpoint_write_delay_s=8",
+                       "checkpoint.sigterm_grace_s=1"))
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(line)
+        if "step 3/200" in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = "".join(seen) + finish(proc, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    assert "did not finish within 1s: abandoned" in out, out[-3000:]
+    assert not any(layout.is_complete(p) for _, p in layout.list_steps(ckpt))  # nothing half-complete
+    again = subprocess.run(train(ckpt, "trainer.total_steps=2", "checkpoint.interval=2", "--resume-or-start"),
+                           cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr[-3000:]
+    verify(layout.step_dir(ckpt, 2))  # the abandoned directory was replaced by a whole save

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl.integration.test_it_exact_resume import ROOT, finish, start
+from tests.verl.integration.test_it_exact_resume import ROOT, kill_when, start
 from verl.checkpoint import layout, verify
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
@@ -21,18 +22,16 @@ def train(ckpt: Path, *overrides: str) -> list[str]:
             "metrics.layer_kl=false", *overrides]
 
 
+def sigterm_when(proc: subprocess.Popen[str], marker: str) -> str:
+    """SIGTERM the run (a preemption) as soon as ``marker`` is printed; its whole output once it ended."""
+    return kill_when(proc, marker, act=lambda p: p.send_signal(signal.SIGTERM))
+
+
 def test_sigterm_during_an_async_save_finishes_it_and_exits_0(tmp_path: Path) -> None:
     ckpt = tmp_path / "ck"
     # the save of step 2 takes >= 3 s in the background while steps 3, 4... run
     proc = start(train(ckpt, "trainer.total_steps=200", "checkpoint.interval=2", "faults.checkpoint_write_delay_s=3"))
-    seen = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if "step 3/200" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    out = "".join(seen) + finish(proc, timeout=120)
+    out = sigterm_when(proc, "step 3/200")
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out
     stopped = [ln for ln in out.splitlines() if "SIGTERM: stopping after step" in ln]
@@ -63,20 +62,15 @@ def test_a_full_disk_fails_saves_cleanly_and_the_final_one_with_one_line(tmp_pat
 
 def test_sigterm_with_a_grace_period_shorter_than_the_save_abandons_it_cleanly(tmp_path: Path) -> None:
     ckpt = tmp_path / "ck"
-    proc = start(train(ckpt, "trainer.total_steps=200", "checkpoint.interval=2", "faults.checkpoint_write_delay_s=8",
+    # one save in flight (step 3's, 60 s of write delay) when the signal is read after step 3 or 4
+    proc = start(train(ckpt, "trainer.total_steps=200", "checkpoint.interval=3", "faults.checkpoint_write_delay_s=60",
                        "checkpoint.sigterm_grace_s=1"))
-    seen = []
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if "step 3/200" in line:
-            proc.send_signal(signal.SIGTERM)
-            break
-    out = "".join(seen) + finish(proc, timeout=120)
+    out = sigterm_when(proc, "step 3/200")
     assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
-    assert "did not finish within 1s: abandoned" in out, out[-3000:]
+    assert re.search(r"SIGTERM: stopping after step \d+: the save in flight did not finish within 1s: abandoned",
+                     out), out[-3000:]
     assert not any(layout.is_complete(p) for _, p in layout.list_steps(ckpt))  # nothing half-complete
-    again = subprocess.run(train(ckpt, "trainer.total_steps=2", "checkpoint.interval=2", "--resume-or-start"),
+    again = subprocess.run(train(ckpt, "trainer.total_steps=3", "checkpoint.interval=3", "--resume-or-start"),
                            cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert again.returncode == 0, again.stderr[-3000:]
-    verify(layout.step_dir(ckpt, 2))  # the abandoned directory was replaced by a whole save
+    verify(layout.step_dir(ckpt, 3))  # the abandoned directory was replaced by a whole save

@@ -34,6 +34,7 @@ class Binding:
     joint_since: float | None = None  # start of the run where all conditions held (compound)
     last_t: float = -math.inf
     finding: Finding | None = None
+    hold_until: float = -math.inf  # keep_firing_for_steps: held active until this sample time
 
     def record(self, f: Finding, t: float) -> None:
         self.finding = f
@@ -106,7 +107,10 @@ class Evaluator:
 
     def observe(self, series: Series, t: float, value: float) -> None:
         for b in self.bindings(series):
-            b.record(b.detector.update(t, value), t)
+            f = b.detector.update(t, value)
+            if b.rule.keep_firing_for_steps:
+                f = self._held(b, f, t)
+            b.record(f, t)
             if b.cond == 0 and b.active:
                 self._hot[id(b)] = b
 
@@ -127,6 +131,17 @@ class Evaluator:
                                  None if value is None or not math.isfinite(value) else float(value),
                                  details, b))
         return out
+
+    @staticmethod
+    def _held(b: Binding, f: Finding, t: float) -> Finding:
+        """``keep_firing_for_steps``: a condition that just cleared stays active for that many of the series'
+        own intervals (in sample time: a 12-min step must not resolve it between two records)."""
+        if f.active:
+            b.hold_until = t + b.rule.keep_firing_for_steps * b.series.interval()
+            return f
+        if b.active and b.finding is not None and t <= b.hold_until:
+            return Finding(t, True, b.finding.score, b.finding.details)
+        return f
 
     def _for_s(self, b: Binding) -> float:
         if not b.rule.for_steps:

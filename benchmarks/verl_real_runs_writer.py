@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from verl import DataProto
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo.core_algos import AdvantageEstimator, FixedKLController
 from verl.trainer.ppo.metric_utils import (
@@ -38,6 +37,8 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty, compute_advantage
 from verl.utils.tracking import Tracking
+
+from verl import DataProto
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 GIB = 2.0**30

@@ -132,14 +132,14 @@ class TrendDriftDetector(Detector):
             if self._every.due(t):
                 self._last = self._evaluate(t)
             return self._last
-        if self._window and self._quiet:
+        if not self._window:
+            self._ew_mean = value
+        elif self._quiet:
             w = 1.0 - float(np.exp(-(t - self._window.ts[-1]) / self.noise_horizon))
             delta = value - self._ew_mean
             self._ew_mean += w * delta
             self._ew_var = (1.0 - w) * (self._ew_var + w * delta * delta)
             self._ew_weight += w * (1.0 - self._ew_weight)
-        else:
-            self._ew_mean = value
         self._window.add(t, value)
         if self._every.due(t):
             self._last = self._evaluate(t)

@@ -101,14 +101,20 @@ class Pipeline:
         known = len(self.store)
         series = self.store.get_or_create(name, labels)
         if series is not None and len(self.store) > known:
+            node = labels.get("node", "unknown")
+            fresh_verl = labels.get("job") == verl_jsonl.JOB and node not in self.verl_nodes
             if labels.get("job") == verl_jsonl.JOB:
-                self.verl_nodes.add(labels.get("node", "unknown"))
-            if name == "verl_config_info":
-                info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
-                self.config_info[labels.get("node", "unknown")] = info
+                self.verl_nodes.add(node)
+            if name == "verl_config_info" or fresh_verl:
+                info = dict(self.config_info.get(node, {}))
+                if name == "verl_config_info":
+                    info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
+                if node in self.verl_nodes:
+                    info["trainer"] = "verl"  # diagnoses speak verl's words for this run (alerting/diagnose.py)
+                self.config_info[node] = info
                 set_info = getattr(self.engine, "set_config_info", None) if self.engine else None
                 if set_info is not None:
-                    set_info(labels.get("node", "unknown"), info)
+                    set_info(node, info)
         return series
 
     def vocabulary(self, node: str) -> Vocabulary:

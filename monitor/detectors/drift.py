@@ -58,8 +58,8 @@ class TrendDriftDetector(Detector):
 
     ``warmup_rise`` (a per-step training metric such as verl's KL to the reference, which starts at 0 when
     actor == reference and rises to its plateau over the first tens of steps): the series' first samples
-    are warm-up until their level settles -- the median of the last ``settle`` samples is no more than
-    ``min_change / 4`` or one noise sd (MAD of differences) above the median of the ``settle`` before, or
+    are warm-up until their level settles -- the Theil-Sen rise over the last ``2 x settle`` samples is
+    at most ``min_change / 4`` or one noise sd (MAD of differences), on ``settle / 2`` samples in a row, or
     ``max_warmup`` seconds passed -- and nothing before the settle point enters the window or the noise.
     A drift that began during the warm-up is then seen as soon as the warm-up ends (it does not settle).
 
@@ -91,6 +91,7 @@ class TrendDriftDetector(Detector):
         self._t0: float | None = None
         self._warm = not self.warmup_rise  # warm-up over (or none to wait for)
         self.warmup_end: float | None = None
+        self._settle_streak = 0
 
     def _settled(self, t: float) -> bool:
         """End of the run-start warm-up (class docstring); on settling the window restarts there."""
@@ -103,14 +104,19 @@ class TrendDriftDetector(Detector):
                 return False
             d = np.diff(vs)
             noise = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0)
-            rise = float(np.median(vs[-k:]) - np.median(vs[-2 * k:-k]))
+            recent = vs[-2 * k:]
+            i, j = np.triu_indices(len(recent), k=1)
+            rise = float(np.median((recent[j] - recent[i]) / (j - i))) * len(recent)  # Theil-Sen over 2k
             if self.direction == "down":
                 rise = -rise
             elif self.direction == "both":
                 rise = abs(rise)
-            if rise > max(self.min_change / 4.0, noise):
+            # settled: the last 2k samples rise no more than the floor, on k/2 samples in a row (one quiet
+            # stretch of autocorrelated noise must not end a warm-up that is still climbing)
+            self._settle_streak = self._settle_streak + 1 if rise <= max(self.min_change / 4.0, noise) else 0
+            if self._settle_streak < max(1, k // 2):
                 return False
-            keep = k  # the plateau's first samples are the new window's start
+            keep = k  # the plateau's last samples are the new window's start
         else:
             keep = len(vs)
         ts, vs = self._window.arrays()

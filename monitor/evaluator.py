@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alerting.model import fingerprint
@@ -35,6 +36,8 @@ class Binding:
     last_t: float = -math.inf
     finding: Finding | None = None
     hold_until: float = -math.inf  # keep_firing_for_steps: held active until this sample time
+    samples: int = 0
+    unfillable: str | None = None  # why its window cannot fill (said once, issue 22)
 
     def record(self, f: Finding, t: float) -> None:
         self.finding = f
@@ -61,6 +64,7 @@ class Candidate:
 
 
 STALE_INTERVALS = 3.0
+_FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
 
 
 class Evaluator:
@@ -72,6 +76,9 @@ class Evaluator:
         self._helpers: dict[tuple[int, int, str], list[Binding]] = defaultdict(list)
         self._ticking: list[Binding] = []
         self._hot: dict[int, Binding] = {}  # id(binding) -> primary binding that is or was just active
+        # called once per binding whose detector window cannot hold its minimum samples (the pipeline
+        # logs it and sets verl_monitor_rule_window_unfillable)
+        self.on_unfillable: Callable[[Binding, str], None] | None = None
 
     # -- binding ---------------------------------------------------------------------------------
 
@@ -108,6 +115,9 @@ class Evaluator:
     def observe(self, series: Series, t: float, value: float) -> None:
         for b in self.bindings(series):
             f = b.detector.update(t, value)
+            b.samples += 1
+            if b.samples in _FILL_CHECKS and b.unfillable is None:
+                self._check_fill(b)
             if b.rule.keep_firing_for_steps:
                 f = self._held(b, f, t)
             b.record(f, t)
@@ -131,6 +141,13 @@ class Evaluator:
                                  None if value is None or not math.isfinite(value) else float(value),
                                  details, b))
         return out
+
+    def _check_fill(self, b: Binding) -> None:
+        reason = b.detector.unfillable(b.series.interval())
+        if reason is not None:
+            b.unfillable = reason
+            if self.on_unfillable is not None:
+                self.on_unfillable(b, reason)
 
     @staticmethod
     def _held(b: Binding, f: Finding, t: float) -> Finding:

@@ -52,6 +52,7 @@ class Pipeline:
         self.metrics = metrics or MonitorMetrics()
         self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc())
         self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
+        self.evaluator.on_unfillable = self._unfillable
         self.book = AlertBook(db_path, restore_grace_s)
         self.cluster = cluster
         self.plots_dir = Path(plots_dir) if plots_dir else None
@@ -116,6 +117,13 @@ class Pipeline:
                 if set_info is not None:
                     set_info(node, info)
         return series
+
+    def _unfillable(self, b: Any, reason: str) -> None:
+        """A rule that would stay silent for hours says so, once per series (issue 22)."""
+        log.warning("rule %s (%s) on %s%s can never test: %s; size it in steps (steps: / per_step: true)",
+                    b.rule.alert, b.rule.conditions[b.cond].detector_type, b.series.name,
+                    {k: v for k, v in b.series.labels.items() if k != "job"}, reason)
+        self.metrics.window_unfillable.labels(b.rule.alert, b.rule.conditions[b.cond].detector_type).set(1)
 
     def vocabulary(self, node: str) -> Vocabulary:
         """The config vocabulary of the run on ``node``: verl's keys for a volcengine verl run."""

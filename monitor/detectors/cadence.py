@@ -116,6 +116,9 @@ class CadenceScaled(Detector):
         self._last = self.inner.update(t, value)
         return self._last
 
+    def unfillable(self, interval: float) -> str | None:
+        return self.inner.unfillable(interval)
+
     def tick(self, now: float) -> Finding:
         tick = getattr(self.inner, "tick", None)
         return tick(now) if tick is not None else self._last

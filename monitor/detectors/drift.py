@@ -8,7 +8,7 @@ import numpy as np
 from scipy import stats
 from statsmodels.regression.linear_model import OLS
 
-from monitor.detectors.base import Detector, Every, Finding, SampleWindow
+from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
 
 Direction = Literal["up", "down", "both"]
 
@@ -92,6 +92,9 @@ class TrendDriftDetector(Detector):
         self._warm = not self.warmup_rise  # warm-up over (or none to wait for)
         self.warmup_end: float | None = None
         self._settle_streak = 0
+
+    def unfillable(self, interval: float) -> str | None:
+        return short_window("window", self.window_s, interval, self.min_samples)
 
     def _settled(self, t: float) -> bool:
         """End of the run-start warm-up (class docstring); on settling the window restarts there."""

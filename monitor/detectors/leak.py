@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm
 
-from monitor.detectors.base import Detector, Every, Finding, SampleWindow
+from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
 
 
 class LeakDetector(Detector):
@@ -57,6 +57,9 @@ class LeakDetector(Detector):
         self._every = Every(self.every_s)
         self._streak = 0
         self._last = Finding(0.0, False)
+
+    def unfillable(self, interval: float) -> str | None:
+        return short_window("window", self.window_s, interval, 3 * self.min_buckets)
 
     def update(self, t: float, value: float) -> Finding:
         self._window.add(t, value)

@@ -97,6 +97,19 @@ class Rule:
     plot: bool = False
     source: str = ""
 
+    def to_json(self) -> dict[str, Any]:
+        """What ``GET /api/v1/rules`` shows: how each condition is judged -- in seconds, or in steps of
+        the series (``steps``: parameter -> samples; ``per_step``: the steps replace the seconds) -- and
+        its warm-up in samples (``warmup_steps``; a ``warmup_s`` in ``steps``)."""
+        return {"alert": self.alert, "severity": self.severity, "source": self.source,
+                "for_s": self.for_s, "for_steps": self.for_steps,
+                "keep_firing_for_s": self.keep_firing_for_s, "keep_firing_for_steps": self.keep_firing_for_steps,
+                "conditions": [{"select": [s.text for s in c.selectors], "detector": c.detector_type,
+                                "params": c.params, "steps": c.steps, "per_step": c.per_step,
+                                "warmup_steps": c.warmup_steps,
+                                "judged_in": "steps" if c.per_step else ("seconds or steps" if c.steps else "seconds")}
+                               for c in self.conditions]}
+
     def render(self, context: dict[str, Any]) -> dict[str, str]:
         context = {"vocab": Vocabulary(), **context}  # the user's config vocabulary (alerting/vocabulary.py)
         out: dict[str, str] = {}

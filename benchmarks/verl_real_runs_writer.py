@@ -88,7 +88,8 @@ def make_batch(rng: np.random.Generator, algo: str, step: int, kind: str, onset:
     return data
 
 
-def write_run(out: Path, algo: str, kind: str, step_s: float, seed: int) -> dict:
+def write_run(out: Path, algo: str, kind: str, step_s: float, seed: int, plateau: float = 0.03,
+              drift: float = KL_DRIFT_PER_STEP) -> dict:
     name = f"{algo}-{kind}-{int(step_s)}s"
     rng = np.random.default_rng(seed)
     steps = CADENCES[step_s]
@@ -100,7 +101,6 @@ def write_run(out: Path, algo: str, kind: str, step_s: float, seed: int) -> dict
     os.environ["VERL_FILE_LOGGER_PATH"] = str(log_path)
     tracker = Tracking(project_name="verl-ops-issue22", experiment_name=name, default_backend=["file"], config={})
     kl_ctrl = FixedKLController(kl_coef=0.001)
-    plateau = 0.03
     kl_ar = 0.0
     peak = 0.0
     leak_bytes = 0.0
@@ -114,7 +114,7 @@ def write_run(out: Path, algo: str, kind: str, step_s: float, seed: int) -> dict
         kl_level = plateau * (1 - math.exp(-step / 20.0)) + kl_ar * min(1.0, step / 20.0)
         if kind == "kl_off" and step >= onset:
             kl_ctrl = FixedKLController(kl_coef=0.0)  # algorithm.kl_ctrl.kl_coef=0: nothing holds the actor back
-            kl_level += KL_DRIFT_PER_STEP * (step - onset)
+            kl_level += drift * (step - onset)
         data = make_batch(rng, algo, step, kind, onset, n_samples, max(kl_level, 0.0))
         metrics: dict = {}
         if algo == "ppo":
@@ -196,6 +196,8 @@ def main() -> None:
     p.add_argument("--out", required=True, help="folder for <run>.jsonl.gz and <run>.truth.json")
     p.add_argument("--seed", type=int, default=22)
     p.add_argument("--only", help="comma-separated run names (default: all)")
+    p.add_argument("--kl-plateau", type=float, default=0.03, help="KL to the reference after its warm-up")
+    p.add_argument("--kl-drift", type=float, default=KL_DRIFT_PER_STEP, help="KL rise per step with the penalty off")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -207,7 +209,7 @@ def main() -> None:
                 k += 1
                 name = f"{algo}-{kind}-{int(step_s)}s"
                 if only is None or name in only:
-                    write_run(out, algo, kind, step_s, args.seed * 1000 + k)
+                    write_run(out, algo, kind, step_s, args.seed * 1000 + k, args.kl_plateau, args.kl_drift)
                     print(name, flush=True)
 
 

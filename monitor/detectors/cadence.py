@@ -117,7 +117,10 @@ class CadenceScaled(Detector):
         return self._last
 
     def unfillable(self, interval: float) -> str | None:
-        return self.inner.unfillable(interval)
+        # judged on the windows this interval asks for: the inner detector's may lag behind while a re-size
+        # waits for the condition to clear
+        want = scaled(self.params, self.steps, interval if interval > 0 else None, self.per_step)
+        return self.factory(dict(want)).unfillable(interval)
 
     def tick(self, now: float) -> Finding:
         tick = getattr(self.inner, "tick", None)

@@ -60,8 +60,9 @@ class TrendDriftDetector(Detector):
     actor == reference and rises to its plateau over the first tens of steps): the series' first samples
     are warm-up until their level settles -- the Theil-Sen rise over the last ``2 x settle`` samples is
     at most ``min_change / 4`` or one noise sd (MAD of differences), on ``settle / 2`` samples in a row, or
-    ``max_warmup`` seconds passed -- and nothing before the settle point enters the window or the noise.
-    A drift that began during the warm-up is then seen as soon as the warm-up ends (it does not settle).
+    ``max_warmup`` seconds passed (then the window restarts on the last ``2 x settle`` samples) -- and
+    nothing before that point enters the window or the noise. A drift that began during the warm-up does
+    not settle, and is judged from the forced end on.
 
     Tested by tests/monitor/test_monitor_scenarios.py::test_kl_drift_fires_before_static_threshold,
     ::test_stationary_autocorrelated_kl_is_quiet (24 h) and tests/monitor/test_monitor_detectors.py.
@@ -121,7 +122,9 @@ class TrendDriftDetector(Detector):
                 return False
             keep = k  # the plateau's last samples are the new window's start
         else:
-            keep = len(vs)
+            # never settled: a drift from (nearly) the start, or a slow warm-up; the window restarts on the
+            # last 2k samples either way, so the warm-up's own rise is not fitted as the drift
+            keep = min(len(vs), 2 * k)
         ts, vs = self._window.arrays()
         self._window = SampleWindow(self.window_s)
         for ht, hv in zip(ts[-keep:].tolist(), vs[-keep:].tolist(), strict=True):

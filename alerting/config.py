@@ -20,7 +20,8 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # allowed keys per section: anything else is an error with a did-you-mean (a typo such as `routes:`
 # for `route:` would otherwise be ignored silently)
-TOP_KEYS = {"receivers", "route", "inhibit_rules", "correlation", "outbox", "monitor_url", "runbook_base_url"}
+TOP_KEYS = {"receivers", "route", "inhibit_rules", "correlation", "outbox", "monitor_url", "runbook_base_url",
+            "link_hosts"}
 RECEIVER_KEYS = {"name", "type", "url", "secret", "secret_env", "mentions", "template", "lang", "timeout",
                  "send_resolved", "resend_interval"}
 ROUTE_KEYS = {"receiver", "group_by", "group_wait", "group_interval", "repeat_interval", "matchers", "continue",
@@ -148,6 +149,9 @@ class AlertingConfig:
     # Prometheus' rules name runbooks by repository path (prometheus/README.md#trainerdown): chat
     # messages join such paths to this base so they are links a phone can open
     runbook_base_url: str = ""
+    # hosts whose URLs in labels/annotations render as links in chat (monitor_url's and
+    # runbook_base_url's always do); any other URL is defanged (hxxps://host[.]example)
+    link_hosts: tuple[str, ...] = ()
 
 
 def _req(d: dict[str, Any], name: str, key: str) -> Any:
@@ -303,7 +307,8 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
     if not isinstance(runbook_base, str) or runbook_base and not runbook_base.startswith(("http://", "https://")):
         raise ConfigError(f"runbook_base_url: {short(runbook_base)!r} must start with http:// or https://, e.g. "
                           "https://github.com/ORG/verl-ops/blob/main/")
-    return AlertingConfig(receivers, route, inhibit, files, outbox, monitor_url.rstrip("/"), runbook_base)
+    hosts = tuple(h.lower() for h in _str_list(raw.get("link_hosts"), "link_hosts"))
+    return AlertingConfig(receivers, route, inhibit, files, outbox, monitor_url.rstrip("/"), runbook_base, hosts)
 
 
 def load_config(path: str | Path) -> AlertingConfig:

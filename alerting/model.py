@@ -39,8 +39,20 @@ def identity_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 def fingerprint(labels: dict[str, str]) -> str:
-    """Stable id of an alert: sha256 over its sorted identity name=value pairs, first 16 hex digits."""
-    text = "\x1f".join(f"{k}={labels[k]}" for k in sorted(labels) if k not in NON_IDENTITY_LABELS)
+    """Stable id of an alert: sha256 over its sorted identity name=value pairs, first 16 hex digits.
+
+    The pairs are joined with ``\x1f``, which is unambiguous only while no value holds ``\x1f`` and no
+    name holds ``=`` or ``\x1f``; otherwise (a webhook sender's crafted label) the pairs are hashed
+    length-prefixed behind a 0xFF byte, which never occurs in UTF-8, so the two encodings cannot meet
+    either. Every fingerprint already stored (all from plain labels) stays what it was."""
+    keys = sorted(k for k in labels if k not in NON_IDENTITY_LABELS)
+    if any("\x1f" in labels[k] or "\x1f" in k or "=" in k for k in keys):
+        raw = bytearray(b"\xff")
+        for k in keys:
+            for part in (k.encode(), labels[k].encode()):
+                raw += len(part).to_bytes(4, "big") + part
+        return hashlib.sha256(bytes(raw)).hexdigest()[:16]
+    text = "\x1f".join(f"{k}={labels[k]}" for k in keys)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

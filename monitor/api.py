@@ -10,14 +10,16 @@ import re
 import threading
 import time
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from monitor.durations import DurationError, parse_duration
+from monitor.httpguard import GuardedHandler, GuardedHTTPServer
 from monitor.sources.alertmanager import PayloadError, parse_webhook
 
 log = logging.getLogger("monitor.api")
@@ -42,7 +44,7 @@ class MonitorAPI:
         self.token = token
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(GuardedHandler):
             server_version = "verl-monitor"
             timeout = READ_DEADLINE_S  # socket read deadline: a silent or dripping client cannot pin a thread
 
@@ -58,8 +60,8 @@ class MonitorAPI:
             def do_DELETE(self) -> None:
                 api.handle(self, "DELETE")
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        # request line and headers within READ_DEADLINE_S, at most 128 connections (monitor.httpguard)
+        self.server = GuardedHTTPServer((host, port), Handler, header_deadline_s=READ_DEADLINE_S)
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, name="monitor-api", daemon=True)
 
@@ -157,6 +159,16 @@ class MonitorAPI:
         got = h.headers.get("Authorization", "")
         return hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode())
 
+    def _signed_plot(self, h: BaseHTTPRequestHandler) -> bool:
+        """A plot link the monitor signed (monitor.plotlinks): people open it from chat without a token."""
+        links = getattr(self.daemon.pipeline, "plot_links", None)
+        path, _, query = h.path.partition("?")
+        m = _PLOT_RE.match(path)
+        if links is None or m is None or h.command != "GET":
+            return False
+        q = {k: v[0] for k, v in parse_qs(query).items()}
+        return bool(links.valid(m.group(1), q.get("exp", ""), q.get("sig", "")))
+
     # -- routes ----------------------------------------------------------------------------------
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
@@ -169,7 +181,7 @@ class MonitorAPI:
                 return self._send(h, 200, generate_latest(self.daemon.metrics.registry), CONTENT_TYPE_LATEST)
             if not path.startswith("/api/"):
                 return self._json(h, 404, {"error": f"no route {path}"})
-            if not self._authorized(h):
+            if not self._authorized(h) and not self._signed_plot(h):
                 return self._json(h, 401, {"error": "missing or wrong bearer token (Authorization: Bearer ...)"})
             self._api(h, method, path)
         except PayloadError as exc:

@@ -23,12 +23,15 @@ jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger 
                                                 # resolved_config (.hydra/config.yaml: values for runbooks)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
-limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m}
+limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m, evict_after: 1h}
 retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 ```
-Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none) and
-``sample_limit`` (samples per scrape; default 0 = none); exceeding either fails that scrape (``up`` 0).
+Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
+``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),
+``label_value_length_limit`` (characters per label value; all three default 0 = none): exceeding any
+fails that scrape as a whole (``up`` 0, the reason counted and logged per target), as in Prometheus.
+``honor_timestamps: false`` stamps every sample with the scrape time instead of the target's stamp.
 
 ``default_config`` is what ``verl-monitor run`` uses without ``--config``: the trainer's documented
 port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
@@ -53,12 +56,12 @@ DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 80
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
     "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env",
-                "body_size_limit", "sample_limit"},
+                "body_size_limit", "sample_limit", "label_limit", "label_value_length_limit", "honor_timestamps"},
     "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
     "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
     "dmon": {"path", "command", "node"},
     "nvml": {"enabled", "interval"},
-    "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after"},
+    "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
@@ -376,7 +379,10 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         node = _text(raw["node"], f"{key}.node") if raw.get("node") is not None else None
         cfg.targets.append(Target(name, raw["url"], node, _text(raw.get("job", "verl"), f"{key}.job"), interval, timeout,
                                   _size(raw.get("body_size_limit", "32MiB"), f"{key}.body_size_limit"),
-                                  _count(raw.get("sample_limit", 0), f"{key}.sample_limit")))
+                                  _count(raw.get("sample_limit", 0), f"{key}.sample_limit"),
+                                  _count(raw.get("label_limit", 0), f"{key}.label_limit"),
+                                  _count(raw.get("label_value_length_limit", 0), f"{key}.label_value_length_limit"),
+                                  _flag(raw.get("honor_timestamps", True), f"{key}.honor_timestamps")))
         token = _token(raw, f"{key}.api_token")
         if token:
             cfg.target_tokens[name] = token
@@ -415,5 +421,6 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
                              _int(lim.get("max_series", 20000), "limits.max_series"),
                              _int(lim.get("max_series_per_metric", 2000), "limits.max_series_per_metric"),
-                             _dur(lim.get("stale_after", 300), "limits.stale_after"))
+                             _dur(lim.get("stale_after", 300), "limits.stale_after"),
+                             _dur(lim.get("evict_after", 3600), "limits.evict_after"))
     return cfg

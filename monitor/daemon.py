@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from alerting.clock import Clock, SystemClock
+from alerting.durable import StorageHealth
 from alerting.logsafe import setup_logging
 from alerting.model import Alert
 from monitor.api import MonitorAPI
@@ -43,12 +44,14 @@ from monitor.evaluator import Candidate
 from monitor.metrics import MonitorMetrics
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.pipeline import Pipeline
+from monitor.plotlinks import PlotLinks
 from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
 from monitor.sources.prom_text import Target, scrape
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, OffsetStore, RunLiveness, writer_holds
+from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
 FUTURE_LIMIT_S = 600.0   # samples stamped further ahead are refused one by one (Prometheus: 10 min)
@@ -68,8 +71,10 @@ def scrape_offset(url: str, interval: float) -> float:
 class Daemon:
     def __init__(self, config: MonitorConfig, clock: Clock | None = None) -> None:
         self.config = config
-        self.clock = clock or SystemClock()
+        self.clock = SteadyClock(clock or SystemClock())  # wall-clock steps are absorbed (timeline.py)
         self.metrics = MonitorMetrics()
+        self.storage = StorageHealth(lambda db, op: self.metrics.storage_errors.labels(db, op).inc())
+        self._eval_error: str | None = None
         self.lock = threading.RLock()
         self.engine: Any = None
         rules = load_rule_files(config.rules or None)
@@ -78,11 +83,12 @@ class Daemon:
             from alerting.engine import AlertEngine  # only needed when notifying
 
             self.engine = AlertEngine.from_file(config.notify_config, config.state_db.with_name("alerting.db"),
-                                                self.clock, registry=self.metrics.registry)
+                                                self.clock, registry=self.metrics.registry, health=self.storage)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
                                  engine=self.engine, enrich=self._enrich if config.reward_outliers else None,
-                                 limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None)
+                                 limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None,
+                                 health=self.storage)
         if self.engine is not None:
             self.engine.retention_s = config.retention
         self._want_outliers = config.reward_outliers and any(r.alert == "RewardDistributionDrift" for r in rules)
@@ -105,17 +111,36 @@ class Daemon:
 
     def health(self) -> dict[str, Any]:
         """``reasons`` is non-empty (and the API answers 503) when a source or the evaluation loop has not
-        completed for STALE_LOOPS intervals, or the oldest undelivered notification is over 5 min old."""
+        completed for STALE_LOOPS intervals, the last evaluation tick failed, a state write is failing,
+        a delivery worker is stuck or died, or the oldest undelivered notification is over 5 min old.
+        ``storage_events`` lists the last hour's recoveries (a corrupt database moved aside, a deleted
+        state file recreated)."""
         reasons = []
+        if self._eval_error:
+            reasons.append(f"evaluation: last tick failed ({self._eval_error})")
+        reasons += self.storage.reasons()
+        book, pipeline = self.pipeline.book, self.pipeline
+        if book.unwritten():
+            reasons.append(f"{book.DB}: {book.unwritten()} alert transition(s) held in memory, not yet written")
+        if pipeline.unsubmitted:
+            reasons.append(f"alerting: {len(pipeline.unsubmitted)} alert transition(s) not yet taken by the engine")
         mono = time.monotonic()
         for name, (last, interval) in sorted(self._progress.items()):
             if mono - last > STALE_LOOPS * interval:
                 reasons.append(f"{name}: no completed round for {mono - last:.0f}s (interval {interval:g}s)")
         engine = self.engine
-        oldest = engine.oldest_undelivered() if engine is not None else None
+        problems = getattr(engine, "delivery_problems", None)
+        if problems is not None:
+            reasons += problems()
+        try:
+            oldest = engine.oldest_undelivered() if engine is not None else None
+        except (OSError, sqlite3.Error) as exc:
+            oldest = None
+            reasons.append(f"outbox: unreadable ({exc})")
         if oldest is not None and self.clock.now() - oldest > STUCK_NOTIFICATION_S:
             reasons.append(f"outbox: oldest undelivered notification queued {self.clock.now() - oldest:.0f}s ago")
         return {"status": "degraded" if reasons else "ok", "reasons": reasons,
+                "storage_events": self.storage.events(),
                 "series": len(self.pipeline.store), "firing": len(self.pipeline.book.firing()),
                 "uptime_s": round(time.time() - self.started, 1)}
 
@@ -154,9 +179,10 @@ class Daemon:
         with self.lock:
             return len(self.pipeline.submit_external(alerts))
 
-    def ingest(self, batch: SourceBatch, target: str | None = None) -> None:
+    def ingest(self, batch: SourceBatch, target: str | None = None, seen: float | None = None) -> None:
+        """``seen``: the scrape's time, for scraped batches (liveness from the scrape, not the stamps)."""
         source = target or batch.source
-        samples = batch.samples
+        samples = self.clock.reanchor(batch.samples)
         limit = self.clock.now() + FUTURE_LIMIT_S
         if any(s.t > limit for s in samples):  # a far-future stamp would make every later sample "out of order"
             kept = [s for s in samples if s.t <= limit]
@@ -166,7 +192,14 @@ class Daemon:
             self.metrics.scrape_errors.labels(source, reason).inc(n)
             self._log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
         with self.lock:
-            self.pipeline.ingest(samples, source)
+            self.pipeline.ingest(samples, source, seen)
+            if batch.refused and seen is not None:
+                self.pipeline.touch(batch.refused, seen)
+            rejects, self.pipeline.rejects = self.pipeline.rejects, {}
+        for (src, reason), n in rejects.items():  # out of order, repeated stamps, over the series budget
+            self._log_once(src, reason, f"{n} sample(s) refused" + (
+                f"; the source holds {self.pipeline.store.held_by(src)} series, its fair share is "
+                f"{self.pipeline.store.fair_share(src)}" if reason == "series_limit" else ""))
 
     # -- enrichment: RewardDistributionDrift gets the trainer's top-3 anomalous prompts -------------
 
@@ -228,10 +261,11 @@ class Daemon:
         await self._sleep(due - time.monotonic())
         while not self._stop.is_set():
             try:
-                batch, duration, up = await scrape(client, target, self.clock.now())
+                now = self.clock.now()
+                batch, duration, up = await scrape(client, target, now)
                 self.metrics.scrape_duration.labels(target.name).set(duration)
                 self.metrics.target_up.labels(target.name).set(1 if up else 0)
-                self.ingest(batch, target.name)
+                self.ingest(batch, target.name, now)
                 self._freeze_if_grown()
             except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                 self._source_failed(target.name, exc, target.job, target.node,
@@ -377,6 +411,7 @@ class Daemon:
         interval = self.config.eval_interval
         self._done("evaluation", max(interval, 1.0))
         while not self._stop.is_set():
+            self.check_clock()
             with self.lock:
                 try:
                     self.pipeline.tick()
@@ -384,10 +419,24 @@ class Daemon:
                     if now - self._pruned_at >= 60.0:
                         self._pruned_at = now
                         self.pipeline.book.prune(now - self.config.retention)
-                except Exception:  # evaluation must go on; the error is logged with its cause
-                    log.exception("evaluation tick failed")
-            self._done("evaluation", max(interval, 1.0))
+                except Exception as exc:  # evaluation must go on; the error is logged with its cause
+                    self.metrics.eval_failures.inc()
+                    if self._eval_error is None:
+                        log.exception("evaluation tick failed")
+                    self._eval_error = f"{type(exc).__name__}: {str(exc)[:160]}"
+                else:
+                    self._eval_error = None
+                    self._done("evaluation", max(interval, 1.0))  # a failed tick is not a completed one
             await self._sleep(interval)
+
+    def check_clock(self) -> float | None:
+        """Detect (log, count) a wall-clock step since the last evaluation; the step in seconds."""
+        step = self.clock.check()
+        if step is not None:
+            self.metrics.clock_steps.inc()
+            log.warning("wall clock stepped %+.1fs; the monitor keeps its own timeline (durations and for: "
+                        "run on the monotonic clock, samples stamped by the stepped clock are re-anchored)", step)
+        return step
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -401,6 +450,11 @@ class Daemon:
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
         self.pipeline.set_base_url(base)  # plots and alert links are served by our API
+        if self.config.plots_dir:  # links that work for people with a token set; notifiers read the files
+            self.pipeline.plot_links = PlotLinks(self.config.plots_dir, f"{base.rstrip('/')}/api/v1/plots",
+                                                 self.config.bearer_token)
+            if self.engine is not None:
+                self.engine.set_plot_store(self.pipeline.plot_links.read)
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
         self.pipeline.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
         if self.engine is not None:

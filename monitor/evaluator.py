@@ -39,10 +39,12 @@ class Binding:
     samples: int = 0
     unfillable: str | None = None  # why its window cannot fill (said once, issue 22)
 
-    def record(self, f: Finding, t: float) -> None:
+    def record(self, f: Finding, t: float, at: float | None = None) -> None:
+        """``at``: when the monitor saw the sample (a scrape's time); the run starts then, not at a
+        target's own stamp, so a target clock an hour behind cannot make ``for:`` hold at once."""
         self.finding = f
         if f.active and not self.active:
-            self.since = t
+            self.since = t if at is None else at
         elif not f.active:
             self.since = None
         self.active = f.active
@@ -112,17 +114,44 @@ class Evaluator:
 
     # -- streaming -------------------------------------------------------------------------------
 
-    def observe(self, series: Series, t: float, value: float) -> None:
+    def observe(self, series: Series, t: float, value: float, seen: float | None = None) -> None:
+        """``seen``: the scrape time, when the sample came from a scrape. Absence detectors (``ticks``)
+        take it instead of the stamp: liveness comes from the scrape's success, never from stamps."""
         for b in self.bindings(series):
-            f = b.detector.update(t, value)
+            ticks = seen is not None and getattr(b.detector, "ticks", False)
+            f = b.detector.update(seen if ticks else t, value)
             b.samples += 1
             if b.samples in _FILL_CHECKS and b.unfillable is None:
                 self._check_fill(b)
             if b.rule.keep_firing_for_steps:
                 f = self._held(b, f, t)
-            b.record(f, t)
+            b.record(f, t, seen)
             if b.cond == 0 and b.active:
                 self._hot[id(b)] = b
+
+    def touch(self, series: Series, seen: float) -> None:
+        """The series was in a successful scrape but its sample was refused (old, repeated or out-of-order
+        stamp): its absence detectors still learn it is alive."""
+        for b in self._by_series.get(series.id, ()):
+            if getattr(b.detector, "ticks", False):
+                b.record(b.detector.update(seen, series.last_v), seen)
+
+    def pinned(self, series: Series) -> bool:
+        """An absence detector or an active alert depends on the series: the store must keep it."""
+        return any(b.active or getattr(b.detector, "ticks", False) for b in self._by_series.get(series.id, ()))
+
+    def forget(self, series: Series) -> None:
+        """The store evicted the series: drop its bindings (their detectors' memory goes with them)."""
+        for b in self._by_series.pop(series.id, ()):
+            self._hot.pop(id(b), None)
+            if b.cond:
+                helpers = self._helpers.get((b.rule_index, b.cond, series.labels.get("node", "unknown")), [])
+                if b in helpers:
+                    helpers.remove(b)
+
+    def horizon(self, series: Series) -> float:
+        """How long a series may go unseen and still count (the freshness horizon of its findings)."""
+        return max(self.stale_after_s, STALE_INTERVALS * series.interval())
 
     def tick(self, now: float) -> list[Candidate]:
         for b in self._ticking:
@@ -168,8 +197,7 @@ class Evaluator:
     def _fresh(self, b: Binding, now: float) -> bool:
         # a finding stays fresh for the lookback delta or, for a series sampled once per training step,
         # for 3 of its own intervals (a 12-min step must not resolve the alert between two records)
-        horizon = max(self.stale_after_s, STALE_INTERVALS * b.series.interval())
-        return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
+        return b.active and (now - b.last_t <= self.horizon(b.series) or getattr(b.detector, "ticks", False))
 
     def _joint_since(self, b: Binding, now: float) -> float | None:
         if not self._fresh(b, now) or b.since is None:

@@ -31,6 +31,7 @@ class SourceBatch:
     source: str
     samples: list[Sample] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
+    refused: list[Sample] = field(default_factory=list)  # present in the input, stamps out of bounds
 
     def error(self, reason: str, n: int = 1) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + n

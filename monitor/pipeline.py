@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from alerting import vocabulary
 from alerting.clock import Clock
+from alerting.durable import StorageHealth, StorageUnavailable
 from alerting.model import Alert
 from alerting.vocabulary import Vocabulary
 from monitor.alerts import AlertBook
@@ -26,13 +27,15 @@ from monitor.evidence import NonFiniteLog, StoreEvidence
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
 from monitor.plots import render_fit
+from monitor.reconcile import reconcile
 from monitor.rules import Rule
 from monitor.sources import verl_jsonl, verl_keys
-from monitor.store import Series, SeriesStore, StoreLimits
+from monitor.store import Series, SeriesStore, StoreLimits, series_key
 
 log = logging.getLogger("monitor.pipeline")
 
 Record = dict[str, Any]
+EVICT_EVERY_S = 60.0
 Enricher = Callable[[Candidate, dict[str, str]], dict[str, str]]
 
 
@@ -47,13 +50,17 @@ class Pipeline:
                  plot_prefix: str | None = None, metrics: MonitorMetrics | None = None,
                  engine: Engine | None = None, on_record: Callable[[Record], None] | None = None,
                  enrich: Enricher | None = None, limits: StoreLimits | None = None,
-                 restore_grace_s: float = 600.0) -> None:
+                 restore_grace_s: float = 600.0, health: StorageHealth | None = None) -> None:
         self.clock = clock
         self.metrics = metrics or MonitorMetrics()
-        self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc())
+        self.health = health or StorageHealth()
+        self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc(),
+                                 on_evict=lambda s: self.evaluator.forget(s),
+                                 pinned=lambda s: self.evaluator.pinned(s))
         self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
         self.evaluator.on_unfillable = self._unfillable
-        self.book = AlertBook(db_path, restore_grace_s)
+        self._evicted_at = -math.inf
+        self.book = AlertBook(db_path, restore_grace_s, health=self.health, monotonic=clock.monotonic)
         self.cluster = cluster
         self.plots_dir = Path(plots_dir) if plots_dir else None
         self.plot_prefix = plot_prefix
@@ -61,34 +68,66 @@ class Pipeline:
         self.on_record = on_record
         self.enrich = enrich
         self.rejected: dict[str, int] = {}
+        self.rejects: dict[tuple[str, str], int] = {}  # (source, reason) since the caller last cleared it
         self._newest = -math.inf
         self.config_info: dict[str, dict[str, str]] = {}  # node -> the run's settings (verl_config_info)
         self.verl_nodes: set[str] = set()  # nodes whose series came from volcengine verl (vocabulary)
         # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
         # once; the file follows within a second, long before a notification leaves group_wait).
         self.plot_executor: Any = None
+        self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
         self.nonfinite = NonFiniteLog()
         self.evidence = StoreEvidence(self.store, clock, self.nonfinite)
         set_evidence = getattr(engine, "set_evidence", None)
         if set_evidence is not None:
             set_evidence(self.evidence)
+        # Committed in the book, not yet accepted by the engine (its database failed): sent again, in
+        # order, on every tick until the engine takes them.
+        self.unsubmitted: list[Alert] = []
+        self._awaiting: set[str] = set()  # resolves held back until their backlogged page has flushed
+        engine_firing = getattr(engine, "firing_alerts", None)
+        if engine_firing is not None:  # one truth at restart: the engine's view rebuilt from the book's
+            missed = reconcile(self.book, engine_firing(), clock.now())
+            if missed:
+                log.warning("restart: %d alert transition(s) committed in the alert book had not reached "
+                            "the alerting engine; handed over now", len(missed))
+                self._emit(missed)
 
     # -- ingest ----------------------------------------------------------------------------------
 
-    def ingest(self, samples: Iterable[Sample], source: str = "replay") -> int:
+    def ingest(self, samples: Iterable[Sample], source: str = "replay", seen: float | None = None) -> int:
+        """``seen``: the monitor's clock at a scrape (its samples' liveness and alert start time)."""
         started = time.perf_counter()
         n = 0
+        at = seen if seen is not None else self.clock.now()  # for eviction: when the monitor last saw it
         for s in samples:
             if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):  # verl 0.9's Prometheus gauges
                 s = self._from_rl_insight(s)
-            series = self.series(s.name, s.labels)
-            if series is not None and self.observe(series, s.t, s.value, source):
+            series = self.series(s.name, s.labels, source)
+            if series is None:
+                continue
+            if self.observe(series, s.t, s.value, source, seen):
                 n += 1
+            elif seen is not None:
+                self.evaluator.touch(series, seen)
+            if at > series.seen:
+                series.seen = at
         if n:
             self.metrics.samples_ingested.labels(source).inc(n)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         self.metrics.series.set(len(self.store))
         return n
+
+    def touch(self, samples: Iterable[Sample], seen: float) -> None:
+        """Samples refused for their stamps (too old, too far ahead) that were in a successful scrape:
+        their series are alive at ``seen`` (absence rules, eviction) though no value is stored."""
+        for s in samples:
+            if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):
+                s = self._from_rl_insight(s)
+            series = self.store.get(series_key(s.name, s.labels))
+            if series is not None:
+                self.evaluator.touch(series, seen)
+                series.seen = max(series.seen, seen)
 
     def _from_rl_insight(self, s: Sample) -> Sample:
         m = verl_keys.map_rl_insight(s.name)
@@ -97,10 +136,13 @@ class Pipeline:
         self.verl_nodes.add(s.labels.get("node", "unknown"))
         return Sample(m.name, {**s.labels, **m.labels}, s.value * m.factor, s.t)
 
-    def series(self, name: str, labels: dict[str, str]) -> Series | None:
-        """The stored series for ``name``/``labels`` (created on first sight; None when capped)."""
+    def series(self, name: str, labels: dict[str, str], source: str = "") -> Series | None:
+        """The stored series for ``name``/``labels`` (created on first sight in ``source``'s budget; None
+        when capped)."""
         known = len(self.store)
-        series = self.store.get_or_create(name, labels)
+        series = self.store.get_or_create(name, labels, source)
+        if series is None:
+            self._count_reject(source, "series_limit")
         if series is not None and len(self.store) > known:
             node = labels.get("node", "unknown")
             fresh_verl = labels.get("job") == verl_jsonl.JOB and node not in self.verl_nodes
@@ -130,7 +172,8 @@ class Pipeline:
         return Vocabulary(vocabulary.VERL if node in self.verl_nodes else vocabulary.OURS,
                           self.config_info.get(node))
 
-    def observe(self, series: Series, t: float, value: float, source: str = "replay") -> bool:
+    def observe(self, series: Series, t: float, value: float, source: str = "replay",
+                seen: float | None = None) -> bool:
         """Fast path for one sample of a known series; False if rejected (non-finite, out of order,
         or a repeat of the last timestamp, e.g. an exporter's explicit timestamp scraped twice)."""
         if not math.isfinite(value):
@@ -141,20 +184,27 @@ class Pipeline:
             self._reject(source, "out_of_order" if t < series.last_t else "duplicate_timestamp")
             return False
         v = series.append(t, value)
-        self.evaluator.observe(series, t, v)
+        self.evaluator.observe(series, t, v, seen)
         if t > self._newest:
             self._newest = t
         return True
 
     def _reject(self, source: str, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        self._count_reject(source, reason)
+
+    def _count_reject(self, source: str, reason: str) -> None:
         self.metrics.scrape_errors.labels(source, reason).inc()
+        self.rejects[(source, reason)] = self.rejects.get((source, reason), 0) + 1
 
     # -- evaluate --------------------------------------------------------------------------------
 
     def tick(self) -> list[Alert]:
         now = self.clock.now()
         started = time.perf_counter()
+        if now - self._evicted_at >= EVICT_EVERY_S:  # the head GC: unseen series give their budget back
+            self._evicted_at = now
+            self.store.evict_stale(now, self.evaluator.horizon)
         candidates = self.evaluator.tick(now)
         transitions = self.book.update(now, candidates, self._annotate)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
@@ -163,6 +213,8 @@ class Pipeline:
         if transitions:
             self._refresh_firing_gauge()
             self._emit(transitions)
+        elif self.unsubmitted:
+            self._submit([])
         if self.engine is not None:
             self.engine.tick()
         return transitions
@@ -174,9 +226,7 @@ class Pipeline:
 
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
         """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
-        now = self.clock.now()
-        with self.book.batch():
-            out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
+        out = self.book.receive(alerts, self.clock.now())
         if out:
             self._refresh_firing_gauge()
             self._emit(out)
@@ -187,7 +237,36 @@ class Pipeline:
             for a in alerts:
                 self.on_record({"kind": "alert", **a.to_json()})
         if self.engine is not None:
-            self.engine.submit(alerts)
+            self._submit(alerts)
+
+    def _submit(self, alerts: list[Alert]) -> None:
+        """Hand committed transitions to the engine, after any it refused before (order kept).
+
+        A backlog (writes that failed for a while) can hold an alert's firing and its resolve together;
+        handed over at once, the resolve would replace the firing before its group flushed and the
+        outage would never page. So the resolve (and what follows it) waits until the engine has
+        flushed that page: FIRING, then RESOLVED, as if the disk had never been full."""
+        assert self.engine is not None
+        todo = self.unsubmitted + list(alerts)
+        page_pending = getattr(self.engine, "page_pending", None)
+        cut, fired = len(todo), set()
+        for i, a in enumerate(todo):
+            fp = a.fingerprint
+            if a.status == "firing":
+                fired.add(fp)
+            elif page_pending is not None and (fp in fired or (fp in self._awaiting and page_pending(fp))):
+                cut = i
+                self._awaiting.add(fp)
+                break
+            else:
+                self._awaiting.discard(fp)
+        if cut:
+            try:
+                self.engine.submit(todo[:cut])
+            except StorageUnavailable:  # already counted and logged by the engine; retried next tick
+                self.unsubmitted = todo
+                return
+        self.unsubmitted = todo[cut:]
 
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing
@@ -228,6 +307,8 @@ class Pipeline:
             self.plot_executor.submit(_render_quietly, *args)
         elif _render_quietly(*args) is None:
             return None
+        if self.plot_links is not None:
+            return str(self.plot_links.url(name))
         return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(args[0])
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""Series store: bounded numpy ring buffers per series, unit normalisation, staleness, cardinality cap.
+"""Series store: bounded numpy ring buffers per series, unit normalisation, staleness, cardinality caps
+shared fairly between sources, and eviction of series no longer seen.
 
 Every sample enters here before any detector sees it. Values are normalised to base units on the way
 in (dcgm-exporter reports framebuffer MiB and utilisation percent; our trainer exports bytes and
@@ -40,13 +41,15 @@ class Series:
     """One series' recent history in a fixed-size ring (oldest samples overwritten)."""
 
     __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v", "factor",
-                 "_interval", "_interval_at")
+                 "_interval", "_interval_at", "source", "seen")
 
-    def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int) -> None:
+    def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "") -> None:
         self.name = name
         self.labels = labels
         self.key = series_key(name, labels)
         self.id = sid
+        self.source = source      # the source (scrape target, log) that created it: whose budget it uses
+        self.seen = -math.inf     # monitor clock time the series last appeared in its source's input
         self._t = np.empty(capacity)
         self._v = np.empty(capacity)
         self._n = 0
@@ -80,6 +83,8 @@ class Series:
         self._head = (self._head + 1) % cap
         self._n = min(self._n + 1, cap)
         self.last_t, self.last_v = t, v
+        if t > self.seen:
+            self.seen = t
         return v
 
     def window(self, since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
@@ -100,40 +105,107 @@ class Series:
 @dataclass(frozen=True)
 class StoreLimits:
     capacity: int = 4096           # samples per series: 5.7 h at 5 s
-    max_series: int = 20000
-    max_series_per_metric: int = 2000
+    max_series: int = 20000        # shared fairly by the sources (see SeriesStore)
+    max_series_per_metric: int = 2000  # per source and metric name: a noisy exporter cannot use up the trainer's
     stale_after_s: float = 300.0   # Prometheus' lookback delta
+    evict_after_s: float = 3600.0  # an unseen series is evicted after this (and stale_after, 3 own intervals)
 
 
 class SeriesStore:
-    """All series, bounded: new series beyond the caps are refused and counted by reason."""
+    """All series, bounded. New series beyond the caps are refused and counted by reason.
+
+    Fair sharing, as Prometheus' per-target ``sample_limit`` does per scrape but over the whole store:
+    each source may hold ``max_series / sources`` series once the store is full. A source under its share
+    is always admitted: the oldest series of the source furthest over its share makes room (an
+    exporter churning ``pod=<uuid>`` labels pays for its own churn, the trainer's new series gets in).
+    ``evict_stale`` removes series not seen for the staleness period (the head GC), so the budget comes
+    back. ``pinned`` series (an active alert or an absence detector depends on them) are never evicted."""
 
     def __init__(self, limits: StoreLimits | None = None,
-                 on_drop: Callable[[str], None] | None = None) -> None:
+                 on_drop: Callable[[str], None] | None = None,
+                 on_evict: Callable[[Series], None] | None = None,
+                 pinned: Callable[[Series], bool] | None = None) -> None:
         self.limits = limits or StoreLimits()
         self._series: dict[SeriesKey, Series] = {}
-        self._per_metric: dict[str, int] = {}
+        self._per_metric: dict[tuple[str, str], int] = {}
+        self._by_source: dict[str, dict[SeriesKey, Series]] = {}  # insertion order = age
         self._on_drop = on_drop or (lambda reason: None)
+        self._on_evict = on_evict or (lambda series: None)
+        self._pinned = pinned or (lambda series: False)
+        self._next_id = 0
         self.dropped: dict[str, int] = {}
+        self.dropped_by_source: dict[tuple[str, str], int] = {}  # (source, reason) -> new series refused
+        self.evicted: dict[str, int] = {}  # reason -> series evicted
 
-    def get_or_create(self, name: str, labels: dict[str, str]) -> Series | None:
+    def get_or_create(self, name: str, labels: dict[str, str], source: str = "") -> Series | None:
         key = series_key(name, labels)
         s = self._series.get(key)
         if s is not None:
             return s
         reason = None
-        if len(self._series) >= self.limits.max_series:
-            reason = "max_series"
-        elif self._per_metric.get(name, 0) >= self.limits.max_series_per_metric:
+        own = self._by_source.get(source)
+        if self._per_metric.get((source, name), 0) >= self.limits.max_series_per_metric:
             reason = "max_series_per_metric"
+        elif len(self._series) >= self.limits.max_series and not self._make_room(source, len(own or ())):
+            reason = "max_series"
         if reason:
             self.dropped[reason] = self.dropped.get(reason, 0) + 1
+            self.dropped_by_source[(source, reason)] = self.dropped_by_source.get((source, reason), 0) + 1
             self._on_drop(reason)
             return None
-        s = Series(name, dict(labels), self.limits.capacity, len(self._series))
+        s = Series(name, dict(labels), self.limits.capacity, self._next_id, source)
+        self._next_id += 1
         self._series[key] = s
-        self._per_metric[name] = self._per_metric.get(name, 0) + 1
+        self._by_source.setdefault(source, {})[key] = s
+        self._per_metric[(source, name)] = self._per_metric.get((source, name), 0) + 1
         return s
+
+    def fair_share(self, source: str) -> int:
+        sources = len(self._by_source) + (source not in self._by_source)
+        return max(1, self.limits.max_series // max(1, sources))
+
+    def _make_room(self, source: str, held: int) -> bool:
+        """Evict one series of the source furthest over its share, if ``source`` is under its own."""
+        share = self.fair_share(source)
+        if held >= share:
+            return False
+        hog = max(self._by_source, key=lambda k: len(self._by_source[k]), default=None)
+        if hog is None or hog == source or len(self._by_source[hog]) <= share:
+            return False
+        for s in self._by_source[hog].values():  # oldest first; a bounded scan past pinned ones
+            if not self._pinned(s):
+                self._remove(s, "fair_share")
+                return True
+        return False
+
+    def evict_stale(self, now: float, horizon: Callable[[Series], float] | None = None) -> int:
+        """Remove series not seen for ``evict_after_s`` (at least ``stale_after_s``) nor for
+        ``horizon(series)`` (a series' own longer freshness, e.g. 3 training steps); returns how many.
+        An hour by default, not the 5-min lookback: a per-step series of a 6-min step has no known
+        cadence before its 4th sample and must not be evicted between its first ones."""
+        stale = max(self.limits.stale_after_s, self.limits.evict_after_s)
+        gone = [s for s in self._series.values() if now - s.seen > stale
+                and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)]
+        for s in gone:
+            self._remove(s, "stale")
+        return len(gone)
+
+    def _remove(self, s: Series, reason: str) -> None:
+        del self._series[s.key]
+        own = self._by_source[s.source]
+        del own[s.key]
+        if not own:
+            del self._by_source[s.source]
+        left = self._per_metric[(s.source, s.name)] - 1
+        if left:
+            self._per_metric[(s.source, s.name)] = left
+        else:
+            del self._per_metric[(s.source, s.name)]
+        self.evicted[reason] = self.evicted.get(reason, 0) + 1
+        self._on_evict(s)
+
+    def held_by(self, source: str) -> int:
+        return len(self._by_source.get(source, ()))
 
     def __len__(self) -> int:
         return len(self._series)

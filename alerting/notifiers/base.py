@@ -6,7 +6,9 @@ and the robot's message but never the URL (it carries the access token) or the s
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,8 @@ class Delivery:
     rate_limited: bool = False
     error: str = ""
     code: int | None = None
+    too_long: bool = False  # the robot refused the message's size: worth re-sending shorter
+
 
     @classmethod
     def retry(cls, error: str, code: int | None = None) -> Delivery:
@@ -48,9 +52,19 @@ class Delivery:
         return cls(False, error=error, code=code)
 
 
+def encode(body: Any) -> bytes:
+    """The exact bytes posted (compact UTF-8 JSON): budgets are measured on these, not on the text."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+Rerender = Callable[[int], Rendered]  # a text budget in bytes -> the message rendered to fit it
+FIT_TRIES = 6
+
+
 class Notifier:
     kind = "base"
-    max_bytes = 16000
+    max_bytes = 16000   # the first text budget; ``overshoot`` has the last word, on the encoded request
+    too_long_codes: frozenset[int] = frozenset()
     limits: list[tuple[int, float]] = []  # (messages, seconds) the robot accepts
     throttle_s = 60.0
 
@@ -60,6 +74,7 @@ class Notifier:
         # Signatures carry wall time even in replay: the robot checks them against its own clock.
         self.sign_clock = sign_clock or SystemClock()
         self.client = httpx.Client(timeout=cfg.timeout_s, transport=transport, follow_redirects=False)
+        self.plot_store: Callable[[str], bytes | None] | None = None  # plot link -> PNG, no HTTP round trip
 
     @property
     def robot_id(self) -> str:
@@ -72,6 +87,48 @@ class Notifier:
     def send(self, rendered: Rendered, notes: list[Notification], digest: bool = False) -> Delivery:
         raise NotImplementedError
 
+    def build(self, rendered: Rendered, notes: list[Notification], digest: bool = False) -> Any:
+        """The request body ``send`` posts for ``rendered`` (None: this channel has no size limit)."""
+        return None
+
+    def overshoot(self, body: Any) -> int:
+        """Bytes by which ``body``, as encoded, exceeds the robot's documented limit (<= 0: fits)."""
+        return 0
+
+    def fit(self, rendered: Rendered, notes: list[Notification], digest: bool,
+            rerender: Rerender | None, budget: int | None = None) -> Rendered:
+        """``rendered``, or re-rendered smaller until the final encoded request fits: the text budget
+        shrinks by what the request overshot (newline doubling, escaping, the envelope)."""
+        budget = budget or self.max_bytes
+        for _ in range(FIT_TRIES):
+            over = self.overshoot(self.build(rendered, notes, digest))
+            if over <= 0 or rerender is None:
+                return rendered
+            # every text byte is at least one request byte, so cutting ``over`` from the text as it
+            # is (not from the budget: whole alert lines often leave it well under) gets there
+            size = len(rendered.text.encode())
+            budget = min(budget, size) - max(over, size // 50)
+            rendered = rerender(max(budget, 64))
+        return rendered
+
+    def deliver(self, rendered: Rendered, notes: list[Notification], digest: bool = False,
+                rerender: Rerender | None = None) -> Delivery:
+        """Send, fitted; a robot that still answers "too long" gets the message again, shorter (twice at
+        most), so a notification never fails permanently for its size."""
+        rendered = self.fit(rendered, notes, digest, rerender)
+        result = self.send(rendered, notes, digest)
+        budget = len(rendered.text.encode())
+        for _ in range(2):
+            if not result.too_long or rerender is None:
+                break
+            budget //= 2
+            rendered = self.fit(rerender(budget), notes, digest, rerender, budget)
+            result = self.send(rendered, notes, digest)
+        if result.too_long and rerender is not None:  # refused at a quarter of the size: not the size
+            # (40058 also means "a field is invalid"); permanent, or the outbox would retry it for ever
+            return Delivery.permanent(f"{result.error}; refused again at {budget} B of text", result.code)
+        return result
+
     def close(self) -> None:
         self.client.close()
 
@@ -80,7 +137,7 @@ class Notifier:
         try:
             # merge, not replace: robot urls already carry their token in the query
             target = httpx.URL(url).copy_merge_params(params) if params else httpx.URL(url)
-            resp = self.client.post(target, json=body)
+            resp = self.client.post(target, content=encode(body), headers={"Content-Type": "application/json"})
         except httpx.TimeoutException as exc:
             return Delivery.retry(f"timeout ({type(exc).__name__}) after {self.cfg.timeout_s:g}s")
         except httpx.HTTPError as exc:
@@ -100,6 +157,8 @@ class Notifier:
         msg = redact(str(msg), self.cfg.secret)[:200]
         what = f"{self.kind} errcode {code}: {msg}"
         kind = table.get(code, "permanent")
+        if code in self.too_long_codes:  # retried shorter by ``deliver``, else later: never lost for its size
+            return Delivery(False, retryable=True, error=what + " (message too long)", code=code, too_long=True)
         if kind == "rate":
             return Delivery(False, retryable=True, rate_limited=True, error=what, code=code)
         if kind == "retry":

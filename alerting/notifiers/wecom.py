@@ -26,7 +26,8 @@ def _plot_ref(notes: list[Notification]) -> str:
 
 class WeComNotifier(Notifier):
     kind = "wecom"
-    max_bytes = 4096
+    max_bytes = 4096  # documented: markdown content at most 4096 UTF-8 bytes
+    too_long_codes = frozenset({40058})
     limits = [(20, 60.0)]
     throttle_s = 60.0
 
@@ -34,11 +35,14 @@ class WeComNotifier(Notifier):
         return 1 if digest or not _plot_ref(notes) else 2
 
     def _load_plot(self, ref: str) -> bytes:
-        if ref.startswith(("http://", "https://")):
+        # the monitor's own plot comes from its plot directory, no HTTP (with a token set, a GET
+        # without it was a 401 and no image); other references are fetched or read as given
+        raw = self.plot_store(ref) if self.plot_store is not None else None
+        if raw is None and ref.startswith(("http://", "https://")):
             resp = self.client.get(ref)
             resp.raise_for_status()
             raw = resp.content
-        else:
+        elif raw is None:
             raw = Path(ref).read_bytes()
         if len(raw) > MAX_IMAGE_BYTES or not raw.startswith((b"\x89PNG", b"\xff\xd8")):
             raise ValueError("plot is not a PNG/JPEG of at most 2 MB")
@@ -54,13 +58,19 @@ class WeComNotifier(Notifier):
             return Delivery(True)
         return self.classify(int(data["errcode"]), str(data.get("errmsg", "")), CODES)
 
-    def send(self, rendered: Rendered, notes: list[Notification], digest: bool = False) -> Delivery:
+    def build(self, rendered: Rendered, notes: list[Notification], digest: bool = False) -> dict[str, object]:
         text = rendered.text
-        if self.cfg.mentions:
-            mention = "\n" + " ".join(f"<@{m}>" for m in self.cfg.mentions)
+        if self.cfg.mentions:  # <@all> only when the receiver lists "all"
+            mention = "\n" + " ".join(f"<@{m.lstrip('@')}>" for m in self.cfg.mentions)
             if len((text + mention).encode()) <= self.max_bytes:
                 text += mention
-        result = self._check(self.post(self.cfg.url, {"msgtype": "markdown", "markdown": {"content": text}}))
+        return {"msgtype": "markdown", "markdown": {"content": text}}
+
+    def overshoot(self, body: dict) -> int:  # type: ignore[override]
+        return len(body["markdown"]["content"].encode()) - self.max_bytes
+
+    def send(self, rendered: Rendered, notes: list[Notification], digest: bool = False) -> Delivery:
+        result = self._check(self.post(self.cfg.url, self.build(rendered, notes, digest)))
         ref = "" if digest else _plot_ref(notes)
         if not result.ok or not ref:
             return result

@@ -18,6 +18,7 @@ from jinja2 import TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from alerting.model import SEVERITIES, Alert, Notification
+from alerting.templates.safe import clean, clean_map, host_of
 
 HERE = Path(__file__).parent
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -71,21 +72,36 @@ def runbook_link(text: str, base: str) -> str:
     return text
 
 
-def _alert_view(a: Alert, runbook_base: str = "") -> dict[str, Any]:
+@dataclass(frozen=True)
+class Safety:
+    """How values from labels/annotations are made inert (``templates.safe``): the robot's markup
+    dialect and the hosts whose URLs may render as links."""
+
+    dialect: str = "plain"
+    link_hosts: tuple[str, ...] = ()
+
+    def __call__(self, value: object) -> str:
+        return clean(value, self.dialect, self.link_hosts)
+
+
+def _alert_view(a: Alert, runbook_base: str = "", safe: Safety = Safety()) -> dict[str, Any]:
     annotations = dict(a.annotations)
     if "runbook" in annotations:
         annotations["runbook"] = runbook_link(annotations["runbook"], runbook_base)
     where = " ".join(f"{k}={a.labels[k]}" for k in ("node", "gpu", "component") if a.labels.get(k))
     return {
-        "status": a.status, "severity": a.severity, "alertname": a.name, "title": humanize(a.name),
-        "where": where, "summary": a.annotations.get("summary", ""), "labels": dict(a.labels),
-        "annotations": annotations, "value": a.value, "fingerprint": a.fingerprint,
-        "starts_at": format_time(a.starts_at),
+        "status": a.status, "severity": safe(a.severity), "alertname": safe(a.name), "title": safe(humanize(a.name)),
+        "where": safe(where), "summary": safe(a.annotations.get("summary", "")),
+        "labels": clean_map(a.labels, safe.dialect, safe.link_hosts),
+        "annotations": clean_map(annotations, safe.dialect, safe.link_hosts), "value": a.value,
+        "fingerprint": a.fingerprint, "starts_at": format_time(a.starts_at),
     }
 
 
-def context(notes: list[Notification], link: str, receiver: str, runbook_base: str = "") -> dict[str, Any]:
-    """Template variables for one notification, or for a digest folding several."""
+def context(notes: list[Notification], link: str, receiver: str, runbook_base: str = "",
+            safe: Safety = Safety()) -> dict[str, Any]:
+    """Template variables for one notification, or for a digest folding several; every value from
+    labels and annotations passes through ``safe``."""
     alerts = [a for n in notes for a in n.alerts]
     first = alerts[0] if alerts else Alert(labels={"alertname": "Empty"})
     names = {a.name for a in alerts}
@@ -99,16 +115,16 @@ def context(notes: list[Notification], link: str, receiver: str, runbook_base: s
         "firing_count": firing,
         "resolved_count": len(alerts) - firing,
         "severity": _top_severity(alerts),
-        "alertname": first.name if len(names) == 1 else "",
-        "title": humanize(first.name) if len(names) == 1 else f"{len(alerts)} alerts",
-        "cluster": first.labels.get("cluster", "default"),
+        "alertname": safe(first.name) if len(names) == 1 else "",
+        "title": safe(humanize(first.name)) if len(names) == 1 else f"{len(alerts)} alerts",
+        "cluster": safe(first.labels.get("cluster", "default")),
         "time": format_time(min((a.starts_at for a in alerts), default=None)),
-        "root_cause": first.annotations.get("root_cause", "") if lone else "",
-        "suggestion": first.annotations.get("suggestion", "") if lone else "",
-        "summary": first.annotations.get("summary", "") if lone else "",
-        "runbook": runbook_link(first.annotations.get("runbook", ""), runbook_base) if len(names) == 1 else "",
-        "group_labels": dict(notes[0].group_labels) if notes else {},
-        "alerts": [_alert_view(a, runbook_base) for a in alerts],
+        "root_cause": safe(first.annotations.get("root_cause", "")) if lone else "",
+        "suggestion": safe(first.annotations.get("suggestion", "")) if lone else "",
+        "summary": safe(first.annotations.get("summary", "")) if lone else "",
+        "runbook": safe(runbook_link(first.annotations.get("runbook", ""), runbook_base)) if len(names) == 1 else "",
+        "group_labels": clean_map(dict(notes[0].group_labels), safe.dialect, safe.link_hosts) if notes else {},
+        "alerts": [_alert_view(a, runbook_base, safe) for a in alerts],
         "link": link,
         "more": 0,
     }
@@ -144,9 +160,13 @@ def fit_bytes(text: str, max_bytes: int) -> str:
 
 
 def render(notes: list[Notification], *, template: str | None = None, lang: str = "en", link: str = "",
-           receiver: str = "", max_bytes: int = 4096, runbook_base: str = "") -> Rendered:
-    """Render, then shrink the alert list until the message fits ``max_bytes`` (UTF-8)."""
-    ctx = context(notes, link, receiver, runbook_base)
+           receiver: str = "", max_bytes: int = 4096, runbook_base: str = "", dialect: str = "plain",
+           link_hosts: tuple[str, ...] = ()) -> Rendered:
+    """Render, then shrink the alert list until the message fits ``max_bytes`` (UTF-8). Values from
+    labels and annotations are made inert for ``dialect``; the hosts of ``link`` and ``runbook_base``
+    and ``link_hosts`` may render as links."""
+    hosts = tuple(h for h in (host_of(link), host_of(runbook_base), *link_hosts) if h)
+    ctx = context(notes, link, receiver, runbook_base, Safety(dialect, hosts))
     out = _render_once(ctx, template, lang)
     if len(out.text.encode("utf-8")) <= max_bytes:
         return out

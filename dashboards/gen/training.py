@@ -127,16 +127,22 @@ def reward() -> Row:
 def data() -> Row:
     return Row("Data", [
         Panel("timeseries", "Prompt diversity",
-              "Prompt diversity (every 1000 steps); the method label says semantic (embeddings) or "
-              "lexical (distinct-n).", "none",
-              [Target(f"max by (method) (verl_prompt_diversity{{{SEL}}})", "{{method}}")], width=8),
+              "Prompt diversity (every 1000 steps); the method label says semantic (mean pairwise "
+              "embedding distance, with verl-ops[semantic]) or lexical (distinct-n).", "none",
+              [Target(f"max by (method) (verl_prompt_diversity{{{SEL}}})", "{{method}}")], width=6),
         Panel("timeseries", "Reward shift (KS p-value)",
               "KS-test p-value of recent rewards against a reference window; below 0.01 the reward "
               "distribution has shifted.", "none",
-              [Target(f"min(verl_reward_shift_ks_pvalue{{{SEL}}})", "p-value")], width=8,
+              [Target(f"min(verl_reward_shift_ks_pvalue{{{SEL}}})", "p-value")], width=6,
               thresholds=[(None, "red"), (0.01, "green")], threshold_style="dashed"),
+        Panel("timeseries", "Prompt shift (MMD p-value)",
+              "MMD permutation p-value of the recent prompts' sentence embeddings against the run's "
+              "first prompts; below 0.001 the prompt distribution moved (PromptDistributionShift). "
+              "Stays 1 without verl-ops[semantic].", "none",
+              [Target(f"min(verl_prompt_shift_pvalue{{{SEL}}})", "p-value")], width=6,
+              thresholds=[(None, "red"), (0.001, "green")], threshold_style="dashed"),
         Panel("timeseries", "Buffer sample age", "Mean age of the samples drawn from the rollout buffer.",
-              "s", [Target(f"max(verl_buffer_sample_age_seconds{{{SEL}}})", "mean age")], width=8),
+              "s", [Target(f"max(verl_buffer_sample_age_seconds{{{SEL}}})", "mean age")], width=6),
     ])
 
 

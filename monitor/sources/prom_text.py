@@ -27,6 +27,16 @@ class Target:
     timeout: float = 3.0              # deadline for the whole request: connect, headers and body
     body_size_limit: int = 32 * 1024 * 1024  # bytes of body a scrape may read; 0 = no limit
     sample_limit: int = 0             # samples one scrape may yield (Prometheus' sample_limit); 0 = no limit
+    label_limit: int = 0              # labels one sample may carry (Prometheus' label_limit); 0 = no limit
+    label_value_length_limit: int = 0  # characters of one label value; 0 = no limit
+    honor_timestamps: bool = True     # False: every sample gets the scrape time, whatever it is stamped
+
+
+# Prometheus-like bounds for stamps a target writes (honor_timestamps): a sample stamped further back
+# than this or further ahead than FUTURE_S is refused (counted per target), as Prometheus' TSDB refuses
+# samples out of its head's bounds; liveness (``up``, absence rules) comes from the scrape's success.
+PAST_S = 600.0
+FUTURE_S = 600.0
 
 
 # Why our own parser: at 1000 GPUs (250 targets, ~52 500 samples per 5 s round) prometheus_client's
@@ -54,8 +64,10 @@ class _Family:
     samples: list[RawSample]
 
 
-def parse_exposition(text: str, t: float, source: str, node: str | None, extra: dict[str, str]) -> SourceBatch:
-    """Parse exposition text into samples; a malformed line costs only itself (counted, never fatal)."""
+def parse_exposition(text: str, t: float, source: str, node: str | None, extra: dict[str, str],
+                     honor_timestamps: bool = True) -> SourceBatch:
+    """Parse exposition text into samples; a malformed line costs only itself (counted, never fatal).
+    Without ``honor_timestamps`` every sample is stamped ``t`` (the scrape time)."""
     batch = SourceBatch(source)
     if _is_openmetrics(text):
         families = _families_prometheus_client(text, batch)
@@ -77,7 +89,7 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
                 continue
             labels.update(extra)
             labels["node"] = resolve_node(labels, node)
-            samples.append(Sample(name, labels, value, ts if ts is not None else t))
+            samples.append(Sample(name, labels, value, ts if ts is not None and honor_timestamps else t))
     return batch
 
 
@@ -238,6 +250,35 @@ async def _fetch(client: httpx.AsyncClient, target: Target) -> tuple[bytes, str 
         return b"".join(chunks), resp.charset_encoding
 
 
+def over_limit(batch: SourceBatch, target: Target, ours: set[str]) -> str | None:
+    """The limit this scrape exceeds (``sample_limit``, ``label_limit``, ``label_value_length_limit``),
+    counted on the target's own labels: the ones the monitor attaches (``ours``) are its configuration."""
+    if target.sample_limit and len(batch.samples) > target.sample_limit:
+        return "sample_limit"
+    added = len(ours)
+    if target.label_limit and any(len(s.labels) - added > target.label_limit for s in batch.samples):
+        return "label_limit"
+    n = target.label_value_length_limit
+    if n and any(len(v) > n for s in batch.samples for k, v in s.labels.items() if k not in ours):
+        return "label_value_length_limit"
+    return None
+
+
+def refuse_out_of_bounds(batch: SourceBatch, now: float) -> None:
+    """Drop samples stamped more than PAST_S before or FUTURE_S after ``now`` (counted by reason)."""
+    lo, hi = now - PAST_S, now + FUTURE_S
+    if all(lo <= s.t <= hi for s in batch.samples):
+        return
+    kept = [s for s in batch.samples if lo <= s.t <= hi]
+    batch.refused = [s for s in batch.samples if not lo <= s.t <= hi]  # still proof the series is alive
+    old = sum(s.t < lo for s in batch.samples)
+    if old:
+        batch.error("too_old_timestamp", old)
+    if len(batch.samples) - len(kept) - old:
+        batch.error("future_timestamp", len(batch.samples) - len(kept) - old)
+    batch.samples[:] = kept
+
+
 async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple[SourceBatch, float, bool]:
     """One scrape: (batch, duration seconds, up). Also yields the synthetic ``up`` series.
 
@@ -254,14 +295,16 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     try:
         body, charset = await asyncio.wait_for(_fetch(client, target), timeout=target.timeout)
         batch = parse_exposition(body.decode(charset or "utf-8", errors="replace"), now, target.name,
-                                 target.node, extra)
-        if target.sample_limit and len(batch.samples) > target.sample_limit:
+                                 target.node, extra, target.honor_timestamps)
+        over = over_limit(batch, target, {*extra, "node"})
+        if over:  # Prometheus: the scrape fails as a whole, none of its samples is stored
             batch = SourceBatch(target.name, errors=batch.errors)
-            batch.error("sample_limit")
+            batch.error(over)
         elif not batch.samples and batch.errors.get("malformed_line"):
             pass  # nothing but garbage: the target answers, but not with exposition text (up stays 0)
         else:
             up = True
+            refuse_out_of_bounds(batch, now)
     except ScrapeFailed as exc:
         batch.error(exc.reason)
     except (asyncio.TimeoutError, httpx.TimeoutException):

@@ -44,7 +44,7 @@ def test_dingtalk_wrong_secret_is_permanent_and_redacted(fakes: dict[str, Any]) 
 
 @pytest.mark.parametrize(("how", "retryable", "rate"), [
     ("errcode:130101", True, True), ("errcode:410100", True, True), ("500", True, False),
-    ("errcode:300001", False, False), ("errcode:460101", False, False)])
+    ("errcode:300001", False, False), ("errcode:460101", True, False)])
 def test_dingtalk_error_classification(fakes: dict[str, Any], how: str, retryable: bool, rate: bool) -> None:
     fakes["dingtalk"].fail_next(1, how)
     res = send("dingtalk", fakes["dingtalk"])

@@ -35,6 +35,7 @@ class Targets:
     def __init__(self, hang_s: float = 3.0) -> None:
         bodies = {"/good": GOOD, "/malformed": MALFORMED, "/nonfinite": NONFINITE, "/drifting": DRIFTING,
                   "/api/v1/reward_outliers?k=3": json.dumps(OUTLIERS)}
+        self.bodies = bodies  # the handler serves from this dict: a test may set or change a path's body
         self.hits: dict[str, int] = {}
         stopping = threading.Event()
         self.stopping = stopping
@@ -67,6 +68,27 @@ class Targets:
 
     def close(self) -> None:
         self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Peer:
+    """A loopback endpoint answering with one handler function (drip, oversize, garbage, ...)."""
+
+    def __init__(self, handle) -> None:  # noqa: ANN001
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                handle(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 

@@ -10,13 +10,13 @@ import logging
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from monitor_http import RunningDaemon, Targets, metric, wait_for
+from monitor_http import Peer, RunningDaemon, Targets, metric, wait_for
 
 import monitor.daemon as daemon_mod
 from alerting.logsafe import RedactingFilter, setup_logging
@@ -45,27 +45,6 @@ def targets():
     t = Targets()
     yield t
     t.close()
-
-
-class Peer:
-    """A loopback endpoint answering with one handler function (drip, oversize, garbage, ...)."""
-
-    def __init__(self, handle) -> None:  # noqa: ANN001
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                handle(self)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def drip(h: BaseHTTPRequestHandler) -> None:

@@ -117,4 +117,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.kl_ctrl": ("fixed", "adaptive"),
     "rollout.engine": ("hf", "vllm"),
     "trainer.dist_backend": ("auto", "gloo", "nccl"),
+    "data.dedup_method": ("minhash", "semantic"),
+    "metrics.prompt_analysis": ("auto", "semantic", "lexical"),
 }

@@ -48,7 +48,9 @@ class DataConfig:
     pin_memory: bool = False
     """Pin host memory for faster host-to-GPU copies."""
     dedup: bool = True
-    """MinHash-LSH prompt clustering with a per-cluster cooldown (data guard)."""
+    """Prompt clustering with a per-cluster cooldown (data guard); data.dedup_method says how prompts are compared."""
+    dedup_method: str = "minhash"
+    """minhash (lexical MinHash-LSH) or semantic (random-hyperplane LSH on sentence embeddings; needs verl-ops[semantic])."""
     cooldown_minutes: float = 30.0
     """Minimum time before a prompt of the same cluster is sampled again."""
     max_response_tokens: int = 512
@@ -246,7 +248,9 @@ class MetricsConfig:
     hardware_interval_s: float = 5.0
     """GPU/host sampling period."""
     data_interval_steps: int = 1000
-    """Data-level metrics (diversity, reward shift, sample age) every N steps, in the background."""
+    """Data-level metrics (diversity, reward/prompt shift, sample age) every N steps, in the background."""
+    prompt_analysis: str = "auto"
+    """Prompt diversity/shift: semantic (embeddings; needs verl-ops[semantic]), lexical (distinct-2), auto (semantic when installed)."""
     layer_kl: bool = True
     """Compute verl_layer_kl (logit-lens KL per layer) each step."""
     outliers_top_k: int = 3

@@ -23,7 +23,7 @@ from typing import Any
 
 import jsonschema
 import numpy as np
-from datasketch import MinHash, MinHashLSH
+from datasketch import MinHashLSH
 
 from verl.fault.similarity import NUM_PERM, minhashes
 
@@ -75,9 +75,20 @@ class PromptClusters:
         self.clock = clock or _WallClock()
         self._reset()
 
+    # How prompts are compared; verl.data.semantic_clusters overrides these three with sentence embeddings.
+    def _signatures(self, texts: list[str]) -> Sequence[Any]:
+        return minhashes(texts, self.num_perm)
+
+    def _similarity(self, a: Any, b: Any) -> float:
+        return a.jaccard(b)
+
+    def _new_index(self, threshold: float) -> Any:
+        """An LSH index (``insert(key, sig)``, ``query(sig)``) proposing candidates near ``threshold``."""
+        return MinHashLSH(threshold=threshold, num_perm=self.num_perm)
+
     def _reset(self) -> None:
-        self._lsh = MinHashLSH(threshold=self.cluster_threshold, num_perm=self.num_perm)
-        self._sig: dict[str, MinHash] = {}
+        self._lsh = self._new_index(self.cluster_threshold)
+        self._sig: dict[str, Any] = {}
         self._cluster: dict[str, int] = {}  # normalised-text key -> cluster id
         self._texts: list[str] = []  # insertion order, for state_dict
         self._last_used: dict[int, float] = {}
@@ -86,10 +97,10 @@ class PromptClusters:
     def __len__(self) -> int:
         return self._next_cluster
 
-    def _nearest(self, sig: MinHash) -> tuple[str | None, float]:
-        best, best_sim = None, -1.0
+    def _nearest(self, sig: Any) -> tuple[str | None, float]:
+        best, best_sim = None, -math.inf
         for key in sorted(self._lsh.query(sig), key=lambda k: self._cluster[k]):
-            sim = sig.jaccard(self._sig[key])
+            sim = self._similarity(sig, self._sig[key])
             if sim > best_sim:
                 best, best_sim = key, sim
         return best, best_sim
@@ -97,7 +108,7 @@ class PromptClusters:
     def _insert(self, texts: Sequence[str]) -> list[int]:
         new = [(t, _norm_key(t)) for t in texts]
         todo = [(t, k) for t, k in new if k not in self._cluster]
-        for (text, key), sig in zip(todo, minhashes([t for t, _ in todo], self.num_perm), strict=True):
+        for (text, key), sig in zip(todo, self._signatures([t for t, _ in todo]), strict=True):
             if key in self._cluster:  # a repeat within this batch
                 continue
             near, sim = self._nearest(sig)
@@ -116,16 +127,17 @@ class PromptClusters:
 
     def dedup(self, texts: Sequence[str]) -> list[int]:
         """Indices of ``texts`` to keep: the first of every group of exact or near duplicates
-        (Jaccard ≥ ``dedup_threshold``). With ``dedup=False`` all indices."""
+        (similarity, here the Jaccard estimate, ≥ ``dedup_threshold``). With ``dedup=False`` all indices."""
         if not self.dedup_enabled:
             return list(range(len(texts)))
-        lsh = MinHashLSH(threshold=self.dedup_threshold, num_perm=self.num_perm)
-        kept_sigs: dict[str, MinHash] = {}
+        lsh = self._new_index(self.dedup_threshold)
+        kept_sigs: dict[str, Any] = {}
         keep: list[int] = []
-        for i, (text, sig) in enumerate(zip(texts, minhashes(list(texts), self.num_perm), strict=True)):
+        for i, (text, sig) in enumerate(zip(texts, self._signatures(list(texts)), strict=True)):
             key = _norm_key(text)
-            # LSH only proposes candidates; the Jaccard estimate decides
-            if key in kept_sigs or any(sig.jaccard(kept_sigs[k]) >= self.dedup_threshold for k in lsh.query(sig)):
+            # LSH only proposes candidates; the similarity decides
+            if key in kept_sigs or any(self._similarity(sig, kept_sigs[k]) >= self.dedup_threshold
+                                       for k in lsh.query(sig)):
                 continue
             lsh.insert(key, sig)
             kept_sigs[key] = sig

@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from verl.config.loader import ConfigError
+from verl.data.semantic_clusters import prompt_clusters
 
 
 @dataclass(frozen=True)
@@ -166,13 +167,19 @@ class RLDataLoader:
     ``data.dedup``): near-duplicate prompts are removed from the dataset once, and a prompt whose
     MinHash-LSH cluster supplied one less than the cooldown ago is skipped for the next candidate in the
     rank's stream; when a whole dataset's worth of candidates is cooling, the coolest fill the batch
-    instead of starving it. ``filters`` run on each batch afterwards.
+    instead of starving it. ``filters`` run on each batch afterwards. Without ``clusters``,
+    ``dedup_method`` ("minhash" | "semantic", ``verl.data.semantic_clusters``) builds them with
+    ``cooldown_minutes`` on ``clock``; semantic compares prompts by sentence embedding, so paraphrases
+    share a cluster.
     """
 
     def __init__(self, dataset: PromptDataset | str, batch_size: int, *, seed: int = 0, shuffle: bool = True,
                  num_workers: int = 0, persistent_workers: bool = False, pin_memory: bool = False,
                  rank: int = 0, world_size: int = 1, prompt_key: str = "prompt",
-                 filters: Sequence[PromptFilter] = (), clusters: Any = None) -> None:
+                 filters: Sequence[PromptFilter] = (), clusters: Any = None, dedup_method: str | None = None,
+                 cooldown_minutes: float = 30.0, clock: Any = None) -> None:
+        if clusters is None and dedup_method is not None:
+            clusters = prompt_clusters(dedup_method, cooldown_minutes=cooldown_minutes, clock=clock)
         self.dataset = dataset if isinstance(dataset, PromptDataset) else PromptDataset(dataset, prompt_key)
         self.batch_size = batch_size
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size

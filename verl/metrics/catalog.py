@@ -175,6 +175,9 @@ CATALOG: tuple[MetricSpec, ...] = (
         "verl_reward_shift_ks_pvalue", "gauge", "KS-test p-value of recent rewards vs. a reference window (1 until the first test).", (), _D
     ),
     MetricSpec(
+        "verl_prompt_shift_pvalue", "gauge", "MMD permutation p-value of recent prompt embeddings vs. the run's first prompts (1 until the first test, and without the semantic extra).", (), _D
+    ),
+    MetricSpec(
         "verl_buffer_sample_age_seconds", "gauge", "Mean age of samples drawn from the rollout buffer.", (), _D,
         "seconds",
     ),

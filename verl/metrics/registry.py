@@ -30,9 +30,10 @@ KNOWN_LABELS: dict[str, dict[str, tuple[str, ...]]] = {
 
 # Gauges whose 0 would be a false reading before the first measurement.
 INITIAL_VALUES: dict[str, float] = {
-    # p = 1, no evidence of a shift, until the first KS test: 0 would read as "certainly shifted", and NaN
+    # p = 1, no evidence of a shift, until the first KS (MMD) test: 0 would read as "certainly shifted", and NaN
     # is dropped by scrapers as a bad sample
     "verl_reward_shift_ks_pvalue": 1.0,
+    "verl_prompt_shift_pvalue": 1.0,
 }
 
 

@@ -6,10 +6,12 @@ the same port also serves the two JSON routes, and a busy port must surface as a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hmac
 import json
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,13 +47,62 @@ def _bind_error(exc: OSError, host: str, port: int) -> PortInUseError:
                           "check --metrics-host/--metrics-port")
 
 
+REQUEST_DEADLINE_S = 10.0  # a whole request (line, headers, the GET's answer) within this
+MAX_CONNECTIONS = 64
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """At most MAX_CONNECTIONS connections (beyond: closed at once, no thread), and each one shut down
+    REQUEST_DEADLINE_S after it was accepted: the socket timeout alone is per read, so a client
+    dripping the request line a byte at a time (a slowloris) would hold its thread for ever. The
+    monitor's listeners do the same with a header deadline (monitor/httpguard.py; verl imports no
+    monitor code). The routes are GET-only and small, so a whole-request deadline is enough here."""
+
+    daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        timer = threading.Timer(REQUEST_DEADLINE_S, _cut, (request,))
+        timer.daemon = True
+        timer.start()
+        try:
+            threading.Thread(target=self._serve_one, args=(request, client_address, timer), daemon=True).start()
+        except RuntimeError:
+            timer.cancel()
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def _serve_one(self, request: Any, client_address: Any, timer: threading.Timer) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            timer.cancel()
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # a client gone or cut is routine
+            super().handle_error(request, client_address)
+
+
+def _cut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)  # the handler's blocked read returns and its thread ends
+
+
 class MetricsServer:
     def __init__(self, registry: CollectorRegistry, host: str, port: int,
                  health: Callable[[], dict[str, Any]], outliers: Callable[[int], list[dict]],
                  api_token: str | None = None) -> None:
         handler = _make_handler(registry, health, outliers, api_token)
         try:
-            self.httpd = ThreadingHTTPServer((host, port), handler)
+            self.httpd = _BoundedServer((host, port), handler)
         except OSError as exc:
             raise _bind_error(exc, host, port) from None
         self.httpd.daemon_threads = True

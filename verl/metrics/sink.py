@@ -42,11 +42,12 @@ class StepStats:
 
 
 class TrainerMetrics:
-    def __init__(self, metrics: MetricsRegistry, clock: Clock, enabled: bool = True) -> None:
+    def __init__(self, metrics: MetricsRegistry, clock: Clock, enabled: bool = True,
+                 prompt_analysis: str = "auto") -> None:
         self.metrics = metrics
         self.clock = clock
         self.enabled = enabled
-        self.data = DataQualityAnalyzer(metrics)
+        self.data = DataQualityAnalyzer(metrics, prompt_analysis=prompt_analysis, preload=enabled)
 
     def set_config_info(self, labels: dict[str, str]) -> None:
         self.metrics["verl_config_info"].info(labels)

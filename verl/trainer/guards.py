@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from verl.config import Config, ConfigError
 from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
 from verl.data.loader import StepClock
+from verl.data.semantic_clusters import prompt_clusters
 from verl.fault import CircuitState, DegradedOOMError, OOMDegrader, RewardCircuitBreaker, is_oom
 from verl.metrics.registry import MetricsRegistry
 from verl.trainer.fault_injection import FaultyReward, StepOOM
@@ -118,7 +119,8 @@ def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
     d, g = config.data, config.guard
     clock = StepClock(d.guard_step_seconds)
     try:
-        clusters = PromptClusters(cooldown_minutes=d.cooldown_minutes, dedup=True, clock=clock) if d.dedup else None
+        # semantic loads the embedding model here, at start-up
+        clusters = prompt_clusters(d.dedup_method, cooldown_minutes=d.cooldown_minutes, clock=clock) if d.dedup else None
         validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
                                      dropped_counter=registry["verl_rollout_samples_dropped_total"])
         # counted by the trainer after the all-ranks decision, under the rule's label names

@@ -27,7 +27,8 @@ class Telemetry:
     def __init__(self, cfg: Config, ctx: DistContext, registry: MetricsRegistry, clock: Clock, buffer: RolloutBuffer,
                  n_layers: int) -> None:
         self.config, self.ctx, self.registry, self.clock, self.buffer = cfg, ctx, registry, clock, buffer
-        self.metrics = TrainerMetrics(registry, clock, enabled=cfg.metrics.enabled)
+        self.metrics = TrainerMetrics(registry, clock, enabled=cfg.metrics.enabled,
+                                      prompt_analysis=cfg.metrics.prompt_analysis)
         self.outliers = OutlierBook()
         self.hardware = HardwareSampler(registry)
         self.metrics.set_config_info(self.config_info())

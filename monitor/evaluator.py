@@ -66,6 +66,7 @@ class Candidate:
 
 
 STALE_INTERVALS = 3.0
+EVICT_INTERVALS = 10.0
 _FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
 
 
@@ -148,6 +149,13 @@ class Evaluator:
                 helpers = self._helpers.get((b.rule_index, b.cond, series.labels.get("node", "unknown")), [])
                 if b in helpers:
                     helpers.remove(b)
+
+    def evict_horizon(self, series: Series) -> float:
+        """How long a series may go unseen before the store evicts it (and its detectors' memory): its
+        freshness horizon, or ``EVICT_INTERVALS`` of its own intervals -- verl 0.6/0.7 write through an
+        8 KB buffer, so a PPO run at 24-min steps delivers four records every ~1.6 h, and evicting its
+        series between two bursts lost every window (ThroughputDrop never confirmed, issue 22)."""
+        return max(self.horizon(series), EVICT_INTERVALS * series.interval())
 
     def horizon(self, series: Series) -> float:
         """How long a series may go unseen and still count (the freshness horizon of its findings)."""

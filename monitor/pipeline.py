@@ -204,7 +204,7 @@ class Pipeline:
         started = time.perf_counter()
         if now - self._evicted_at >= EVICT_EVERY_S:  # the head GC: unseen series give their budget back
             self._evicted_at = now
-            self.store.evict_stale(now, self.evaluator.horizon)
+            self.store.evict_stale(now, self.evaluator.evict_horizon)
         candidates = self.evaluator.tick(now)
         transitions = self.book.update(now, candidates, self._annotate)
         self.metrics.detector_eval.observe(time.perf_counter() - started)

@@ -124,3 +124,21 @@ def test_verl_words_in_trainer_down_and_the_reward_cliff() -> None:
         assert "load_reward_model" not in verl and "custom_reward_function" in verl
         assert "kl_coef" not in verl  # whether KL rose is the diagnosis' to say
         assert "load_reward_model" in r.render({**ctx, "details": details, "vocab": Vocabulary()})["runbook"]
+
+
+def test_a_per_step_series_is_not_evicted_between_buffered_bursts() -> None:
+    """verl 0.6/0.7 write through an 8 KB buffer: at 24-min steps four records arrive every ~1.6 h. The store's
+    stale-series eviction must not drop the series (and its detectors' windows) between two bursts."""
+    clock = SimulatedClock(T0)
+    pipe = Pipeline(load_rule_files(None), clock)
+    step = 1440.0
+    s = pipe.series("verl_actor_tokens_per_second", {"job": "verl_jsonl", "node": "n", "scope": "per_gpu"})
+    gone = pipe.series("verl_host_cpu_utilization_ratio", {"node": "n"})  # a scraped series that went away
+    for i in range(8):
+        pipe.observe(s, T0 + step * i, 1000.0)
+        pipe.observe(gone, T0 + 5.0 * i, 0.5)
+    clock.set(T0 + step * 7 + 4 * step)  # 96 min of silence: the next burst is on its way
+    pipe.tick()
+    names = {x.name for x in pipe.store._series.values()}
+    assert "verl_actor_tokens_per_second" in names
+    assert "verl_host_cpu_utilization_ratio" not in names

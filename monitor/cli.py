@@ -98,8 +98,7 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", help="JSON lines output file (default stdout); plots go next to it")
     p.add_argument("--plots-dir", help="where to write drift/leak PNGs (default: <output>-plots/)")
     p.add_argument("--cluster", default="default", help="cluster label on every alert")
-    p.add_argument("--node", help="node label of every series (a verl JSONL log names none: its alerts say "
-                                  "'on unknown' without it)")
+    p.add_argument("--node", help="node label of every series (a verl JSONL log names no node of its own)")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:

@@ -33,3 +33,7 @@ class MonitorMetrics:
         self.eval_failures = Counter("verl_monitor_eval_failures", "Evaluation ticks that raised.", registry=r)
         self.series_dropped = Counter("verl_monitor_series_dropped", "New series refused by the cardinality caps.",
                                       ["reason"], registry=r)
+        self.window_unfillable = Gauge("verl_monitor_rule_window_unfillable",
+                                       "1 for a rule whose detector window cannot hold its minimum sample count at "
+                                       "the series' sampling interval (it would never test): resize it in steps.",
+                                       ["alertname", "detector"], registry=r)

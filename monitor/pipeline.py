@@ -58,6 +58,7 @@ class Pipeline:
                                  on_evict=lambda s: self.evaluator.forget(s),
                                  pinned=lambda s: self.evaluator.pinned(s))
         self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
+        self.evaluator.on_unfillable = self._unfillable
         self._evicted_at = -math.inf
         self.book = AlertBook(db_path, restore_grace_s, health=self.health, monotonic=clock.monotonic)
         self.cluster = cluster
@@ -143,15 +144,28 @@ class Pipeline:
         if series is None:
             self._count_reject(source, "series_limit")
         if series is not None and len(self.store) > known:
+            node = labels.get("node", "unknown")
+            fresh_verl = labels.get("job") == verl_jsonl.JOB and node not in self.verl_nodes
             if labels.get("job") == verl_jsonl.JOB:
-                self.verl_nodes.add(labels.get("node", "unknown"))
-            if name == "verl_config_info":
-                info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
-                self.config_info[labels.get("node", "unknown")] = info
+                self.verl_nodes.add(node)
+            if name == "verl_config_info" or fresh_verl:
+                info = dict(self.config_info.get(node, {}))
+                if name == "verl_config_info":
+                    info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
+                if node in self.verl_nodes:
+                    info["trainer"] = "verl"  # diagnoses speak verl's words for this run (alerting/diagnose.py)
+                self.config_info[node] = info
                 set_info = getattr(self.engine, "set_config_info", None) if self.engine else None
                 if set_info is not None:
-                    set_info(labels.get("node", "unknown"), info)
+                    set_info(node, info)
         return series
+
+    def _unfillable(self, b: Any, reason: str) -> None:
+        """A rule that would stay silent for hours says so, once per series (issue 22)."""
+        log.warning("rule %s (%s) on %s%s can never test: %s; size it in steps (steps: / per_step: true)",
+                    b.rule.alert, b.rule.conditions[b.cond].detector_type, b.series.name,
+                    {k: v for k, v in b.series.labels.items() if k != "job"}, reason)
+        self.metrics.window_unfillable.labels(b.rule.alert, b.rule.conditions[b.cond].detector_type).set(1)
 
     def vocabulary(self, node: str) -> Vocabulary:
         """The config vocabulary of the run on ``node``: verl's keys for a volcengine verl run."""
@@ -190,7 +204,7 @@ class Pipeline:
         started = time.perf_counter()
         if now - self._evicted_at >= EVICT_EVERY_S:  # the head GC: unseen series give their budget back
             self._evicted_at = now
-            self.store.evict_stale(now, self.evaluator.horizon)
+            self.store.evict_stale(now, self.evaluator.evict_horizon)
         candidates = self.evaluator.tick(now)
         transitions = self.book.update(now, candidates, self._annotate)
         self.metrics.detector_eval.observe(time.perf_counter() - started)

@@ -47,11 +47,13 @@ def demo_rules(host_leak: bool) -> dict[str, Any]:
         name = rule["alert"]
         if name in DEMO_DETECTORS:
             # the demo's windows are seconds on purpose: a `steps:` floor (windows of at least N samples,
-            # for slow verl runs) would stretch the 60 s KL window past the demo's whole run
-            rule["detector"] = {k: v for k, v in {**rule["detector"], **DEMO_DETECTORS[name]}.items() if k != "steps"}
+            # for slow verl runs) would stretch the 60 s KL window past the demo's whole run; `per_step` needs
+            # `steps:` and goes with it
+            rule["detector"] = {k: v for k, v in {**rule["detector"], **DEMO_DETECTORS[name]}.items()
+                                if k not in ("steps", "per_step")}
         if name in DEMO_KEEP_FIRING:
             rule["keep_firing_for"] = DEMO_KEEP_FIRING[name]
-        if name == "MemoryLeakSuspected" and host_leak:
+        if name == "MemoryLeakSuspected" and host_leak and "verl_jsonl" not in str(rule["select"]):
             # a deep copy: a detector dict shared by two rules would be dumped as a YAML alias, which the
             # monitor's safe rules loader refuses
             host = dict(copy.deepcopy(rule), select=HOST_LEAK_SELECTOR, plot=True)

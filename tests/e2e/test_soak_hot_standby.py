@@ -76,7 +76,8 @@ def test_trainer_kill_hits_the_active_pid_and_the_takeover_is_the_restart(tmp_pa
     # the new process resumed from the last save (every 5 steps): up to 5 steps (0.25 s) and the step in
     # flight are recomputed; the takeover (a fresh interpreter here) is the restart
     assert 0 < row["recomputed_s"] < 1.0 and row["restart_s"] > 0
-    assert row["lost_s"] >= row["restart_s"] + row["recomputed_s"]
+    # each figure is rounded to 0.01 s on its own: the two rounded parts can exceed the rounded sum by 0.015
+    assert row["lost_s"] >= row["restart_s"] + row["recomputed_s"] - 0.015 - 1e-9
     assert out["hot_standby"] is True
 
 

@@ -26,7 +26,6 @@ def test_sigkilled_active_trainer_is_replaced_by_the_standby_exactly(
     data = prompts(tmp_path)
     ref_dir, dir_ = tmp_path / "uninterrupted", tmp_path / "killed"
     steps = "trainer.total_steps=80"  # long enough for the standby to warm up before the run ends
-    reference = start(command(1, data, ref_dir, steps))
     base = command(1, data, dir_, steps, "checkpoint.memory_interval=1", f"checkpoint.memory_dir={tmp_path / 'mem'}")
     run = [*base[:3], "--hot-standby", *base[3:]]  # python -m verl.cli.train --hot-standby ...
     proc = subprocess.Popen(run, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -41,6 +40,9 @@ def test_sigkilled_active_trainer_is_replaced_by_the_standby_exactly(
             break  # the standby is warm: kill the active process now
     assert active is not None and proc.poll() is None, "".join(seen)
     os.kill(active, signal.SIGKILL)
+    # the uninterrupted twin starts only now: beside a nice-0 trainer from the start it starved the standby
+    # (nice 10) on 2 cores until the 80 steps were over, and the kill found no active trainer
+    reference = start(command(1, data, ref_dir, steps))
     out = "".join(seen) + finish(proc)
     out_ref = finish(reference)
     assert reference.returncode == 0, out_ref[-3000:]

@@ -41,7 +41,7 @@ class Series:
     """One series' recent history in a fixed-size ring (oldest samples overwritten)."""
 
     __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v", "factor",
-                 "_interval", "_interval_at", "source", "seen")
+                 "_interval", "_interval_at", "source", "seen", "gone")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "") -> None:
         self.name = name
@@ -50,6 +50,7 @@ class Series:
         self.id = sid
         self.source = source      # the source (scrape target, log) that created it: whose budget it uses
         self.seen = -math.inf     # monitor clock time the series last appeared in its source's input
+        self.gone = False         # evicted: whoever still holds it (a scrape cache) must let it go
         self._t = np.empty(capacity)
         self._v = np.empty(capacity)
         self._n = 0
@@ -202,6 +203,7 @@ class SeriesStore:
         else:
             del self._per_metric[(s.source, s.name)]
         self.evicted[reason] = self.evicted.get(reason, 0) + 1
+        s.gone = True
         self._on_evict(s)
 
     def held_by(self, source: str) -> int:

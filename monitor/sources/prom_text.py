@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -226,8 +227,8 @@ def _parse_line(line: str) -> RawSample | None:
     labels: dict[str, str] = {}
     if label_text:
         pairs = _LABEL_RE.findall(label_text)
-        for key, val in pairs:
-            labels[key] = _ESCAPE_RE.sub(_unescape, val) if "\\" in val else val
+        for key, val in pairs:  # interned: a GPU's UUID, model, host are one string for all its series
+            labels[sys.intern(key)] = sys.intern(_ESCAPE_RE.sub(_unescape, val) if "\\" in val else val)
         if len(labels) != len(pairs) or "__name__" in labels:
             return None  # duplicate or __name__ label: prometheus_client decides
     value = _number(value_text)

@@ -1,11 +1,12 @@
 """The monitor beside a real Prometheus, measured side by side on the same load in one run.
 
     python benchmarks/monitor_vs_prometheus.py [--nodes 125] [--gpus 8] [--duration 120] [--warmup 30] [--json]
+    python benchmarks/monitor_vs_prometheus.py --mode prometheus-source [--source-interval 15s] ...
 
 Four processes: the load generator of ``monitor_scale.py --serve`` (per node a dcgm-exporter-shaped and a
 trainer-shaped exposition, values moving every 5 s), Debian's ``prometheus`` (its own temp dir and free
 port, every target scraped every 5 s, the project's recording and alerting rules of ``prometheus/rules``
-evaluated every 5 s, no Alertmanager), the monitor of ``monitor_scale.py --run-monitor`` (default rules,
+evaluated every 5 s, no Alertmanager; ``verl-recording.yml`` and ``verl-alerts.yml``), the monitor of ``monitor_scale.py --run-monitor`` (default rules,
 ``eval_interval`` 500 ms, the same targets every 5 s) and this driver, which samples both with psutil over
 the same window after ``--warmup`` (series creation, imports, Prometheus' first head chunk).
 
@@ -14,6 +15,12 @@ the largest resident set sampled once a second; ``cpu_ratio`` and ``rss_ratio`` 
 ``eval_lag_p99_seconds`` the monitor's scrape start -> evaluated p99 (as in monitor_scale.py);
 ``prometheus_targets_up`` and ``prometheus_head_series`` show that Prometheus did the same work. Last line:
 one JSON object.
+
+``--mode prometheus-source``: the deployment past one machine. Prometheus scrapes alone and also
+evaluates ``prometheus/rules/verl-monitor-source.yml``; the monitor scrapes nothing and reads Prometheus
+with ``monitor/examples/prometheus-source.yaml`` every ``--source-interval``. ``query_range_per_second``
+is the load it puts on Prometheus (Prometheus' own ``prometheus_http_requests_total``);
+``prometheus_cpu_cores`` then includes answering those queries.
 """
 
 from __future__ import annotations
@@ -44,12 +51,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def prometheus_config(port: int, nodes: int, work: Path) -> Path:
+SIDE_BY_SIDE_RULES = ("verl-recording.yml", "verl-alerts.yml")  # the rules Prometheus evaluates for users
+SOURCE_RULES = ("verl-monitor-source.yml",)  # added in --mode prometheus-source: what the monitor reads
+
+
+def prometheus_config(port: int, nodes: int, work: Path, rule_files: tuple[str, ...]) -> Path:
     """Every target with its own path and ``instance`` (they share the generator's address)."""
     import yaml
 
     rules = work / "rules"
-    shutil.copytree(ROOT / "prometheus" / "rules", rules)
+    rules.mkdir()
+    for name in rule_files:
+        shutil.copy(ROOT / "prometheus" / "rules" / name, rules / name)
     jobs = []
     for kind, job in (("dcgm", "dcgm-exporter"), ("trainer", "verl-trainer")):
         jobs.append({"job_name": job, "scrape_interval": "5s", "scrape_timeout": "3s", "static_configs": [
@@ -62,6 +75,30 @@ def prometheus_config(port: int, nodes: int, work: Path) -> Path:
     path = work / "prometheus.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def source_config(prom_port: int, work: Path, eval_interval: str, interval: str) -> Path:
+    """monitor/examples/prometheus-source.yaml pointed at this run's Prometheus."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "monitor" / "examples" / "prometheus-source.yaml").read_text())
+    cfg.update({"cluster": "bench", "listen": "127.0.0.1:0", "state_db": str(work / "state.db"),
+                "eval_interval": eval_interval, "reward_outliers": False})
+    cfg["prometheus"].update({"url": f"http://127.0.0.1:{prom_port}", "interval": interval, "lookback": "1m"})
+    path = work / "monitor.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def query_requests(port: int) -> float | None:
+    """query_range requests Prometheus has answered (its own /metrics)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+               if ln.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query_range"' in ln)
 
 
 def monitor_config(port: int, nodes: int, work: Path, eval_interval: str) -> Path:
@@ -105,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=30.0, help="seconds excluded at the start")
     p.add_argument("--eval-interval", default="500ms", help="monitor eval_interval (its default)")
     p.add_argument("--prometheus", default="prometheus", help="the prometheus binary")
+    p.add_argument("--mode", choices=("side-by-side", "prometheus-source"), default="side-by-side",
+                   help="prometheus-source: Prometheus scrapes, the monitor reads it (monitor/examples/prometheus-source.yaml)")
+    p.add_argument("--source-interval", default="15s", help="prometheus-source: the monitor's query interval")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
     args = p.parse_args(argv)
     binary = shutil.which(args.prometheus)
@@ -129,18 +169,22 @@ def main(argv: list[str] | None = None) -> int:
         info = json.loads(gen.stdout.readline())
         prom_port = free_port()
         prom_log = open(work / "prom.log", "w")  # noqa: SIM115 - the child writes it until the end
-        prom = subprocess.Popen([binary, f"--config.file={prometheus_config(info['port'], args.nodes, work)}",
+        source = args.mode == "prometheus-source"
+        rule_files = SIDE_BY_SIDE_RULES + (SOURCE_RULES if source else ())
+        prom = subprocess.Popen([binary, f"--config.file={prometheus_config(info['port'], args.nodes, work, rule_files)}",
                                  f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                                  "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=prom_log)
         children.append(prom)
         total = args.warmup + args.duration
-        mon = subprocess.Popen([sys.executable, str(SCALE), "--run-monitor",
-                                str(monitor_config(info["port"], args.nodes, work, args.eval_interval)),
+        mon_cfg = (source_config(prom_port, work, args.eval_interval, args.source_interval) if source
+                   else monitor_config(info["port"], args.nodes, work, args.eval_interval))
+        mon = subprocess.Popen([sys.executable, str(SCALE), "--run-monitor", str(mon_cfg),
                                 "--seconds", str(total + 5), "--stats", str(work / "stats.json")])
         children.append(mon)
         procs = {"prometheus": psutil.Process(prom.pid), "monitor": psutil.Process(mon.pid)}
         time.sleep(args.warmup)
         cpu0 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}
+        q0 = query_requests(prom_port)
         load0 = os.getloadavg()[0]
         w0 = time.monotonic()
         rss = dict.fromkeys(procs, 0)
@@ -154,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu1, w1 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}, time.monotonic()
             time.sleep(1.0)
         load1 = os.getloadavg()[0]
+        q1 = query_requests(prom_port)
         up = prom_query(prom_port, "sum(up)")
         head = prom_head_series(prom_port)
         mon.wait(timeout=120)
@@ -170,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     cores = {k: (cpu1[k] - cpu0[k]) / (w1 - w0) for k in procs}
     lags = [v for t, v in stats["eval_lags"] if w0 <= t <= w1]
     result = {
-        "benchmark": "monitor_vs_prometheus", "gpus": args.nodes * args.gpus, "targets": info["targets"],
+        "benchmark": "monitor_vs_prometheus", "mode": args.mode, "gpus": args.nodes * args.gpus,
+        "targets": info["targets"],
         "exposed_lines": info["lines"], "monitor_series": stats["series"],
         "prometheus_head_series": head, "prometheus_targets_up": up, "measured_seconds": round(w1 - w0, 1),
         "prometheus_cpu_cores": round(cores["prometheus"], 3), "monitor_cpu_cores": round(cores["monitor"], 3),
@@ -178,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ratio": round(cores["monitor"] / cores["prometheus"], 2) if cores["prometheus"] else None,
         "rss_ratio": round(rss["monitor"] / rss["prometheus"], 2) if rss["prometheus"] else None,
         "eval_lag_p99_seconds": p99(lags), "monitor_alerts_firing": stats["firing"],
+        "query_range_per_second": round((q1 - q0) / (w1 - w0), 3) if q0 is not None and q1 is not None else None,
         "cpu_count": os.cpu_count(), "loadavg_1m": [round(load0, 2), round(load1, 2)],
     }
     if not args.json:

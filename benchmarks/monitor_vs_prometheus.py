@@ -85,6 +85,12 @@ def source_config(prom_port: int, work: Path, eval_interval: str, interval: str)
     cfg.update({"cluster": "bench", "listen": "127.0.0.1:0", "state_db": str(work / "state.db"),
                 "eval_interval": eval_interval, "reward_outliers": False})
     cfg["prometheus"].update({"url": f"http://127.0.0.1:{prom_port}", "interval": interval, "lookback": "1m"})
+    return write_monitor_config(work, cfg)
+
+
+def write_monitor_config(work: Path, cfg: dict[str, Any]) -> Path:
+    import yaml
+
     path = work / "monitor.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -102,8 +108,6 @@ def query_requests(port: int) -> float | None:
 
 
 def monitor_config(port: int, nodes: int, work: Path, eval_interval: str) -> Path:
-    import yaml
-
     base = f"http://127.0.0.1:{port}"
     targets = [{"name": f"gpu-{n:03d}-{kind}", "url": f"{base}/gpu-{n:03d}/{kind}/metrics", "node": f"gpu-{n:03d}",
                 "job": "dcgm" if kind == "dcgm" else "verl", "interval": "5s", "timeout": "3s"}
@@ -111,9 +115,7 @@ def monitor_config(port: int, nodes: int, work: Path, eval_interval: str) -> Pat
     cfg = {"cluster": "bench", "listen": "127.0.0.1:0", "state_db": str(work / "state.db"),
            "eval_interval": eval_interval, "reward_outliers": False, "targets": targets,
            "limits": {"max_series": 200000, "max_series_per_metric": 50000}}
-    path = work / "monitor.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_monitor_config(work, cfg)
 
 
 def prom_head_series(port: int) -> int | None:

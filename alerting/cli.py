@@ -33,6 +33,18 @@ class UsageError(Exception):
     pass
 
 
+
+def _silences(db: str) -> SilenceStore:
+    """The state DB's silences, with the snapshot the engine keeps next to it (alerting/silence.py)."""
+    return SilenceStore(open_db(db), Path(db).with_name("silences.json"))
+
+
+def _snapshot(store: SilenceStore) -> None:
+    try:
+        store.save_snapshot()
+    except OSError as exc:  # the database has the change; the monitor rewrites the snapshot within a minute
+        print(f"verl-alert: silence snapshot {store.snapshot} not written ({exc.strerror})", file=sys.stderr)
+
 def _receiver(cfg: AlertingConfig, name: str) -> ReceiverConfig:
     if name not in cfg.receivers:
         raise UsageError(f"--receiver: {name!r} is not in the config (known: {', '.join(sorted(cfg.receivers))})")
@@ -134,14 +146,16 @@ def cmd_silence(args: argparse.Namespace) -> int:
             print((res or {}).get("silenceID") or (res or {}).get("id") or json.dumps(res))
             return 0
         try:
-            sid = SilenceStore(open_db(args.db)).add(args.matchers, now, now + duration, args.author, args.comment)
+            store = _silences(args.db)
+            sid = store.add(args.matchers, now, now + duration, args.author, args.comment)
+            _snapshot(store)
         except ValueError as exc:
             raise UsageError(f"silence add: {exc}") from None
         print(sid)
         return 0
     if args.action == "list":
         items = _api(args, "GET", "/api/v1/silences") if args.api else \
-            [s.to_json(now) for s in SilenceStore(open_db(args.db)).all()]
+            [s.to_json(now) for s in _silences(args.db).all()]
         for s in items or []:
             matchers = ",".join(f'{m["name"]}{"=" if m.get("isEqual", True) else "!"}{"~" if m.get("isRegex") else ""}'
                                 f'"{m["value"]}"' for m in s["matchers"])
@@ -152,8 +166,10 @@ def cmd_silence(args: argparse.Namespace) -> int:
     for sid in args.matchers:
         if args.api:
             _api(args, "DELETE", f"/api/v1/silences/{sid}")
-        elif not SilenceStore(open_db(args.db)).expire(sid, now):
+        elif not (store := _silences(args.db)).expire(sid, now):
             raise UsageError(f"silence expire: no active silence with id {sid}")
+        else:
+            _snapshot(store)
         print(f"expired {sid}")
     return 0
 

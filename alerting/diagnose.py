@@ -80,9 +80,16 @@ def reward_model(case: Case) -> Finding | None:
         f.summary = "Reward model is not scoring: reward mean " + ("NaN" if "NaN" in facts[0] else "~0")
         f.root_cause.append("; ".join(facts) + ": the reward model fails to load or gets malformed input")
         where = f"{key('reward.path')} = {path} ({CONFIG_SOURCE})" if path else key("reward.path")
-        f.suggestion.append(f"Check that the reward model loads and scores one sample: "
-                            f"load_reward_model({where}).score([...]), e.g. {REWARD_CHECK.format(path or key('reward.path'))}; "
-                            "then check the prompt/response format fed to it")
+        if case.config.get("trainer") == "verl":  # volcengine verl has no load_reward_model: its own words
+            f.suggestion.append("Check that the reward function scores one sample: call it on one (prompt, response) "
+                                "of the last batch (custom_reward_function.path / reward.custom_reward_function.path, "
+                                "or reward_model.model.path for a model); then check that it still parses the "
+                                "responses (chat template, stop token)")
+        else:
+            f.suggestion.append(f"Check that the reward model loads and scores one sample: "
+                                f"load_reward_model({where}).score([...]), e.g. "
+                                f"{REWARD_CHECK.format(path or key('reward.path'))}; "
+                                "then check the prompt/response format fed to it")
         return f
     if mean is None:
         f.missing.append("reward mean not measured (no verl_reward_mean samples)")

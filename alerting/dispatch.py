@@ -76,7 +76,10 @@ class Dispatcher:
         notified_resolved = set(log.resolved) if log else set()
         live = [a for a in group.alerts.values() if not muted(a)]
         firing = [a for a in live if a.status == "firing"]
-        resolved = [a for a in live if a.status == "resolved" and a.fingerprint not in notified_resolved]
+        # A resolve goes out only for a page that went out (Alertmanager's notification log does the same):
+        # an alert that fired and cleared inside group_wait, or whose page was never sent, stays quiet.
+        resolved = [a for a in live if a.status == "resolved" and a.fingerprint in notified_firing
+                    and a.fingerprint not in notified_resolved]
         if not self.receivers[group.receiver].send_resolved:
             resolved = []
         repeat = self._repeat_s(group)
@@ -126,7 +129,8 @@ class Dispatcher:
         firing, resolved = (set(log.firing), set(log.resolved)) if log else (set(), set())
         send_resolved = self.receivers[group.receiver].send_resolved
         return any(not muted(a) and ((a.status == "firing" and a.fingerprint not in firing) or
-                                     (a.status == "resolved" and send_resolved and a.fingerprint not in resolved))
+                                     (a.status == "resolved" and send_resolved and a.fingerprint in firing
+                                      and a.fingerprint not in resolved))
                    for a in group.alerts.values())
 
     def to_state(self) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from time import monotonic as _monotonic
 from typing import Any
@@ -32,13 +32,14 @@ from alerting.clock import Clock
 from alerting.config import AlertingConfig, ConfigError, load_config
 from alerting.correlate import Correlator, load_rules
 from alerting.dispatch import Dispatcher
+from alerting.durable import STORAGE_ERRORS, StorageHealth, StorageUnavailable, committed, reappear
 from alerting.evidence import EvidenceReader
 from alerting.inhibit import Inhibitor
 from alerting.matchers import matcher_from_json
 from alerting.metrics import AlertingMetrics
 from alerting.model import Alert, alert_from_json
-from alerting.notifiers import Notifier, build_notifier
-from alerting.notify import NotifyStage
+from alerting.notifiers import Delivery, Notifier, build_notifier
+from alerting.notify import Job, NotifyStage
 from alerting.outbox import Outbox
 from alerting.silence import SilenceStore
 from alerting.store import load_state, open_db, save_state
@@ -56,8 +57,14 @@ class AlertEngine:
                  on_record: Callable[[dict], None] | None = None,
                  registry: prometheus_client.CollectorRegistry | None = None,
                  transport: httpx.BaseTransport | None = None, sign_clock: Clock | None = None,
-                 retention_s: float = RETENTION_S) -> None:
+                 retention_s: float = RETENTION_S, health: StorageHealth | None = None) -> None:
         self.config = config
+        self.health = health or StorageHealth()
+        self.db_path = Path(db_path)
+        self.db_name = self.db_path.name
+        # Outcomes of messages already sent whose write failed: committed on the next chance, in order.
+        self._held_outcomes: list[tuple[Job, Delivery, float]] = []
+        self._beats: dict[str, float] = {}  # delivery worker -> monotonic time of its last completed round
         self.retention_s = retention_s
         self._pruned_at = float("-inf")
         self._written: dict[str, str] = {}  # what each state row holds now, so unchanged parts are not rewritten
@@ -71,14 +78,16 @@ class AlertEngine:
         self.metrics = AlertingMetrics(registry)
         self.lock = threading.RLock()
         try:
-            self.conn = open_db(db_path)
+            self.conn = open_db(db_path, self.health)
         except (sqlite3.Error, OSError) as exc:
             raise ConfigError(f"{db_path}: cannot open the alerting state database ({exc}); "
                               "pass a writable path") from None
-        self.correlator = Correlator(load_rules(config.correlation_files))
+        self._rules = load_rules(config.correlation_files)
+        self.correlator = Correlator(self._rules)
         self.dispatcher = Dispatcher(config.route, config.receivers)
         self.inhibitor = Inhibitor(config.inhibit_rules)
-        self.silences_store = SilenceStore(self.conn)
+        snapshot = None if str(db_path) == ":memory:" else self.db_path.with_name("silences.json")
+        self.silences_store = SilenceStore(self.conn, snapshot)
         self.outbox = Outbox(self.conn, config.outbox)
         self.notifiers: dict[str, Notifier] = {
             name: build_notifier(rc, sign_clock=sign_clock, transport=transport)
@@ -118,19 +127,81 @@ class AlertEngine:
             n.plot_store = read
 
     @contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, op: str, reload: bool = True) -> Iterator[None]:
         """Stage changes and their snapshot commit together, so a crash cannot queue a notification
-        whose notification-log entry is lost (or the reverse). No HTTP happens inside."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        whose notification-log entry is lost (or the reverse). No HTTP happens inside.
+
+        Commit, then act: when the write fails (disk full, read-only, I/O error) the transaction is
+        rolled back, the in-memory stages are rebuilt from what is committed (``reload``: the change is
+        not applied) and StorageUnavailable is raised; the caller retries later."""
+        entered = False
         try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN IMMEDIATE")
+            before = self.conn.total_changes
+            try:
+                entered = True
+                yield
+                wrote = self.conn.total_changes != before
+                self.conn.execute("COMMIT")
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+                raise
+        except STORAGE_ERRORS as exc:
+            self.health.failed(self.db_name, op, exc, self.db_path)
+            if reload and entered:  # a BEGIN that failed changed nothing in memory
+                self._reload()
+            raise StorageUnavailable(f"{self.db_name}: {op}: {exc}") from exc
+        if wrote:  # a quiet tick's empty transaction is no crash point
+            committed()
+        self.health.ok(self.db_name)
+
+    def _reload(self) -> None:
+        """Drop what the failed transaction changed in memory: the stages again as last committed."""
+        evidence = self.correlator.evidence
+        self.correlator = Correlator(self._rules)
+        self.correlator.evidence = evidence
+        self.dispatcher = Dispatcher(self.config.route, self.config.receivers)
+        self._written, self._written_incidents, self._incident_sigs = {}, {}, {}
+        try:
+            self._restore(with_limiters=False)  # the robots' budgets are real spending: kept as they are
+        except STORAGE_ERRORS as exc:
+            self.health.failed(self.db_name, "reload", exc)
+
+    def _check_file(self) -> None:
+        """A state dir deleted under us is noticed on the next tick and recreated from the open file."""
+        try:
+            fresh = reappear(self.conn, self.db_path, self.health)
+        except STORAGE_ERRORS as exc:
+            self.health.failed(self.db_name, "recreate", exc)
+            return
+        if fresh is not None:
+            self.conn = self.outbox.conn = self.silences_store.conn = fresh
+            self._save_silences()
+
+    def page_pending(self, fp: str) -> bool:
+        """True while ``fp`` fires but its page has not flushed into the outbox yet (held for correlation,
+        or in a group that has not flushed since it arrived); False once paged or when it is muted."""
+        with self.lock:
+            if fp in self.correlator.held:
+                return True
+            muted = self._muted_fn(self.clock.now())
+            for g in self.dispatcher.groups.values():
+                a = g.alerts.get(fp)
+                if a is not None and a.status == "firing" and not muted(a):
+                    log = self.dispatcher.nflog.get(g.key)
+                    if log is None or fp not in log.firing:
+                        return True
+            return False
+
+    def firing_alerts(self) -> list[Alert]:
+        """The alerts the engine holds firing (the monitor reconciles its alert book against them)."""
+        with self.lock:
+            return [a for a in self.history.values() if a.status == "firing"]
 
     def submit(self, alerts: Sequence[Alert]) -> None:
-        with self.lock, self._transaction():
+        """Raises StorageUnavailable when the write failed: nothing was applied, submit them again."""
+        with self.lock, self._transaction("submit"):
             now = self.clock.now()
             self.conn.executemany(
                 "INSERT INTO alerts(fingerprint, value, seen_at) VALUES(?,?,?) ON CONFLICT(fingerprint) "
@@ -173,20 +244,70 @@ class AlertEngine:
     def tick(self) -> None:
         with self.lock:
             now = self.clock.now()
-            with self._transaction():
-                changed = self._flush(now)
-                if now - self._pruned_at >= PRUNE_EVERY_S:
-                    changed = self.prune(now) or changed
-                if changed:  # a quiet tick (the common case in replay) writes nothing
-                    self._save()
+            self._check_file()
+            try:
+                with self._transaction("flush"):
+                    changed = self._flush(now)
+                    pruning = now - self._pruned_at >= PRUNE_EVERY_S
+                    if pruning:
+                        changed = self.prune(now) or changed
+                    if changed:  # a quiet tick (the common case in replay) writes nothing
+                        self._save()
+            except StorageUnavailable:
+                changed = pruning = False  # not applied: the same groups flush again on a later tick
+            if pruning:  # also picks up silences that verl-alert wrote straight into the database
+                self._save_silences()
             if self._workers:
                 if changed:
                     for wake in self._wake.values():
                         wake.set()
                 return  # the delivery workers send
-            if self.notify.run(now) > 0:  # each outcome is committed as it happens
-                self._save()
+            self._deliver(self.notify.plan(now))
             self.metrics.outbox_depth.set(self.outbox.depth())
+
+    def _deliver(self, jobs: list[Job], worker: bool = False) -> bool:
+        """Commit the attempt, send, commit the outcome. An attempt that cannot be recorded is not
+        sent; an outcome that cannot be recorded is held in memory (its rows are not planned again)
+        and written when the disk takes it. A delivery worker stops between jobs when asked to.
+        True when every job was sent and recorded (a worker then plans again at once; otherwise it
+        waits its round, so a full disk is not retried in a tight loop)."""
+        if not self._write_outcomes():
+            return False
+        for job in jobs:
+            if worker and self._stopping.is_set():
+                return False
+            try:
+                with self.lock, self._transaction("claim", reload=False):
+                    self.notify.outbox.claim(job.rows)
+            except StorageUnavailable:
+                return False
+            result = self.notify.send(job)  # no lock held by a worker: only this receiver waits
+            with self.lock:
+                self._held_outcomes.append((job, result, self.clock.now()))
+                self.notify.held.update(r.id for r in job.rows)
+            if not self._write_outcomes():
+                return False
+        return True
+
+    def _write_outcomes(self) -> bool:
+        """Commit the held outcomes; True when none is left."""
+        with self.lock:
+            todo = list(self._held_outcomes)
+            if not todo:
+                return True
+            try:
+                with self._transaction("outcome", reload=False):
+                    for job, result, at in todo:
+                        self.notify.write_outcome(job, result, at)
+                    self._save_limiters()  # an outcome changes only the outbox row and the budgets
+            except StorageUnavailable:
+                return False
+            del self._held_outcomes[:len(todo)]
+            for job, result, _ in todo:
+                self.notify.held.difference_update(r.id for r in job.rows)
+                self.notify.report(job, result)
+            self.metrics.outbox_depth.set(self.outbox.depth())
+            return not self._held_outcomes
 
     # -- delivery workers ---------------------------------------------------------------------------------
     def start_delivery(self) -> None:
@@ -213,30 +334,40 @@ class AlertEngine:
             t.join(max(0.0, deadline - _monotonic()))
         with self.lock:
             self._workers, self._wake = {}, {}
+            self._beats = {}
+
+    def delivery_problems(self, stuck_after_s: float = 120.0) -> list[str]:
+        """/healthz reasons: a delivery worker that died or has not finished a round for ``stuck_after_s``
+        (longer than any receiver's timeout plus its retries within one round)."""
+        out = []
+        mono = _monotonic()
+        for name, t in list(self._workers.items()):
+            if not t.is_alive() and not self._stopping.is_set():
+                out.append(f"delivery worker {name}: stopped")
+            elif mono - self._beats.get(name, mono) > stuck_after_s:
+                out.append(f"delivery worker {name}: stuck, no round finished for {mono - self._beats[name]:.0f}s")
+        if self._held_outcomes:
+            out.append(f"{self.db_name}: {len(self._held_outcomes)} delivery outcome(s) held in memory, not yet written")
+        return out
 
     def _deliver_loop(self, receiver: str) -> None:
         wake = self._wake[receiver]
         failed_before = False
         while not self._stopping.is_set():
             wait = 1.0
+            self._beats[receiver] = _monotonic()
             try:
                 with self.lock:
                     jobs = self.notify.plan(self.clock.now(), receiver)
-                for job in jobs:
-                    if self._stopping.is_set():
-                        break
-                    result = self.notify.send(job)  # no lock held: only this receiver waits
-                    with self.lock, self._transaction():
-                        self.notify.finish(job, result, self.clock.now())
-                        self._save_limiters()  # an outcome changes only the outbox row and the budgets
-                        self.metrics.outbox_depth.set(self.outbox.depth())
-                if jobs:
+                sent = self._deliver(jobs, worker=True)
+                if sent and jobs:
                     continue
-                with self.lock:
-                    now = self.clock.now()
-                    nxt = self.notify.next_due(now, receiver)
-                if nxt is not None:
-                    wait = min(1.0, max(0.01, nxt - now))
+                if sent:  # a write that failed waits out the round (1 s): no tight loop on a full disk
+                    with self.lock:
+                        now = self.clock.now()
+                        nxt = self.notify.next_due(now, receiver)
+                    if nxt is not None:
+                        wait = min(1.0, max(0.01, nxt - now))
                 failed_before = False
             except Exception as exc:  # the worker must outlive any one failure (e.g. a locked database)
                 if self._stopping.is_set():
@@ -343,11 +474,25 @@ class AlertEngine:
             texts = [m if isinstance(m, str) else str(matcher_from_json(m)) for m in matchers]
             start = now if starts_at is None else starts_at
             end = ends_at if ends_at is not None else start + (duration_s if duration_s is not None else 3600.0)
-            return self.silences_store.add(texts, start, end, created_by, comment)
+            with self._transaction("silence", reload=False):
+                sid = self.silences_store.add(texts, start, end, created_by, comment)
+            self._save_silences()
+            return sid
 
     def expire_silence(self, silence_id: str) -> bool:
         with self.lock:
-            return self.silences_store.expire(silence_id, self.clock.now())
+            with self._transaction("silence", reload=False):
+                done = self.silences_store.expire(silence_id, self.clock.now())
+            self._save_silences()
+            return done
+
+    def _save_silences(self) -> None:
+        try:
+            self.silences_store.save_snapshot()
+        except STORAGE_ERRORS as exc:
+            self.health.failed("silences.json", "snapshot", exc)
+        else:
+            self.health.ok("silences.json")
 
     # -- durability --------------------------------------------------------------------------------------
     def _save(self) -> None:
@@ -395,7 +540,7 @@ class AlertEngine:
             save_state(self.conn, "limiters", limiters)
             self._written["limiters"] = text
 
-    def _restore(self) -> None:
+    def _restore(self, with_limiters: bool = True) -> None:
         state = load_state(self.conn, "engine")
         rows = self.conn.execute("SELECT value FROM alerts ORDER BY seen_at").fetchall()
         self.history = {a.fingerprint: a for a in (alert_from_json(json.loads(r[0])) for r in rows)}
@@ -411,6 +556,8 @@ class AlertEngine:
             inc = self.correlator.incidents.get(fp)
             return inc.alert if inc else self.history.get(fp)
         self.dispatcher.load_state(state.get("router", {}), resolve)
+        if not with_limiters:
+            return
         limiters = load_state(self.conn, "limiters") or state.get("limiters", {})  # older files: inside "engine"
         for k, v in limiters.items():
             if k in self.notify.limiters:
@@ -420,7 +567,11 @@ class AlertEngine:
         if self._workers:
             self.stop_delivery()
         with self.lock:
-            self._save()
+            try:
+                with self._transaction("close", reload=False):
+                    self._save()
+            except StorageUnavailable:
+                pass  # already counted and logged; what was committed before stands
             for n in self.notifiers.values():
                 n.close()
             self.conn.close()

@@ -44,6 +44,9 @@ class NotifyStage:
         self.metrics = metrics
         self.on_record = on_record
         self.limiters: dict[str, RobotLimiter] = {}
+        # Rows sent whose outcome is not committed yet (its write failed): never planned again meanwhile,
+        # so a full disk cannot turn one delivered message into a resend every second.
+        self.held: set[int] = set()
         for n in notifiers.values():
             if n.limits and n.robot_id not in self.limiters:
                 self.limiters[n.robot_id] = RobotLimiter(list(n.limits), n.throttle_s)
@@ -52,22 +55,14 @@ class NotifyStage:
         n = self.notifiers.get(receiver)
         return self.limiters.get(n.robot_id) if n else None
 
-    def run(self, now: float, receiver: str | None = None) -> int:
-        """Deliver what is due (of one receiver, or all); returns the number of rows attempted.
-        Synchronous: replay and tests on simulated time. The daemon's delivery workers call
-        ``plan``/``send``/``finish`` themselves, sending outside any lock."""
-        attempted = 0
-        for job in self.plan(now, receiver):
-            self.finish(job, self.send(job), now)
-            attempted += len(job.rows)
-        return attempted
-
     def plan(self, now: float, receiver: str | None = None) -> list[Job]:
         """The deliveries due now, rendered and charged to their robot's budget. Rows of receivers that
         no longer exist are failed here (no HTTP)."""
         jobs: list[Job] = []
         by_receiver: dict[str, list[OutboxRow]] = {}
         for row in self.outbox.heads_due(now, receiver):
+            if row.id in self.held:
+                continue  # its group waits behind it, in order
             by_receiver.setdefault(row.receiver, []).append(row)
         for name, rows in by_receiver.items():
             notifier = self.notifiers.get(name)
@@ -117,27 +112,44 @@ class NotifyStage:
             return Delivery.permanent(f"{job.notifier.cfg.type} notifier error ({type(exc).__name__})")
 
     def finish(self, job: Job, result: Delivery, now: float) -> None:
-        if job.digest and result.ok:
-            self.metrics.digests.labels(job.notifier.cfg.name).inc()
+        self.write_outcome(job, result, now)
+        self.report(job, result)
+
+    def write_outcome(self, job: Job, result: Delivery, now: float) -> None:
+        """The outcome's rows (and the robot budget it used); database only, safe to run again."""
         if result.rate_limited and job.limiter:
             job.limiter.overrun(now)
-        self._finish(job.rows, result, now, digest=job.digest, limiter=job.limiter)
-
-    def _finish(self, rows: list[OutboxRow], result: Delivery, now: float, digest: bool = False,
-                limiter: RobotLimiter | None = None) -> None:
-        receiver = rows[0].receiver
+        rows = job.rows
         if result.ok:
             self.outbox.delivered(rows)
+        elif result.retryable:
+            limiter = job.limiter
+            not_before = limiter.next_free(now) if limiter and result.rate_limited else 0.0
+            self.outbox.retry(rows, now, result.error, not_before)
+        else:
+            self.outbox.failed(rows, result.error)
+
+    def report(self, job: Job, result: Delivery) -> None:
+        """Metrics, log and records of an outcome, once it is committed."""
+        if job.digest and result.ok:
+            self.metrics.digests.labels(job.notifier.cfg.name).inc()
+        self._report(job.rows, result, digest=job.digest)
+
+    def _finish(self, rows: list[OutboxRow], result: Delivery, now: float) -> None:
+        """Outcome without a send (receiver gone): written and reported at once."""
+        self.outbox.failed(rows, result.error)
+        self._report(rows, result)
+
+    def _report(self, rows: list[OutboxRow], result: Delivery, digest: bool = False) -> None:
+        receiver = rows[0].receiver
+        if result.ok:
             status = "delivered"
             if result.error:  # delivered, with a part lost (a plot): say so once, not silently
                 log.warning("receiver %s: delivered, but %s", receiver, result.error)
         elif result.retryable:
-            not_before = limiter.next_free(now) if limiter and result.rate_limited else 0.0
-            self.outbox.retry(rows, now, result.error, not_before)
             self.metrics.retries.labels(receiver).inc(len(rows))
             status = "failed"
         else:
-            self.outbox.failed(rows, result.error)
             log.error("receiver %s: notification failed permanently: %s", receiver, result.error)
             status = "failed"
         for row in rows:

@@ -73,13 +73,17 @@ class Outbox:
                                  "ORDER BY id", (receiver, group_key)).fetchall()
         return [_row(r) for r in rows]
 
+    def claim(self, rows: list[OutboxRow]) -> None:
+        """The notification log: an attempt is counted (committed) before its HTTP call starts, so
+        nothing is sent that was not recorded; a crash mid-send re-sends that one message at most once."""
+        self.conn.executemany("UPDATE outbox SET attempts=attempts+1 WHERE id=?", [(r.id,) for r in rows])
+
     def delivered(self, rows: list[OutboxRow]) -> None:
-        self.conn.executemany("UPDATE outbox SET state='delivered', attempts=attempts+1 WHERE id=?",
-                              [(r.id,) for r in rows])
+        self.conn.executemany("UPDATE outbox SET state='delivered' WHERE id=?", [(r.id,) for r in rows])
 
     def failed(self, rows: list[OutboxRow], error: str) -> None:
         """Permanent failure: kept in the table with its error, no more attempts."""
-        self.conn.executemany("UPDATE outbox SET state='failed', attempts=attempts+1, last_error=? WHERE id=?",
+        self.conn.executemany("UPDATE outbox SET state='failed', last_error=? WHERE id=?",
                               [(error, r.id) for r in rows])
 
     def retry(self, rows: list[OutboxRow], now: float, error: str, not_before: float = 0.0) -> float:
@@ -88,7 +92,7 @@ class Outbox:
         delay = min(self.cfg.backoff_max_s, self.cfg.backoff_initial_s * 2 ** (attempts - 1))
         delay *= 1.0 + self.rng.uniform(-self.cfg.jitter, self.cfg.jitter)
         when = max(now + delay, not_before)
-        self.conn.executemany("UPDATE outbox SET attempts=attempts+1, next_attempt_at=?, last_error=? WHERE id=?",
+        self.conn.executemany("UPDATE outbox SET next_attempt_at=?, last_error=? WHERE id=?",
                               [(when, error, r.id) for r in rows])
         return when
 

@@ -1,18 +1,26 @@
 """Silences (Alertmanager semantics): matchers plus a time range; a silenced alert is muted at flush
 time and notified normally once the silence ends. Stored in the state database so ``verl-alert silence``
-can add or expire them while the monitor runs."""
+can add or expire them while the monitor runs, and -- as Alertmanager keeps its silences in a snapshot
+file -- also in a plain JSON snapshot next to it (``silences.json``), rewritten after every change that
+committed, so they survive a lost or corrupt database: at start, snapshot silences missing from the
+table are put back."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from alerting.matchers import Matcher, all_match, parse_matcher
 from alerting.model import Alert, rfc3339
+
+log = logging.getLogger("verl.alerting")
 
 
 @dataclass
@@ -60,12 +68,47 @@ class SilenceIndex:
         return any(s.starts_at <= now < s.ends_at and all_match(s.matchers, labels) for s in self.scan)
 
 
+_ROW = "id, matchers, starts_at, ends_at, created_by, comment, created_at"
+
+
 class SilenceStore:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, snapshot: str | Path | None = None) -> None:
         self.conn = conn
         self._index: SilenceIndex | None = None
         self._index_key: tuple[int, int] | None = None
         self._generation = 0  # bumped by this store's own writes (data_version only sees other connections')
+        self.snapshot = Path(snapshot) if snapshot is not None else None
+        self._saved: str | None = None  # the snapshot's text as last written by this store
+        if self.snapshot is not None:
+            self._load_snapshot()
+
+    def _load_snapshot(self) -> None:
+        assert self.snapshot is not None
+        try:
+            rows = json.loads(self.snapshot.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.error("silence snapshot %s unreadable (%s); using the database's silences", self.snapshot, exc)
+            return
+        back = self.conn.executemany(f"INSERT OR IGNORE INTO silences({_ROW}) VALUES(?,?,?,?,?,?,?)",
+                                     [tuple(r) for r in rows]).rowcount
+        if back > 0:
+            log.warning("restored %d silence(s) from %s that the database had lost", back, self.snapshot)
+
+    def save_snapshot(self) -> None:
+        """Rewrite the snapshot from the table (write a temporary file, then rename: never half a file).
+        Raises OSError (the caller reports it as a storage error)."""
+        if self.snapshot is None:
+            return
+        rows = self.conn.execute(f"SELECT {_ROW} FROM silences ORDER BY created_at, id").fetchall()
+        text = json.dumps([list(r) for r in rows])
+        if text == self._saved and self.snapshot.exists():
+            return  # unchanged (the engine asks once a minute)
+        tmp = self.snapshot.with_name(self.snapshot.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.snapshot)
+        self._saved = text
 
     def add(self, matchers: list[str], starts_at: float, ends_at: float, created_by: str = "verl-alert",
             comment: str = "") -> str:

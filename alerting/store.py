@@ -9,6 +9,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from alerting.durable import StorageHealth, open_sqlite
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -40,17 +42,9 @@ CREATE TABLE IF NOT EXISTS incidents (fingerprint TEXT PRIMARY KEY, value TEXT N
 """
 
 
-def open_db(path: str | Path) -> sqlite3.Connection:
-    p = Path(path)
-    if str(p) != ":memory:":
-        p.parent.mkdir(parents=True, exist_ok=True)
-    # autocommit mode; writers use explicit transactions. check_same_thread is off because the monitor's
-    # API thread and its evaluation loop share one engine, which serialises access with its own lock.
-    conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False, timeout=10.0)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.executescript(SCHEMA)
-    return conn
+def open_db(path: str | Path, health: StorageHealth | None = None) -> sqlite3.Connection:
+    """Open (WAL) or create the state database; a corrupt file is moved aside (``alerting.durable``)."""
+    return open_sqlite(path, SCHEMA, health)
 
 
 def load_state(conn: sqlite3.Connection, key: str) -> dict[str, Any]:

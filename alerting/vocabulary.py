@@ -59,6 +59,7 @@ TERMS: dict[str, Term] = {
     "checkpoint.interval": Term("default 500", ("trainer.save_freq",), "-1 = never"),
     "kl_target": Term("default 0.1", ("algorithm.kl_ctrl.target_kl",), "0.1"),
     "kl_ctrl": Term("default fixed", ("algorithm.kl_ctrl.type",), "fixed"),
+    "grad_clip": Term("default 1.0", ("actor_rollout_ref.actor.grad_clip",), "1.0"),
     "gradient_checkpointing": Term("default false", ("actor_rollout_ref.model.enable_gradient_checkpointing",), "true"),
 }
 # spellings of the same term (config-info labels use underscores)

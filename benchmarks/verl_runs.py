@@ -7,7 +7,8 @@ benchmarks/verl_cadence.py. Key sets read from verl's source (see monitor/source
   ``perf/max_memory_*`` peaks; Python ``json.dumps`` through an 8 KB text buffer, NaN as ``NaN``.
 - 0.7: as 0.6 plus ``actor/entropy``; same writer.
 - 0.8 / 0.9: engine workers, metrics renamed with the role prefix (``actor/perf/max_memory_allocated_gb``,
-  ``actor/loss``, ``critic/perf/...``), ``timing_s/update_weights``; orjson unbuffered, NaN as ``null``.
+  ``actor/loss``, ``critic/perf/...``), ``timing_s/update_weights``, ``save_checkpoint`` inside
+  ``timing_s/step``; orjson unbuffered, NaN as ``null``.
 
 PPO: critic + KL in the reward (``actor/reward_kl_penalty``, coefficient ``algorithm.kl_ctrl.kl_coef``);
 GRPO: no critic, KL as a loss (``actor/kl_loss``, ``actor_rollout_ref.actor.kl_loss_coef`` = 0.001).
@@ -86,7 +87,11 @@ def generate(spec: RunSpec) -> tuple[list[dict], np.ndarray]:
             extra += timing["timing_s/testing"]
         if step % spec.save_freq == 0 or step == n:
             timing["timing_s/save_checkpoint"] = 0.2 * spec.step_s
-            extra += timing["timing_s/save_checkpoint"]
+            if engine:  # 0.8+: inside the step timer (monitor/sources/verl_keys.py)
+                dur += timing["timing_s/save_checkpoint"]
+                timing["timing_s/step"] = dur
+            else:
+                extra += timing["timing_s/save_checkpoint"]
         if engine:
             timing["timing_s/update_weights"] = 0.02 * scale
         t += dur + extra

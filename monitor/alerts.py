@@ -3,7 +3,8 @@
 Several rules may yield the same fingerprint (e.g. the verl and DCGM families for one GPU); the alert
 is active while any of them is. Only transitions are written and emitted, so a restart restores the
 firing alerts and never repeats a record: ``alert_events`` has one row per (fingerprint, status,
-startsAt), enforced by a UNIQUE key.
+startsAt), enforced by a UNIQUE key. A transition is emitted only after its rows are committed; a
+write that fails is kept queued and retried (see ``AlertBook``).
 
 An alert can also arrive already evaluated, from Prometheus through the Alertmanager webhook. Its
 fingerprint ignores scrape plumbing (``alerting.model.NON_IDENTITY_LABELS``), so when the monitor's own
@@ -17,10 +18,13 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, open_sqlite, reappear
 from alerting.model import Alert
 from monitor.evaluator import Candidate
 
@@ -35,6 +39,16 @@ CREATE TABLE IF NOT EXISTS alert_events (
 """
 # Added after the first release; databases from before get them by ALTER TABLE on open.
 _LATER_COLUMNS = {"generator_url": "TEXT NOT NULL DEFAULT ''", "external": "INTEGER NOT NULL DEFAULT 0"}
+
+
+@dataclass
+class _Write:
+    """A queued write: a transition (``alert`` set: its event row and state row) or a flags update."""
+
+    fp: str
+    alert: Alert | None
+    row: tuple[Any, ...]
+    at: float
 
 
 @dataclass
@@ -60,22 +74,32 @@ class AlertState:
 
 class AlertBook:
     """Owns alert states. ``update`` takes the evaluator's active candidates at ``now`` and returns
-    the transitions (firing and resolved ``Alert`` objects) to hand to the alerting engine."""
+    the transitions (firing and resolved ``Alert`` objects) to hand to the alerting engine.
+
+    Commit, then act: a transition changes the in-memory state at once (detection and the API go on
+    while the disk is full) but is returned -- and so paged -- only once its row is committed. Writes
+    that fail (disk full, read-only, I/O error) stay queued in order and are retried with backoff on
+    later calls; each failure is reported to ``health``."""
+
+    DB = "state.db"
 
     def __init__(self, db_path: str | Path | None = None, restore_grace_s: float = 600.0,
-                 url_prefix: str = "") -> None:
+                 url_prefix: str = "", health: StorageHealth | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.RLock()
         self.states: dict[str, AlertState] = {}
         self.restore_grace_s = restore_grace_s
         self.url_prefix = url_prefix  # generatorURL of own alerts: <url_prefix>/<fingerprint> (the monitor's API)
+        self.health = health or StorageHealth()
         self._db: sqlite3.Connection | None = None
-        self._in_batch = False
-        if db_path is not None:
-            Path(db_path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
+        self._path = Path(db_path) if db_path is not None else None
+        self._unwritten: list[_Write] = []  # transitions and flag changes not yet committed, in order
+        self._backoff = Backoff(monotonic)
+        self.recreated = False  # its database was corrupt and replaced at start (reconcile.py reads it)
+        if self._path is not None:
+            self.DB = self._path.name
+            self._db = open_sqlite(self._path, SCHEMA, self.health)
+            self.recreated = self.DB in self.health.moved_aside
             have = {row[1] for row in self._db.execute("PRAGMA table_info(alerts)")}
             for col, decl in _LATER_COLUMNS.items():
                 if col not in have:
@@ -92,13 +116,24 @@ class AlertBook:
                                          restored=True, keep_firing_for=self.restore_grace_s,
                                          generator_url=url or "", external=bool(external))
 
+    def resolved_record(self, fp: str) -> Alert | None:
+        """The committed resolve of ``fp`` (for the restart reconcile), None when it has none."""
+        if self._db is None:
+            return None
+        with self._lock:
+            row = self._db.execute("SELECT labels, annotations, starts_at, ends_at, value, generator_url "
+                                   "FROM alerts WHERE fingerprint=? AND status='resolved'", (fp,)).fetchone()
+        if row is None:
+            return None
+        return Alert(labels=json.loads(row[0]), annotations=json.loads(row[1]), starts_at=row[2], ends_at=row[3],
+                     status="resolved", value=row[4], generator_url=row[5] or "")
+
     def _url(self, fp: str) -> str:
         return f"{self.url_prefix.rstrip('/')}/{fp}" if self.url_prefix else ""
 
     def update(self, now: float, candidates: list[Candidate],
                annotate: Callable[[Candidate], dict[str, str]] | None = None) -> list[Alert]:
         """``annotate(candidate) -> dict`` renders annotations when an alert starts firing."""
-        out: list[Alert] = []
         with self._lock:
             by_fp: dict[str, list[Candidate]] = {}
             for c in candidates:
@@ -125,7 +160,7 @@ class AlertBook:
                 st = AlertState(dict(c.labels), annotations, "firing", c.since, value=c.value,
                                 keep_firing_for=keep, generator_url=self._url(fp), own_active=True)
                 self.states[fp] = st
-                self._transition(fp, st, now, out)
+                self._transition(fp, st, now)
             for fp, st in list(self.states.items()):
                 if fp in by_fp:
                     continue
@@ -140,93 +175,110 @@ class AlertBook:
                         st.cleared_at = now  # also starts a restored alert's grace period
                     if now - st.cleared_at >= st.keep_firing_for:
                         st.status, st.ends_at = "resolved", now
-                        self._transition(fp, st, now, out)
+                        self._transition(fp, st, now)
                         del self.states[fp]
-        return out
+            return self._commit(now)
 
-    def external(self, alert: Alert, now: float) -> Alert | None:
-        """Record an alert that arrived already evaluated (Alertmanager webhook); None when it changes
-        nothing visible: a repeat, or an outage the monitor's own rules already hold."""
+    def receive(self, alerts: list[Alert], now: float) -> list[Alert]:
+        """Alerts that arrived already evaluated (Alertmanager webhook), all in one transaction (a
+        5000-alert webhook: one commit, not 5000); returns the committed transitions."""
+        with self._lock:
+            for a in alerts:
+                self.external(a, now)
+            return self._commit(now)
+
+    def external(self, alert: Alert, now: float) -> None:
+        """Record one alert that arrived already evaluated; a repeat, or an outage the monitor's own rules
+        already hold, changes nothing visible. Queued: ``receive`` commits and returns the transitions."""
         with self._lock:
             fp = alert.fingerprint
             st = self.states.get(fp)
-            out: list[Alert] = []
             if alert.status == "firing":
                 if st is not None and st.status == "firing":
                     if not st.external:
                         st.external = True
                         st.generator_url = st.generator_url or alert.generator_url
                         self._save_flags(fp, st)
-                    return None
+                    return
                 st = AlertState(dict(alert.labels), dict(alert.annotations), "firing", alert.starts_at or now,
                                 value=alert.value, generator_url=alert.generator_url, external=True)
                 self.states[fp] = st
             else:
                 if st is None or st.status != "firing":
-                    return None
+                    return
                 if st.own_active:  # the monitor still sees it: it resolves when its own rules clear
                     if st.external:
                         st.external = False
                         self._save_flags(fp, st)
-                    return None
+                    return
                 st.status, st.ends_at = "resolved", alert.ends_at or now
                 self.states.pop(fp, None)
-            self._transition(fp, st, now, out)
-            return out[0] if out else None
+            self._transition(fp, st, now)
 
     def _save_flags(self, fp: str, st: AlertState) -> None:
         if self._db is not None:
-            self._db.execute("UPDATE alerts SET external=?, generator_url=? WHERE fingerprint=?",
-                             (int(st.external), st.generator_url, fp))
+            self._unwritten.append(_Write(fp, None, (int(st.external), st.generator_url, fp), 0.0))
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """One transaction around many transitions (a 5000-alert webhook: one commit, not 5000)."""
-        with self._lock:
-            if self._db is None or self._in_batch:
-                yield
-                return
-            self._db.execute("BEGIN IMMEDIATE")
-            self._in_batch = True
-            try:
-                yield
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            else:
-                self._db.execute("COMMIT")
-            finally:
-                self._in_batch = False
-
-    def _transition(self, fp: str, st: AlertState, now: float, out: list[Alert]) -> None:
+    def _transition(self, fp: str, st: AlertState, now: float) -> None:
+        """Queue the transition; ``_commit`` writes it and only then returns it."""
         alert = st.to_alert()
-        if self._db is not None:
-            if self._in_batch:  # inside ``batch()``: its one transaction covers this transition
-                new = self._write(fp, st, alert, now)
-            else:
-                self._db.execute("BEGIN IMMEDIATE")  # event row and current state change together or not at all
-                try:
-                    new = self._write(fp, st, alert, now)
-                    self._db.execute("COMMIT")
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-            if not new:
-                return  # already recorded before a restart: not a new event
-        out.append(alert)
+        row = (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
+               st.ends_at, st.value, now, st.generator_url, int(st.external))
+        self._unwritten.append(_Write(fp, alert, row, now))
 
-    def _write(self, fp: str, st: AlertState, alert: Alert, now: float) -> bool:
-        """The event row and the current state; False when the event was already recorded."""
+    def _commit(self, now: float) -> list[Alert]:
+        """Write what is queued in one transaction; the transitions are returned only once it landed.
+        Without a database every transition is returned at once."""
+        if self._db is None:
+            out = [w.alert for w in self._unwritten if w.alert is not None]
+            self._unwritten = []
+            return out
+        self._reappear()  # a deleted state dir is noticed on the next evaluation, written or not
+        if not self._unwritten or not self._backoff.due():
+            return []
+        todo = list(self._unwritten)
+        try:
+            self._db.execute("BEGIN IMMEDIATE")  # event rows and current states change together or not at all
+            try:
+                new = [w.alert for w in todo if self._write(w)]
+                self._db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                raise
+        except STORAGE_ERRORS as exc:
+            self._backoff.failed()
+            self.health.failed(self.DB, "transition", exc, self._path)
+            return []
+        committed()
+        self._backoff.landed()
+        self.health.ok(self.DB)
+        del self._unwritten[:len(todo)]
+        return [a for a in new if a is not None]
+
+    def _reappear(self) -> None:
+        if self._db is not None and self._path is not None:
+            fresh = reappear(self._db, self._path, self.health)
+            if fresh is not None:
+                self._db = fresh
+
+    def _write(self, w: _Write) -> bool:
+        """One queued write; False when the event was already recorded (before a restart: not new)."""
         assert self._db is not None
+        if w.alert is None:  # flags only
+            self._db.execute("UPDATE alerts SET external=?, generator_url=? WHERE fingerprint=?", w.row)
+            return False
         cur = self._db.execute(
             "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
-            "VALUES (?,?,?,?,?)", (fp, alert.status, st.starts_at, now, json.dumps(alert.to_json())))
+            "VALUES (?,?,?,?,?)", (w.fp, w.alert.status, w.alert.starts_at, w.at, json.dumps(w.alert.to_json())))
         self._db.execute(
             "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
-            "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
-             st.ends_at, st.value, now, st.generator_url, int(st.external)))
+            "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)", w.row)
         return cur.rowcount > 0
+
+    def unwritten(self) -> int:
+        """Transitions held in memory because their write has not landed yet."""
+        return len(self._unwritten)
 
     def prune(self, before: float) -> int:
         """Forget resolved alerts and transition records older than ``before`` (the retention); the
@@ -234,8 +286,13 @@ class AlertBook:
         if self._db is None:
             return 0
         with self._lock:
-            n = self._db.execute("DELETE FROM alerts WHERE status='resolved' AND updated_at<?", (before,)).rowcount
-            return n + self._db.execute("DELETE FROM alert_events WHERE at<?", (before,)).rowcount
+            try:
+                n = self._db.execute("DELETE FROM alerts WHERE status='resolved' AND updated_at<?",
+                                     (before,)).rowcount
+                return n + self._db.execute("DELETE FROM alert_events WHERE at<?", (before,)).rowcount
+            except STORAGE_ERRORS as exc:
+                self.health.failed(self.DB, "prune", exc, self._path)
+                return 0
 
     def firing(self) -> list[Alert]:
         with self._lock:

@@ -211,6 +211,8 @@ class MonitorAPI:
             if not found:
                 return self._json(h, 404, {"error": f"no alert with fingerprint {m.group(1)}"})
             return self._json(h, 200, {"status": "success", "data": found[0]})
+        if path == "/api/v1/rules" and method == "GET":  # how each rule is judged: seconds or steps, warm-ups
+            return self._json(h, 200, {"status": "success", "data": [r.to_json() for r in d.pipeline.evaluator.rules]})
         if path == "/api/v1/incidents" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
         if path == WEBHOOK_PATH and method == "POST":

@@ -35,10 +35,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             plots_dir = plots_dir or out_path.parent / f"{out_path.stem}-plots"
             with out_path.open("w", encoding="utf-8") as out:
                 res = replay(args.input, rules, out, plots_dir=plots_dir, notify_config=args.notify_config,
-                             cluster=args.cluster)
+                             cluster=args.cluster, node=args.node)
         else:
             res = replay(args.input, rules, sys.stdout, plots_dir=plots_dir, notify_config=args.notify_config,
-                         cluster=args.cluster)
+                         cluster=args.cluster, node=args.node)
     except (InputError, NotifyUnavailable) as exc:
         return _fail(str(exc))
     except Exception as exc:  # the notify config is validated by alerting: surface its one-line error
@@ -98,6 +98,7 @@ def _replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", help="JSON lines output file (default stdout); plots go next to it")
     p.add_argument("--plots-dir", help="where to write drift/leak PNGs (default: <output>-plots/)")
     p.add_argument("--cluster", default="default", help="cluster label on every alert")
+    p.add_argument("--node", help="node label of every series (a verl JSONL log names no node of its own)")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:

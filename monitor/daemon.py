@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 
 from alerting.clock import Clock, SystemClock
+from alerting.durable import StorageHealth
 from alerting.logsafe import setup_logging
 from alerting.model import Alert
 from monitor.api import MonitorAPI
@@ -52,6 +53,7 @@ from monitor.sources.scrape_cache import ScrapeCache
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, OffsetStore, RunLiveness, writer_holds
 from monitor.store import series_key
+from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
 FUTURE_LIMIT_S = 600.0   # samples stamped further ahead are refused one by one (Prometheus: 10 min)
@@ -71,8 +73,10 @@ def scrape_offset(url: str, interval: float) -> float:
 class Daemon:
     def __init__(self, config: MonitorConfig, clock: Clock | None = None) -> None:
         self.config = config
-        self.clock = clock or SystemClock()
+        self.clock = SteadyClock(clock or SystemClock())  # wall-clock steps are absorbed (timeline.py)
         self.metrics = MonitorMetrics()
+        self.storage = StorageHealth(lambda db, op: self.metrics.storage_errors.labels(db, op).inc())
+        self._eval_error: str | None = None
         self.lock = threading.RLock()
         self.engine: Any = None
         rules = load_rule_files(config.rules or None)
@@ -81,11 +85,12 @@ class Daemon:
             from alerting.engine import AlertEngine  # only needed when notifying
 
             self.engine = AlertEngine.from_file(config.notify_config, config.state_db.with_name("alerting.db"),
-                                                self.clock, registry=self.metrics.registry)
+                                                self.clock, registry=self.metrics.registry, health=self.storage)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
                                  engine=self.engine, enrich=self._enrich if config.reward_outliers else None,
-                                 limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None)
+                                 limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None,
+                                 health=self.storage)
         if self.engine is not None:
             self.engine.retention_s = config.retention
         self._want_outliers = config.reward_outliers and any(r.alert == "RewardDistributionDrift" for r in rules)
@@ -109,17 +114,36 @@ class Daemon:
 
     def health(self) -> dict[str, Any]:
         """``reasons`` is non-empty (and the API answers 503) when a source or the evaluation loop has not
-        completed for STALE_LOOPS intervals, or the oldest undelivered notification is over 5 min old."""
+        completed for STALE_LOOPS intervals, the last evaluation tick failed, a state write is failing,
+        a delivery worker is stuck or died, or the oldest undelivered notification is over 5 min old.
+        ``storage_events`` lists the last hour's recoveries (a corrupt database moved aside, a deleted
+        state file recreated)."""
         reasons = []
+        if self._eval_error:
+            reasons.append(f"evaluation: last tick failed ({self._eval_error})")
+        reasons += self.storage.reasons()
+        book, pipeline = self.pipeline.book, self.pipeline
+        if book.unwritten():
+            reasons.append(f"{book.DB}: {book.unwritten()} alert transition(s) held in memory, not yet written")
+        if pipeline.unsubmitted:
+            reasons.append(f"alerting: {len(pipeline.unsubmitted)} alert transition(s) not yet taken by the engine")
         mono = time.monotonic()
         for name, (last, interval) in sorted(self._progress.items()):
             if mono - last > STALE_LOOPS * interval:
                 reasons.append(f"{name}: no completed round for {mono - last:.0f}s (interval {interval:g}s)")
         engine = self.engine
-        oldest = engine.oldest_undelivered() if engine is not None else None
+        problems = getattr(engine, "delivery_problems", None)
+        if problems is not None:
+            reasons += problems()
+        try:
+            oldest = engine.oldest_undelivered() if engine is not None else None
+        except (OSError, sqlite3.Error) as exc:
+            oldest = None
+            reasons.append(f"outbox: unreadable ({exc})")
         if oldest is not None and self.clock.now() - oldest > STUCK_NOTIFICATION_S:
             reasons.append(f"outbox: oldest undelivered notification queued {self.clock.now() - oldest:.0f}s ago")
         return {"status": "degraded" if reasons else "ok", "reasons": reasons,
+                "storage_events": self.storage.events(),
                 "series": len(self.pipeline.store), "firing": len(self.pipeline.book.firing()),
                 "uptime_s": round(time.time() - self.started, 1)}
 
@@ -161,7 +185,7 @@ class Daemon:
     def ingest(self, batch: SourceBatch, target: str | None = None, seen: float | None = None) -> None:
         """``seen``: the scrape's time, for scraped batches (liveness from the scrape, not the stamps)."""
         source = target or batch.source
-        samples = batch.samples
+        samples = self.clock.reanchor(batch.samples)
         limit = self.clock.now() + FUTURE_LIMIT_S
         if any(s.t > limit for s in samples):  # a far-future stamp would make every later sample "out of order"
             kept = [s for s in samples if s.t <= limit]
@@ -397,6 +421,7 @@ class Daemon:
         interval = self.config.eval_interval
         self._done("evaluation", max(interval, 1.0))
         while not self._stop.is_set():
+            self.check_clock()
             with self.lock:
                 try:
                     self.pipeline.tick()
@@ -404,10 +429,24 @@ class Daemon:
                     if now - self._pruned_at >= 60.0:
                         self._pruned_at = now
                         self.pipeline.book.prune(now - self.config.retention)
-                except Exception:  # evaluation must go on; the error is logged with its cause
-                    log.exception("evaluation tick failed")
-            self._done("evaluation", max(interval, 1.0))
+                except Exception as exc:  # evaluation must go on; the error is logged with its cause
+                    self.metrics.eval_failures.inc()
+                    if self._eval_error is None:
+                        log.exception("evaluation tick failed")
+                    self._eval_error = f"{type(exc).__name__}: {str(exc)[:160]}"
+                else:
+                    self._eval_error = None
+                    self._done("evaluation", max(interval, 1.0))  # a failed tick is not a completed one
             await self._sleep(interval)
+
+    def check_clock(self) -> float | None:
+        """Detect (log, count) a wall-clock step since the last evaluation; the step in seconds."""
+        step = self.clock.check()
+        if step is not None:
+            self.metrics.clock_steps.inc()
+            log.warning("wall clock stepped %+.1fs; the monitor keeps its own timeline (durations and for: "
+                        "run on the monotonic clock, samples stamped by the stepped clock are re-anchored)", step)
+        return step
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):

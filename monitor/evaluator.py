@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alerting.model import fingerprint
@@ -34,6 +35,9 @@ class Binding:
     joint_since: float | None = None  # start of the run where all conditions held (compound)
     last_t: float = -math.inf
     finding: Finding | None = None
+    hold_until: float = -math.inf  # keep_firing_for_steps: held active until this sample time
+    samples: int = 0
+    unfillable: str | None = None  # why its window cannot fill (said once, issue 22)
 
     def record(self, f: Finding, t: float, at: float | None = None) -> None:
         """``at``: when the monitor saw the sample (a scrape's time); the run starts then, not at a
@@ -62,6 +66,8 @@ class Candidate:
 
 
 STALE_INTERVALS = 3.0
+EVICT_INTERVALS = 10.0
+_FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
 
 
 class Evaluator:
@@ -73,6 +79,9 @@ class Evaluator:
         self._helpers: dict[tuple[int, int, str], list[Binding]] = defaultdict(list)
         self._ticking: list[Binding] = []
         self._hot: dict[int, Binding] = {}  # id(binding) -> primary binding that is or was just active
+        # called once per binding whose detector window cannot hold its minimum samples (the pipeline
+        # logs it and sets verl_monitor_rule_window_unfillable)
+        self.on_unfillable: Callable[[Binding, str], None] | None = None
 
     # -- binding ---------------------------------------------------------------------------------
 
@@ -111,7 +120,13 @@ class Evaluator:
         take it instead of the stamp: liveness comes from the scrape's success, never from stamps."""
         for b in self.bindings(series):
             ticks = seen is not None and getattr(b.detector, "ticks", False)
-            b.record(b.detector.update(seen if ticks else t, value), t, seen)
+            f = b.detector.update(seen if ticks else t, value)
+            b.samples += 1
+            if b.samples in _FILL_CHECKS and b.unfillable is None:
+                self._check_fill(b)
+            if b.rule.keep_firing_for_steps:
+                f = self._held(b, f, t)
+            b.record(f, t, seen)
             if b.cond == 0 and b.active:
                 self._hot[id(b)] = b
 
@@ -135,6 +150,13 @@ class Evaluator:
                 if b in helpers:
                     helpers.remove(b)
 
+    def evict_horizon(self, series: Series) -> float:
+        """How long a series may go unseen before the store evicts it (and its detectors' memory): its
+        freshness horizon, or ``EVICT_INTERVALS`` of its own intervals -- verl 0.6/0.7 write through an
+        8 KB buffer, so a PPO run at 24-min steps delivers four records every ~1.6 h, and evicting its
+        series between two bursts lost every window (ThroughputDrop never confirmed, issue 22)."""
+        return max(self.horizon(series), EVICT_INTERVALS * series.interval())
+
     def horizon(self, series: Series) -> float:
         """How long a series may go unseen and still count (the freshness horizon of its findings)."""
         return max(self.stale_after_s, STALE_INTERVALS * series.interval())
@@ -156,6 +178,24 @@ class Evaluator:
                                  None if value is None or not math.isfinite(value) else float(value),
                                  details, b))
         return out
+
+    def _check_fill(self, b: Binding) -> None:
+        reason = b.detector.unfillable(b.series.interval())
+        if reason is not None:
+            b.unfillable = reason
+            if self.on_unfillable is not None:
+                self.on_unfillable(b, reason)
+
+    @staticmethod
+    def _held(b: Binding, f: Finding, t: float) -> Finding:
+        """``keep_firing_for_steps``: a condition that just cleared stays active for that many of the series'
+        own intervals (in sample time: a 12-min step must not resolve it between two records)."""
+        if f.active:
+            b.hold_until = t + b.rule.keep_firing_for_steps * b.series.interval()
+            return f
+        if b.active and b.finding is not None and t <= b.hold_until:
+            return Finding(t, True, b.finding.score, b.finding.details)
+        return f
 
     def _for_s(self, b: Binding) -> float:
         if not b.rule.for_steps:

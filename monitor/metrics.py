@@ -25,5 +25,15 @@ class MonitorMetrics:
         self.alerts_firing = Gauge("verl_monitor_alerts_firing", "Alerts currently firing.",
                                    ["alertname", "severity"], registry=r)
         self.series = Gauge("verl_monitor_series", "Series held in the store.", registry=r)
+        self.storage_errors = Counter("verl_monitor_storage_errors",
+                                      "Failed state writes (disk full, read-only, I/O error) by database and operation.",
+                                      ["db", "op"], registry=r)
+        self.clock_steps = Counter("verl_monitor_clock_steps", "Wall-clock steps detected (and absorbed).",
+                                   registry=r)
+        self.eval_failures = Counter("verl_monitor_eval_failures", "Evaluation ticks that raised.", registry=r)
         self.series_dropped = Counter("verl_monitor_series_dropped", "New series refused by the cardinality caps.",
                                       ["reason"], registry=r)
+        self.window_unfillable = Gauge("verl_monitor_rule_window_unfillable",
+                                       "1 for a rule whose detector window cannot hold its minimum sample count at "
+                                       "the series' sampling interval (it would never test): resize it in steps.",
+                                       ["alertname", "detector"], registry=r)

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from alerting import vocabulary
 from alerting.clock import Clock
+from alerting.durable import StorageHealth, StorageUnavailable
 from alerting.model import Alert
 from alerting.vocabulary import Vocabulary
 from monitor.alerts import AlertBook
@@ -26,6 +27,7 @@ from monitor.evidence import NonFiniteLog, StoreEvidence
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
 from monitor.plots import render_fit
+from monitor.reconcile import reconcile
 from monitor.rules import Rule
 from monitor.sources import verl_jsonl, verl_keys
 from monitor.store import Series, SeriesStore, StoreLimits, series_key
@@ -48,15 +50,17 @@ class Pipeline:
                  plot_prefix: str | None = None, metrics: MonitorMetrics | None = None,
                  engine: Engine | None = None, on_record: Callable[[Record], None] | None = None,
                  enrich: Enricher | None = None, limits: StoreLimits | None = None,
-                 restore_grace_s: float = 600.0) -> None:
+                 restore_grace_s: float = 600.0, health: StorageHealth | None = None) -> None:
         self.clock = clock
         self.metrics = metrics or MonitorMetrics()
+        self.health = health or StorageHealth()
         self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc(),
                                  on_evict=lambda s: self.evaluator.forget(s),
                                  pinned=lambda s: self.evaluator.pinned(s))
         self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
+        self.evaluator.on_unfillable = self._unfillable
         self._evicted_at = -math.inf
-        self.book = AlertBook(db_path, restore_grace_s)
+        self.book = AlertBook(db_path, restore_grace_s, health=self.health, monotonic=clock.monotonic)
         self.cluster = cluster
         self.plots_dir = Path(plots_dir) if plots_dir else None
         self.plot_prefix = plot_prefix
@@ -77,6 +81,17 @@ class Pipeline:
         set_evidence = getattr(engine, "set_evidence", None)
         if set_evidence is not None:
             set_evidence(self.evidence)
+        # Committed in the book, not yet accepted by the engine (its database failed): sent again, in
+        # order, on every tick until the engine takes them.
+        self.unsubmitted: list[Alert] = []
+        self._awaiting: set[str] = set()  # resolves held back until their backlogged page has flushed
+        engine_firing = getattr(engine, "firing_alerts", None)
+        if engine_firing is not None:  # one truth at restart: the engine's view rebuilt from the book's
+            missed = reconcile(self.book, engine_firing(), clock.now())
+            if missed:
+                log.warning("restart: %d alert transition(s) committed in the alert book had not reached "
+                            "the alerting engine; handed over now", len(missed))
+                self._emit(missed)
 
     # -- ingest ----------------------------------------------------------------------------------
 
@@ -148,15 +163,28 @@ class Pipeline:
         if series is None:
             self._count_reject(source, "series_limit")
         if series is not None and len(self.store) > known:
+            node = labels.get("node", "unknown")
+            fresh_verl = labels.get("job") == verl_jsonl.JOB and node not in self.verl_nodes
             if labels.get("job") == verl_jsonl.JOB:
-                self.verl_nodes.add(labels.get("node", "unknown"))
-            if name == "verl_config_info":
-                info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
-                self.config_info[labels.get("node", "unknown")] = info
+                self.verl_nodes.add(node)
+            if name == "verl_config_info" or fresh_verl:
+                info = dict(self.config_info.get(node, {}))
+                if name == "verl_config_info":
+                    info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
+                if node in self.verl_nodes:
+                    info["trainer"] = "verl"  # diagnoses speak verl's words for this run (alerting/diagnose.py)
+                self.config_info[node] = info
                 set_info = getattr(self.engine, "set_config_info", None) if self.engine else None
                 if set_info is not None:
-                    set_info(labels.get("node", "unknown"), info)
+                    set_info(node, info)
         return series
+
+    def _unfillable(self, b: Any, reason: str) -> None:
+        """A rule that would stay silent for hours says so, once per series (issue 22)."""
+        log.warning("rule %s (%s) on %s%s can never test: %s; size it in steps (steps: / per_step: true)",
+                    b.rule.alert, b.rule.conditions[b.cond].detector_type, b.series.name,
+                    {k: v for k, v in b.series.labels.items() if k != "job"}, reason)
+        self.metrics.window_unfillable.labels(b.rule.alert, b.rule.conditions[b.cond].detector_type).set(1)
 
     def vocabulary(self, node: str) -> Vocabulary:
         """The config vocabulary of the run on ``node``: verl's keys for a volcengine verl run."""
@@ -195,7 +223,7 @@ class Pipeline:
         started = time.perf_counter()
         if now - self._evicted_at >= EVICT_EVERY_S:  # the head GC: unseen series give their budget back
             self._evicted_at = now
-            self.store.evict_stale(now, self.evaluator.horizon)
+            self.store.evict_stale(now, self.evaluator.evict_horizon)
         candidates = self.evaluator.tick(now)
         transitions = self.book.update(now, candidates, self._annotate)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
@@ -204,6 +232,8 @@ class Pipeline:
         if transitions:
             self._refresh_firing_gauge()
             self._emit(transitions)
+        elif self.unsubmitted:
+            self._submit([])
         if self.engine is not None:
             self.engine.tick()
         return transitions
@@ -215,9 +245,7 @@ class Pipeline:
 
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
         """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
-        now = self.clock.now()
-        with self.book.batch():
-            out = [a for a in (self.book.external(a, now) for a in alerts) if a is not None]
+        out = self.book.receive(alerts, self.clock.now())
         if out:
             self._refresh_firing_gauge()
             self._emit(out)
@@ -228,7 +256,36 @@ class Pipeline:
             for a in alerts:
                 self.on_record({"kind": "alert", **a.to_json()})
         if self.engine is not None:
-            self.engine.submit(alerts)
+            self._submit(alerts)
+
+    def _submit(self, alerts: list[Alert]) -> None:
+        """Hand committed transitions to the engine, after any it refused before (order kept).
+
+        A backlog (writes that failed for a while) can hold an alert's firing and its resolve together;
+        handed over at once, the resolve would replace the firing before its group flushed and the
+        outage would never page. So the resolve (and what follows it) waits until the engine has
+        flushed that page: FIRING, then RESOLVED, as if the disk had never been full."""
+        assert self.engine is not None
+        todo = self.unsubmitted + list(alerts)
+        page_pending = getattr(self.engine, "page_pending", None)
+        cut, fired = len(todo), set()
+        for i, a in enumerate(todo):
+            fp = a.fingerprint
+            if a.status == "firing":
+                fired.add(fp)
+            elif page_pending is not None and (fp in fired or (fp in self._awaiting and page_pending(fp))):
+                cut = i
+                self._awaiting.add(fp)
+                break
+            else:
+                self._awaiting.discard(fp)
+        if cut:
+            try:
+                self.engine.submit(todo[:cut])
+            except StorageUnavailable:  # already counted and logged by the engine; retried next tick
+                self.unsubmitted = todo
+                return
+        self.unsubmitted = todo[cut:]
 
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing

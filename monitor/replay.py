@@ -74,8 +74,9 @@ def stamp(record: dict[str, Any], now: float, fired_at: dict[str, str]) -> dict[
     return record
 
 
-def replay(input_path: str | Path, rules: list[Rule], out: IO[str], **kwargs: Any) -> ReplayResult:
-    return run_recording(load_recording(input_path), rules, out, **kwargs)
+def replay(input_path: str | Path, rules: list[Rule], out: IO[str], node: str | None = None,
+           **kwargs: Any) -> ReplayResult:
+    return run_recording(load_recording(input_path, node), rules, out, **kwargs)
 
 
 def run_recording(rec: Recording, rules: list[Rule], out: IO[str], *, plots_dir: Path | None = None,

@@ -11,7 +11,9 @@ rules:
     # step cadence (one sample per training step, e.g. a verl JSONL log): any duration parameter may
     # also be given in samples, `steps: {window: 24}` -> max(seconds, 24 x observed interval);
     # `warmup_steps: N` hides a series' first N samples from the detector; `for_steps: N` likewise
-    # raises `for` to N x the interval (monitor/detectors/cadence.py)
+    # raises `for` to N x the interval, `keep_firing_for_steps: N` `keep_firing_for`; `per_step: true`
+    # (rules on a per-step log): the steps replace the seconds once the interval is known
+    # (monitor/detectors/cadence.py)
     when:                              # optional extra conditions, joined on the same node
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
         detector: {type: fluctuation, window: 60s, min_relative: 0.05}
@@ -43,7 +45,7 @@ from monitor.selectors import Selector, SelectorError, parse_selector
 
 DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
 
-_RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "select", "detector", "when", "labels",
+_RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "keep_firing_for_steps", "select", "detector", "when", "labels",
               "summary", "description", "runbook", "plot"}
 _TEMPLATES = SandboxedEnvironment(autoescape=False)
 
@@ -67,6 +69,7 @@ class Condition:
     spike_filter: int = 0
     steps: dict[str, float] = field(default_factory=dict)  # duration parameter -> samples (cadence.py)
     warmup_steps: int = 0
+    per_step: bool = False  # the steps replace the seconds (a per-step log's rule, cadence.py)
 
     def matches(self, name: str, labels: dict[str, str]) -> bool:
         return any(s.matches(name, labels) for s in self.selectors)
@@ -76,7 +79,8 @@ class Condition:
             return registry.build(self.detector_type, dict(self.params), self.spike_filter)
         return CadenceScaled(lambda p: registry.build(self.detector_type, p, self.spike_filter), dict(self.params),
                              dict(self.steps), self.warmup_steps,
-                             ticks=bool(getattr(registry.DETECTORS[self.detector_type], "ticks", False)))
+                             ticks=bool(getattr(registry.DETECTORS[self.detector_type], "ticks", False)),
+                             per_step=self.per_step)
 
 
 @dataclass(frozen=True)
@@ -87,10 +91,24 @@ class Rule:
     for_s: float = 0.0
     for_steps: float = 0.0  # `for` is at least this many sample intervals of the alert's series
     keep_firing_for_s: float = 0.0
+    keep_firing_for_steps: float = 0.0  # the condition is held this many sample intervals after it clears
     labels: dict[str, str] = field(default_factory=dict)
     templates: dict[str, Any] = field(default_factory=dict)  # annotation name -> compiled template
     plot: bool = False
     source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``GET /api/v1/rules`` shows: how each condition is judged -- in seconds, or in steps of
+        the series (``steps``: parameter -> samples; ``per_step``: the steps replace the seconds) -- and
+        its warm-up in samples (``warmup_steps``; a ``warmup_s`` in ``steps``)."""
+        return {"alert": self.alert, "severity": self.severity, "source": self.source,
+                "for_s": self.for_s, "for_steps": self.for_steps,
+                "keep_firing_for_s": self.keep_firing_for_s, "keep_firing_for_steps": self.keep_firing_for_steps,
+                "conditions": [{"select": [s.text for s in c.selectors], "detector": c.detector_type,
+                                "params": c.params, "steps": c.steps, "per_step": c.per_step,
+                                "warmup_steps": c.warmup_steps,
+                                "judged_in": "steps" if c.per_step else ("seconds or steps" if c.steps else "seconds")}
+                               for c in self.conditions]}
 
     def render(self, context: dict[str, Any]) -> dict[str, str]:
         context = {"vocab": Vocabulary(), **context}  # the user's config vocabulary (alerting/vocabulary.py)
@@ -118,7 +136,7 @@ def _condition(raw: Any, where: str) -> Condition:
     kind = det["type"]
     if kind not in registry.DETECTORS:
         raise RuleError(f"{where}.detector.type: unknown {kind!r}; use one of {', '.join(sorted(registry.DETECTORS))}")
-    params = {k: v for k, v in det.items() if k not in ("type", "spike_filter", "steps", "warmup_steps")}
+    params = {k: v for k, v in det.items() if k not in ("type", "spike_filter", "steps", "warmup_steps", "per_step")}
     allowed = registry.accepted_params(kind)
     for k, v in list(params.items()):
         if k not in allowed:
@@ -142,7 +160,10 @@ def _condition(raw: Any, where: str) -> Condition:
     warmup = det.get("warmup_steps", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise RuleError(f"{where}.detector.warmup_steps: expected a sample count >= 0, got {warmup!r}")
-    cond = Condition(selectors, kind, params, spike, {str(k): float(n) for k, n in steps.items()}, warmup)
+    per_step = det.get("per_step", False)
+    if not isinstance(per_step, bool) or (per_step and not steps):
+        raise RuleError(f"{where}.detector.per_step: expected true or false, with `steps:` naming the windows")
+    cond = Condition(selectors, kind, params, spike, {str(k): float(n) for k, n in steps.items()}, warmup, per_step)
     try:
         cond.new_detector()
     except (TypeError, ValueError) as exc:
@@ -186,6 +207,7 @@ def _rule(raw: Any, where: str) -> Rule:
         alert=name, severity=sev, conditions=tuple(conds),
         for_s=parse_duration(raw.get("for", 0), f"{where}.for"), for_steps=_count(raw.get("for_steps", 0), f"{where}.for_steps"),
         keep_firing_for_s=parse_duration(raw.get("keep_firing_for", 0), f"{where}.keep_firing_for"),
+        keep_firing_for_steps=_count(raw.get("keep_firing_for_steps", 0), f"{where}.keep_firing_for_steps"),
         labels={str(k): str(v) for k, v in labels.items()}, templates=templates,
         plot=bool(raw.get("plot", False)), source=where,
     )

@@ -39,6 +39,17 @@ class Detector(ABC):
     def reset(self) -> None:  # noqa: B027 - optional hook; stateless detectors need no reset
         """Forget all state (a series restarted, e.g. a counter reset)."""
 
+    def unfillable(self, interval: float) -> str | None:
+        """Why this detector's windows cannot hold its minimum sample counts at one sample per ``interval``
+        seconds (None: they can). A windowed test that never fills never speaks: the evaluator says so."""
+        return None
+
+
+def short_window(name: str, span: float, interval: float, need: int) -> str | None:
+    """The ``unfillable`` text for one window: ``span`` seconds hold ``span / interval`` samples."""
+    held = span / interval if interval > 0 else float("inf")
+    return None if held >= need else f"{name} {span:.0f} s holds {held:.1f} samples at one per {interval:.0f} s, needs {need}"
+
 
 class SampleWindow:
     """The samples of the last ``span`` seconds (at most ``maxlen``), for the detectors that test a

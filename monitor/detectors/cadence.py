@@ -6,6 +6,12 @@ samples at 5 s and 2 at 15 min. A rule may therefore give, next to each duration
 samples (``steps: {window: 24}``); the detector then runs with ``max(seconds, steps x interval)``,
 where the interval is the median of the series' last sample intervals. At scrape cadence the seconds
 win and nothing changes; at step cadence the steps do.
+
+``per_step: true`` (issue 22, rules on a per-step log only): the seconds are only the start-up guess; once
+the interval is known every scaled parameter is ``steps x interval x _REBUILD_RATIO`` -- the same rule
+then holds at 1 s and at 15 min per step, and since the detector is re-sized whenever the interval moves
+by more than ``_REBUILD_RATIO`` (verl's step time grows with the response length), a window of N steps
+always holds at least N samples.
 """
 
 from __future__ import annotations
@@ -38,12 +44,13 @@ class IntervalEstimate:
         return statistics.median(self._gaps) if len(self._gaps) >= _MIN_INTERVALS else None
 
 
-def scaled(params: dict[str, Any], steps: dict[str, float], interval: float | None) -> dict[str, Any]:
+def scaled(params: dict[str, Any], steps: dict[str, float], interval: float | None,
+           per_step: bool = False) -> dict[str, Any]:
     out = dict(params)
     if interval is None:
         return out
     for key, n in steps.items():
-        out[key] = max(float(params.get(key, 0.0)), n * interval)
+        out[key] = n * interval * _REBUILD_RATIO if per_step else max(float(params.get(key, 0.0)), n * interval)
     return out
 
 
@@ -57,8 +64,10 @@ class CadenceScaled(Detector):
     """
 
     def __init__(self, factory: Callable[[dict[str, Any]], Detector], params: dict[str, Any],
-                 steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = 2048) -> None:
+                 steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = 2048,
+                 per_step: bool = False) -> None:
         self.factory, self.params, self.steps, self.warmup_steps = factory, params, steps, warmup_steps
+        self.per_step = per_step
         self.ticks = ticks
         self._history_len = history
         self.reset()
@@ -94,15 +103,24 @@ class CadenceScaled(Detector):
         # below every seconds/steps ratio, the seconds win and nothing needs computing
         gap = t - self._prev_t
         self._prev_t = t
-        if self.steps and (self.used is not self.params or gap * 2.0 >= self._floor_gap):
-            want = scaled(self.params, self.steps, self.interval.value())
-            if self._needs_resize(want):
+        if self.steps and (self.per_step or self.used is not self.params or gap * 2.0 >= self._floor_gap):
+            want = scaled(self.params, self.steps, self.interval.value(), self.per_step)
+            # a re-size waits while the condition holds: the new windows, replayed over samples that came
+            # at another step time, need not re-find a change they did not see begin (a reward collapse
+            # resolved 130 steps in when verl's step time had grown 25 %)
+            if not self._last.active and self._needs_resize(want):
                 self.used = want if want != self.params else self.params
                 self.inner = self.factory(dict(want))
                 for ht, hv in list(self._history)[:-1]:
                     self.inner.update(ht, hv)
         self._last = self.inner.update(t, value)
         return self._last
+
+    def unfillable(self, interval: float) -> str | None:
+        # judged on the windows this interval asks for: the inner detector's may lag behind while a re-size
+        # waits for the condition to clear
+        want = scaled(self.params, self.steps, interval if interval > 0 else None, self.per_step)
+        return self.factory(dict(want)).unfillable(interval)
 
     def tick(self, now: float) -> Finding:
         tick = getattr(self.inner, "tick", None)

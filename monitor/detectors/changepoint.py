@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 from scipy.stats import kendalltau, mannwhitneyu
 
-from monitor.detectors.base import Detector, Finding
+from monitor.detectors.base import Detector, Finding, short_window
 
 Direction = Literal["down", "up", "both"]
 
@@ -109,6 +109,10 @@ class LevelShiftDetector(Detector):
         self._reference: float | None = None
         self._last_change: dict[str, float] = {}
         self.change_points: list[float] = []  # change times confirmed so far (for backtests and plots)
+
+    def unfillable(self, interval: float) -> str | None:
+        return (short_window("baseline_s", self.baseline_s, interval, self.min_baseline)
+                or short_window("confirm_s", self.confirm_s, interval, self.min_recent))
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import numpy as np
 from scipy import stats
 from statsmodels.regression.linear_model import OLS
 
-from monitor.detectors.base import Detector, Every, Finding, SampleWindow
+from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
 
 Direction = Literal["up", "down", "both"]
 
@@ -50,6 +50,20 @@ class TrendDriftDetector(Detector):
       the far tail); the noise-relative floor is what keeps a stationary series quiet for days;
     - persistence: the above holds for ``persistence`` consecutive evaluations.
 
+    The drift must not hide itself (issue 22): the long-run noise is learnt only from samples seen while
+    the last test found no trend (``p >= alpha``), so a drift cannot inflate the noise it is measured
+    against; and once firing, the alert holds while the trend does (hysteresis: ``p < keep_alpha``, the
+    slope still in ``direction`` and half the effect floors), so a drift that is still climbing does not
+    resolve because its window no longer shows a knee.
+
+    ``warmup_rise`` (a per-step training metric such as verl's KL to the reference, which starts at 0 when
+    actor == reference and rises to its plateau over the first tens of steps): the series' first samples
+    are warm-up until their level settles -- the Theil-Sen rise over the last ``2 x settle`` samples is
+    at most ``min_change / 4`` or one noise sd (MAD of differences), on ``settle / 2`` samples in a row, or
+    ``max_warmup`` seconds passed (then the window restarts on the last ``2 x settle`` samples) -- and
+    nothing before that point enters the window or the noise. A drift that began during the warm-up does
+    not settle, and is judged from the forced end on.
+
     Tested by tests/monitor/test_monitor_scenarios.py::test_kl_drift_fires_before_static_threshold,
     ::test_stationary_autocorrelated_kl_is_quiet (24 h) and tests/monitor/test_monitor_detectors.py.
     """
@@ -57,12 +71,14 @@ class TrendDriftDetector(Detector):
     def __init__(self, window: float = 5400.0, every: float = 60.0, alpha: float = 0.01,
                  direction: Direction = "up", min_effect_sd: float = 2.5, min_change: float = 0.0,
                  min_relative_change: float = 0.0, persistence: int = 2, min_samples: int = 30,
-                 noise_horizon: float = 21600.0) -> None:
+                 noise_horizon: float = 21600.0, keep_alpha: float = 0.05, warmup_rise: bool = False,
+                 max_warmup: float = 3600.0, settle: int = 10) -> None:
         if direction not in ("up", "down", "both"):
             raise ValueError(f"direction must be up, down or both, got {direction!r}")
         self.window_s, self.every_s, self.alpha, self.direction = window, every, alpha, direction
         self.min_effect_sd, self.min_change, self.min_relative_change = min_effect_sd, min_change, min_relative_change
         self.persistence, self.min_samples, self.noise_horizon = persistence, min_samples, noise_horizon
+        self.keep_alpha, self.warmup_rise, self.max_warmup, self.settle = keep_alpha, warmup_rise, max_warmup, settle
         self.reset()
 
     def reset(self) -> None:
@@ -72,16 +88,70 @@ class TrendDriftDetector(Detector):
         self._last = Finding(0.0, False)
         self._ew_mean = self._ew_var = 0.0
         self._ew_weight = 0.0  # how much history the exponentially weighted moments hold (0..1)
+        self._quiet = True  # the last test found no trend: samples may teach the long-run noise
+        self._t0: float | None = None
+        self._warm = not self.warmup_rise  # warm-up over (or none to wait for)
+        self.warmup_end: float | None = None
+        self._settle_streak = 0
+
+    def unfillable(self, interval: float) -> str | None:
+        return short_window("window", self.window_s, interval, self.min_samples)
+
+    def _settled(self, t: float) -> bool:
+        """End of the run-start warm-up (class docstring); on settling the window restarts there."""
+        if self._t0 is None:
+            self._t0 = t
+        _, vs = self._window.arrays()
+        k = self.settle
+        if t - self._t0 < self.max_warmup:
+            if len(vs) < 2 * k:
+                return False
+            d = np.diff(vs)
+            noise = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0)
+            recent = vs[-2 * k:]
+            i, j = np.triu_indices(len(recent), k=1)
+            rise = float(np.median((recent[j] - recent[i]) / (j - i))) * len(recent)  # Theil-Sen over 2k
+            if self.direction == "down":
+                rise = -rise
+            elif self.direction == "both":
+                rise = abs(rise)
+            # settled: the last 2k samples rise no more than the floor, on k/2 samples in a row (one quiet
+            # stretch of autocorrelated noise must not end a warm-up that is still climbing)
+            self._settle_streak = self._settle_streak + 1 if rise <= max(self.min_change / 4.0, noise) else 0
+            if self._settle_streak < max(1, k // 2):
+                return False
+            keep = k  # the plateau's last samples are the new window's start
+        else:
+            # never settled: a drift from (nearly) the start, or a slow warm-up; the window restarts on the
+            # last 2k samples either way, so the warm-up's own rise is not fitted as the drift
+            keep = min(len(vs), 2 * k)
+        ts, vs = self._window.arrays()
+        self._window = SampleWindow(self.window_s)
+        for ht, hv in zip(ts[-keep:].tolist(), vs[-keep:].tolist(), strict=True):
+            self._window.add(ht, hv)
+        self._ew_mean, self._ew_var, self._ew_weight = float(np.median(vs[-keep:])), 0.0, 0.0
+        self.warmup_end = float(ts[-keep])
+        return True
 
     def update(self, t: float, value: float) -> Finding:
-        if self._window:
+        if not self._warm:
+            self._window.add(t, value)
+            self._warm = self._settled(t)
+            if not self._warm:
+                self._last = Finding(t, False, 0.0, {"warmup": 1.0, "value": value})
+                return self._last
+            self._every = Every(self.every_s)
+            if self._every.due(t):
+                self._last = self._evaluate(t)
+            return self._last
+        if not self._window:
+            self._ew_mean = value
+        elif self._quiet:
             w = 1.0 - float(np.exp(-(t - self._window.ts[-1]) / self.noise_horizon))
             delta = value - self._ew_mean
             self._ew_mean += w * delta
             self._ew_var = (1.0 - w) * (self._ew_var + w * delta * delta)
             self._ew_weight += w * (1.0 - self._ew_weight)
-        else:
-            self._ew_mean = value
         self._window.add(t, value)
         if self._every.due(t):
             self._last = self._evaluate(t)
@@ -123,6 +193,11 @@ class TrendDriftDetector(Detector):
         relative = abs(change) / level if level > 0 else np.inf
         ok = (p < self.alpha and abs(change) >= self.min_effect_sd * noise
               and abs(change) >= self.min_change and relative >= self.min_relative_change)
+        if not ok and self._last.active:  # hysteresis: a drift that still holds keeps its alert
+            sided = {"up": slope_per_min > 0, "down": slope_per_min < 0}.get(self.direction, True)
+            ok = (sided and p < self.keep_alpha and abs(change) >= 0.5 * self.min_effect_sd * noise
+                  and abs(change) >= 0.5 * self.min_change and relative >= 0.5 * self.min_relative_change)
+        self._quiet = p >= self.alpha and not ok
         self._streak = self._streak + 1 if ok else 0
         # The plot draws intercept + slope * (t - t_ref) from window_start on: the trend segment,
         # from the knot, with the flat stretch before it shown as context.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import ks_2samp
 
-from monitor.detectors.base import Detector, Every, Finding, SampleWindow
+from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
 
 
 class KSShiftDetector(Detector):
@@ -33,6 +33,10 @@ class KSShiftDetector(Detector):
         self._every = Every(self.every_s)
         self._streak = 0
         self._last = Finding(0.0, False)
+
+    def unfillable(self, interval: float) -> str | None:
+        return (short_window("reference", self.reference_s, interval, self.min_samples)
+                or short_window("recent", self.recent_s, interval, self.min_samples))
 
     def update(self, t: float, value: float) -> Finding:
         self._window.add(t, value)

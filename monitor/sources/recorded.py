@@ -46,17 +46,22 @@ def _value(text: object) -> float:
     return float(text)  # type: ignore[arg-type]
 
 
-def load_recording(path: str | Path) -> Recording:
+def load_recording(path: str | Path, node: str | None = None) -> Recording:
+    """``node``: the node label of every series (``replay --node``; a verl JSONL file names none)."""
     path = Path(path)
     try:
         head = path.open("rb").read(1)
     except OSError as exc:
         raise InputError(f"input {path}: cannot read ({exc.strerror}); check the path") from exc
     if head == b"{" and _is_verl_jsonl(path):
-        return _from_verl_jsonl(path)
-    if head in (b"{", b"["):
-        return _from_query_range(path)
-    return _from_csv(path)
+        rec = _from_verl_jsonl(path, node)
+    elif head in (b"{", b"["):
+        rec = _from_query_range(path)
+    else:
+        rec = _from_csv(path)
+    if node:
+        rec.series = [(name, {**labels, "node": node}) for name, labels in rec.series]
+    return rec
 
 
 def _is_verl_jsonl(path: Path) -> bool:
@@ -85,9 +90,9 @@ def read_records(path: str | Path, node: str | None = None) -> tuple[SourceBatch
     return batch, sum(batch.errors.values())
 
 
-def _from_verl_jsonl(path: Path) -> Recording:
+def _from_verl_jsonl(path: Path, node: str | None = None) -> Recording:
     try:
-        batch, errors = read_records(path)
+        batch, errors = read_records(path, node)
     except OSError as exc:
         raise InputError(f"input {path}: cannot read ({exc.strerror}); check the path") from exc
     index: dict[tuple, int] = {}

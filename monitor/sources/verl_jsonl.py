@@ -22,6 +22,11 @@ Guarantees (issue 12.5, 14.2):
   for its newline; a line glued to a crashed writer's fragment is recovered from its own ``{``.
 - *The offset survives restarts*: an ``OffsetStore`` (the daemon's is ``jsonl-offsets.json`` next to its
   state_db) keeps dev/inode, offset, head bytes and the last record time per path.
+- *No blind window after a restart* (issue 22): a tail that resumes a saved offset first re-reads the
+  records before it (at most ``HISTORY_RECORDS`` / ``HISTORY_BYTES``), timed backwards from the saved
+  last record time by their timers, and returns them with the first poll, so the detectors judge the
+  first new record with the windows they had (the non-finite step counter is replayed flat: a NaN step
+  before the restart was already counted and paged).
 - ``null``/NaN/Inf values are counted (``nonfinite_value``); a record with one in an ``actor/*`` or
   ``critic/*`` key counts as a non-finite step: ``verl_nonfinite_steps_total`` feeds NonFiniteGradients.
 
@@ -52,6 +57,8 @@ TIME_KEYS = ("timestamp", "_timestamp", "time")
 HEAD_BYTES = 64
 _EPS = 1e-3                    # least spacing between two records (keeps samples distinct)
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
+HISTORY_RECORDS = 240          # records re-read before a resumed offset (the longest step window + warm-up)
+HISTORY_BYTES = 4 << 20
 
 
 _number = verl_keys.finite_number
@@ -176,6 +183,8 @@ class JsonlTail:
         self._intervals: deque[float] = deque(maxlen=32)
         self._opened_mtime: float | None = None
         self._saved = self.offsets.get(str(self.path.resolve()))
+        self._history = b""  # the records before a resumed offset, replayed with the first poll
+        self._opened_before = False  # a re-open after a read error resumes without replaying history
 
     # -- file handling -------------------------------------------------------------------------------
 
@@ -207,8 +216,36 @@ class JsonlTail:
             t_last = saved.get("t_last")
             self._t_last = float(t_last) if isinstance(t_last, int | float) else -math.inf
             self._nonfinite_steps = int(saved.get("nonfinite_steps", 0))
+            if self._offset > 0 and math.isfinite(self._t_last) and not self._opened_before:
+                start = max(0, self._offset - HISTORY_BYTES)
+                fh.seek(start)
+                back = fh.read(self._offset - start)
+                self._history = back if start == 0 else back[back.find(b"\n") + 1:]
         fh.seek(self._offset)
+        self._opened_before = True
         return True
+
+    def _replay_history(self, batch: SourceBatch) -> None:
+        """The records before a resumed offset (module docstring), timed back from the saved last time."""
+        raw, self._history = self._history, b""
+        records = [MappedRecord(r, self.node) for r in
+                   (self._parse(line, SourceBatch(self.source)) for line in raw.split(b"\n")[-HISTORY_RECORDS - 1:])
+                   if r is not None]
+        known = [m.interval for m in records if m.interval is not None]
+        typical = statistics.median(known) if known else UNKNOWN_SPACING_S
+        t = self._t_last
+        stamped: list[tuple[MappedRecord, float]] = []
+        for m in reversed(records):
+            stamped.append((m, t))
+            t -= max(m.interval if m.interval is not None else typical, _EPS)
+        scratch = SourceBatch(self.source)  # its value errors were counted when the records first arrived
+        for m, ts in reversed(stamped):
+            m.samples(ts, scratch)
+            batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
+                                        float(self._nonfinite_steps), ts))
+            if m.interval is not None:
+                self._intervals.append(m.interval)
+        batch.samples.extend(scratch.samples)
 
     def _read(self, batch: SourceBatch) -> bytes:
         """Everything new, following truncation and rotation; the old file is drained first."""
@@ -323,6 +360,8 @@ class JsonlTail:
             self._partial = b""
             return batch
         grew = self._offset != offset_before and not first_open
+        if self._history:
+            self._replay_history(batch)
         lines = text.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted

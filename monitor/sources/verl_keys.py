@@ -7,9 +7,13 @@ Read from verl's source (releases 0.6.0, 0.7.0 and main at 0.8.0.dev; nothing co
   ``perf/time_per_step``, ``timing_s/<stage>``, ``timing_per_token_ms/<stage>``.
 - ``verl/trainer/ppo/ray_trainer.py``: ``actor/reward_kl_penalty`` (KL to the reference when the KL is in
   the reward, ``algorithm.use_kl_in_reward``) and ``actor/reward_kl_penalty_coeff`` (the controller's
-  beta, ``algorithm.kl_ctrl.kl_coef``); ``training/global_step``; the timers ``testing`` and
-  ``save_checkpoint`` run *outside* the ``step`` timer, so the time between two records is
-  ``timing_s/step + timing_s/testing + timing_s/save_checkpoint``.
+  beta, ``algorithm.kl_ctrl.kl_coef``); ``training/global_step``. Which timers run *outside* the
+  ``step`` timer (read from the 0.6.0, 0.7.0, 0.8.0 and 0.9.1 wheels, issue 22): in 0.6 and 0.7
+  ``testing`` and ``save_checkpoint`` both follow the ``with marked_timer("step")`` block; from 0.8 on
+  ``save_checkpoint`` moved inside it (0.8.0 and 0.9.1 ``RayPPOTrainer.fit``, and 0.9.1's default v1
+  trainer, ``trainer.use_v1: true``) and only ``testing`` (and the profiler's ``start_profile`` /
+  ``stop_profile``) stays outside. So the time between two records is ``timing_s/step`` plus those
+  outside timers of the record's release (:func:`record_interval`).
 - ``verl/workers/actor/dp_actor.py`` / ``core_algos.py``: ``actor/ppo_kl`` (old-vs-new policy KL of one
   update: the update's size, not the distance to the reference), ``actor/kl_loss`` (KL to the reference
   as a loss, ``actor_rollout_ref.actor.use_kl_loss``, GRPO's usual setting) and ``actor/kl_coef``
@@ -97,8 +101,11 @@ STAGE_MAP: dict[str, str] = {
     "values": "critic_values", "update_actor": "actor_update", "save_checkpoint": "checkpoint",
     "testing": "validation", "old_log_prob": "old_log_prob", "adv": "advantage", "step": "step",
 }
-# Timers that run outside ``timing_s/step`` but between two records (ray_trainer.fit, 0.6+).
-OUTSIDE_STEP_TIMERS = ("testing", "save_checkpoint", "start_profile", "stop_profile")
+# Timers that run outside ``timing_s/step`` but between two records, per release (module docstring).
+OUTSIDE_STEP_TIMERS = ("testing", "save_checkpoint", "start_profile", "stop_profile")  # 0.6, 0.7
+OUTSIDE_STEP_TIMERS_08 = ("testing", "start_profile", "stop_profile")                  # 0.8+
+# keys only a 0.8+ run writes: the engine workers' role-prefixed perf keys, the weight-sync timer
+_MARKERS_08 = ("actor/perf/", "critic/perf/", "timing_s/update_weights")
 # Keys whose null/NaN marks a non-finite training step (loss, gradient, KL of actor or critic).
 NONFINITE_PREFIXES = ("actor/", "critic/")
 
@@ -162,6 +169,15 @@ def _seconds(raw: object) -> float | None:
     return value if value is not None and 0 <= value < 1e7 else None
 
 
+def release_08(data: dict) -> bool:
+    """Whether a record is in verl 0.8+'s layout (engine workers / the v1 trainer)."""
+    return any(k.startswith(_MARKERS_08) for k in data)
+
+
+def outside_step_timers(data: dict) -> tuple[str, ...]:
+    return OUTSIDE_STEP_TIMERS_08 if release_08(data) else OUTSIDE_STEP_TIMERS
+
+
 def record_interval(data: dict) -> float | None:
     """Seconds between this record and the one before it, from verl's own timers (None: unknown)."""
     total = _seconds(data.get("timing_s/step"))
@@ -169,7 +185,7 @@ def record_interval(data: dict) -> float | None:
         total = _seconds(data.get("perf/time_per_step"))
     if total is None:
         return None
-    for name in OUTSIDE_STEP_TIMERS:
+    for name in outside_step_timers(data):
         total += _seconds(data.get(f"timing_s/{name}")) or 0.0
     return total
 

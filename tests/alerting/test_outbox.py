@@ -38,6 +38,7 @@ def test_backoff_grows_with_seeded_jitter_and_blocks_the_group(tmp_path: Path) -
         for _ in range(6):
             (head,) = ob.heads_due(float("inf"))
             assert head.status == "firing"  # the group's second row waits for its head
+            ob.claim([head])  # each attempt is recorded before it is sent
             nxt = ob.retry([head], now, "HTTP 500")
             out.append(nxt - now)
             assert ob.heads_due(nxt - 0.001) == []

@@ -35,6 +35,7 @@ class Targets:
     def __init__(self, hang_s: float = 3.0) -> None:
         bodies = {"/good": GOOD, "/malformed": MALFORMED, "/nonfinite": NONFINITE, "/drifting": DRIFTING,
                   "/api/v1/reward_outliers?k=3": json.dumps(OUTLIERS)}
+        self.bodies = bodies  # the handler serves from this dict: a test may set or change a path's body
         self.hits: dict[str, int] = {}
         stopping = threading.Event()
         self.stopping = stopping

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from monitor_http import RunningDaemon, metric, wait_for
@@ -37,6 +38,13 @@ def test_daemon_reexports_verl_series_and_keeps_its_offset(tmp_path: Path) -> No
         assert wait_for(lambda: metric(d.url, "verl_global_step", node="gpu-08") == 4, timeout=15)
         assert metric(d.url, "verl_kl_divergence", source="kl_loss", node="gpu-08") is not None
         assert metric(d.url, "verl_monitor_samples_ingested_total", source="jsonl:exp.jsonl") > 100
+        # /api/v1/rules says how a verl log is judged: in steps, with warm-ups in steps
+        rules = httpx.get(f"{d.url}/api/v1/rules").json()["data"]
+        kl = next(r for r in rules if r["alert"] == "KLDriftDetected" and r["conditions"][0]["per_step"])
+        assert kl["conditions"][0]["judged_in"] == "steps" and kl["conditions"][0]["steps"]["window"] == 60
+        assert kl["keep_firing_for_steps"] == 10
+        cliff = next(r for r in rules if r["conditions"][0]["detector"] == "level_shift" and r["conditions"][0]["per_step"])
+        assert cliff["conditions"][0]["steps"]["warmup_s"] == 2
     finally:
         d.stop()
     offsets = json.loads((tmp_path / "state" / "jsonl-offsets.json").read_text())
@@ -44,10 +52,11 @@ def test_daemon_reexports_verl_series_and_keeps_its_offset(tmp_path: Path) -> No
     with log.open("ab") as fh:
         fh.write(b"".join(encode(r, "0.8") for r in records[4:]))
     d = RunningDaemon(_config(tmp_path, log, export=True, total_steps=6))
-    try:  # the restarted daemon reads only the two new records
+    try:  # the restarted daemon reads the two new records after the four before its offset, once each
+        # (those four are the detectors' history, issue 22: no blind window after a restart)
         assert wait_for(lambda: metric(d.url, "verl_global_step", node="gpu-08") == 6, timeout=15)
         samples = metric(d.url, "verl_monitor_samples_ingested_total", source="jsonl:exp.jsonl") or 0
-        assert samples < 3 * len(records[0]["data"])
+        assert 4 * len(records[0]["data"]) < samples < 7 * len(records[0]["data"])
     finally:
         d.stop()
 

@@ -122,8 +122,11 @@ def test_offset_survives_monitor_restart(tmp_path: Path) -> None:
     os.utime(f, (times[-1], times[-1]))
     second = JsonlTail(f, "n", offsets=OffsetStore(state))
     after = _steps(second.poll(times[-1] + 600))
-    assert [v for _, v in seen] == list(range(1, 26)) and [v for _, v in after] == list(range(26, 41))
-    assert np.max(np.abs(np.array([t for t, _ in after]) - times[25:])) < 1e-6
+    # the records before the saved offset come again first (the detectors' history, issue 22), at the
+    # times the first tail gave them; then the new ones, each at its true time
+    assert [v for _, v in seen] == list(range(1, 26)) and [v for _, v in after] == list(range(1, 41))
+    assert np.max(np.abs(np.array([t for t, _ in after[:25]]) - np.array([t for t, _ in seen]))) < 1e-6
+    assert np.max(np.abs(np.array([t for t, _ in after[25:]]) - times[25:])) < 1e-6
 
 
 def test_rotation_by_rename_drains_the_old_file_then_follows_the_new(tmp_path: Path) -> None:
@@ -259,3 +262,25 @@ def test_a_read_error_costs_one_poll_not_the_tail(tmp_path: Path) -> None:
     real.close()  # type: ignore[union-attr]
     got += _steps(tail.poll(times[-1] + 2))  # reopened at the same offset
     assert [v for _, v in got] == list(range(1, 7))
+
+
+def test_record_interval_follows_the_release_of_the_record() -> None:
+    """0.6/0.7 run save_checkpoint after the step timer, 0.8+ inside it (read from the wheels); testing is
+    outside in all of them."""
+    from monitor.sources.verl_keys import record_interval
+
+    legacy = {"timing_s/step": 60.0, "timing_s/save_checkpoint": 12.0, "timing_s/testing": 18.0,
+              "perf/max_memory_allocated_gb": 40.0}
+    engine = {"timing_s/step": 60.0, "timing_s/save_checkpoint": 12.0, "timing_s/testing": 18.0,
+              "actor/perf/max_memory_allocated_gb": 40.0}
+    assert record_interval(legacy) == pytest.approx(90.0)
+    assert record_interval(engine) == pytest.approx(78.0)
+
+
+@pytest.mark.parametrize("version", ["0.7", "0.9"])
+def test_finished_file_times_hold_for_each_release(version: str, tmp_path: Path) -> None:
+    f = tmp_path / "run.jsonl"
+    _, times = write_finished(f, RunSpec(version=version, steps=120, step_s=60.0, save_freq=20))
+    batch, _ = read_records(f)
+    got = sorted({s.t for s in batch.samples if s.name == "verl_global_step"})
+    assert np.max(np.abs(np.array(got) - times)) < 1e-3

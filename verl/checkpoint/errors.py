@@ -15,5 +15,7 @@ def one_line(exc: BaseException) -> str:
     failures = getattr(exc, "failures", None)
     if isinstance(failures, dict) and failures:
         exc = next(iter(failures.values()))
+        if isinstance(exc, tuple) and exc and isinstance(exc[0], BaseException):
+            exc = exc[0]  # torch 2.13: (exception, traceback frames) per rank
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

@@ -6,7 +6,8 @@
         actor/  critic/          DCP shards of model parameters (one ``__<rank>_0.distcp`` per rank)
         optim/actor/ ...         DCP shards of optimizer state, kept apart from the parameters
         rollout_cache/           Arrow IPC files ``rank<R>-<K>.arrow``, sharded by time
-        meta.json                versions, step, RNG per rank, offsets, manifest (sha256 of every file)
+        <part>/writer-rank<R>.json  per part and rank: run id, step, sha256 of that rank's files as written
+        meta.json                versions, step, run id, RNG per rank, offsets, manifest (sha256 of every file)
         COMPLETE                 written last, atomically: only a directory holding it is a checkpoint
 """
 
@@ -25,11 +26,16 @@ STEP_PREFIX = "global_step_"
 MARKER = "COMPLETE"
 META = "meta.json"
 log = logging.getLogger(__name__)
+WRITER_RE = re.compile(r"^writer-rank(\d+)\.json$")
 _STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
 
 
 def step_dir(root: str | Path, step: int) -> Path:
     return Path(root) / f"{STEP_PREFIX}{int(step)}"
+
+
+def writer_file(rank: int) -> str:
+    return f"writer-rank{int(rank)}.json"
 
 
 def step_of(path: str | Path) -> int | None:

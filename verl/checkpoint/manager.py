@@ -4,8 +4,12 @@ Pipeline of one save::
 
     save()  [caller blocks]   wait for the previous save -> stage params/optimizer into reused CPU
                               buffers -> capture RNG, offsets, extra
-    writer  [background]      rollout cache (Arrow) -> dcp.save per part -> gather per-rank RNG and
-                              shard lists -> rank 0: manifest (sha256) -> meta.json -> COMPLETE -> rotate
+    writer  [background]      rollout cache (Arrow) -> dcp.save per part -> per rank and part a
+                              writer-rank<R>.json (run id, step, sha256 of its files) -> gather per-rank
+                              RNG and shard lists -> rank 0: manifest (sha256) -> meta.json -> COMPLETE
+                              -> rotate
+    a failed save             every rank stops at the same point, rank 0 removes the step's directory
+                              (partial shards included), one warning; the next interval saves again
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import queue
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +100,23 @@ class _Staged:
     rollout: pa.Table | None
 
 
+LOW_SPACE_BYTES = 16 * 1024**2
+
+
+def _run_all(hooks: list[Callable[[], None]]) -> None:
+    for hook in hooks:
+        hook()
+
+
+def _disk_note(path: Path) -> str:
+    """A full disk surfaces from torch's writer as e.g. "unexpected pos 704 vs 598", not ENOSPC: name it."""
+    try:
+        free = shutil.disk_usage(path if path.exists() else path.parent).free
+    except OSError:
+        return ""
+    return f" (disk full: {free} bytes free under {path.parent})" if free < LOW_SPACE_BYTES else ""
+
+
 class CheckpointManager:
     """Saves and loads ``DIR/global_step_<N>/`` checkpoints (see ``verl/checkpoint/README.md``).
 
@@ -134,6 +157,14 @@ class CheckpointManager:
             self._pg = process_group or dist.new_group(backend="gloo")
         else:
             self.rank, self.world_size, self._pg = 0, 1, None
+        self.run_id: str = self.gather(uuid.uuid4().hex)[0]
+        """This run's id (rank 0's, shared): in meta.json and in every part's writer files, so a checkpoint
+        made of parts written by two runs never verifies."""
+        self.strategy: str | None = None
+        """Recorded in meta.json ("ddp", "fsdp"): a resume under another strategy is refused."""
+        self._failed_streak = 0
+        self.writing_step: int | None = None
+        """The step the background writer is saving (for ``before_commit`` hooks), None when idle."""
         self._buffers = StagingBuffers()
         # One long-lived writer thread fed through a queue: starting a thread per save made the caller
         # wait for the new thread to be scheduled (24 ms of a 90 ms stall on a busy host).
@@ -175,7 +206,9 @@ class CheckpointManager:
         t0 = time.perf_counter()
         self.wait(raise_on_error=False)  # at most one save in flight
         path = layout.step_dir(self.root, step)
-        if layout.is_complete(path):
+        # rank 0's view for all: it writes COMPLETE, and another rank's writer can be done before that
+        # (the final save of a step that was also an interval step hung when ranks decided differently)
+        if self.gather(layout.is_complete(path))[0]:
             return None
         if self.rank == 0 and path.exists():
             shutil.rmtree(path)  # debris of a save that was killed before its marker
@@ -192,6 +225,8 @@ class CheckpointManager:
             "global_step": int(step),
             "created_at": self.clock.now(),
             "world_size": self.world_size,
+            "run_id": self.run_id,
+            "strategy": self.strategy,
             "lr_scheduler": _state_of(lr_scheduler),
             "dataset": dataset_state,
             "kl_controller": {"value": kl_value},
@@ -229,9 +264,11 @@ class CheckpointManager:
             self._stall_gauge.set(self._result.stall_s)
         return self.wait()
 
-    def wait(self, raise_on_error: bool = True) -> SaveResult | None:
-        """Block until the save in flight (if any) is complete; return its result."""
-        self._idle.wait()
+    def wait(self, raise_on_error: bool = True, timeout: float | None = None) -> SaveResult | None:
+        """Block until the save in flight (if any) is complete; return its result. With ``timeout``:
+        ``None`` when it is still being written after that many seconds (the result stays pending)."""
+        if not self._idle.wait(timeout):
+            return None
         result, self._result = self._result, None
         if result is not None:
             self.last_result = result
@@ -250,43 +287,90 @@ class CheckpointManager:
         t0 = time.perf_counter()
         res = self._result
         assert res is not None
+        self.writing_step = s.step
         try:
-            shards: list[dict[str, Any]] = []
-            if s.rollout is not None:
-                written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
-                shards = [{**asdict(sh), "rank": self.rank} for sh in written]
-            for part, state in s.parts.items():
-                self._dcp_save(state, s.path / part)
-            for hook in self.before_commit:
-                hook()
-            gathered = self._gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
-            if self.rank == 0:
-                meta = s.meta
-                meta["rng"] = [g["rng"] for g in gathered]
-                if any(g["has_cache"] for g in gathered):
-                    meta["parts"]["rollout_cache"] = {
-                        "version": rcache.ROLLOUT_CACHE_VERSION,
-                        "path": "rollout_cache",
-                        "shards": [sh for g in gathered for sh in g["shards"]],
-                    }
-                meta["manifest"] = layout.manifest(s.path)
-                layout.atomic_write_json(s.path / layout.META, meta)
-                meta_sha = layout.sha256_file(s.path / layout.META)
-                layout.atomic_write_json(s.path / layout.MARKER, {"global_step": s.step, "meta_sha256": meta_sha})
-                layout.rotate(self.root, self.keep_last)
+            self._write_parts(s)
             if self._last_gauge is not None:
                 self._last_gauge.set(self.clock.now())
+            self._failed_streak = 0
         except (Exception, CheckpointException) as exc:  # a failed save is counted and reported, training goes on
-            res.error = one_line(exc)
-            log.error("checkpoint global_step_%d failed: %s", s.step, res.error)
-            if self._failures is not None:
-                self._failures.inc()
+            res.error = one_line(exc) + _disk_note(s.path)
+            self._discard(s.path, res.error)
+        self.writing_step = None
         res.write_s = time.perf_counter() - t0
         if res.error is None:
             log.info("checkpoint global_step_%d complete: blocked the step %.3fs, written in %.2fs",
                      s.step, res.stall_s, res.write_s)
         if self._on_saved is not None:
             self._on_saved(res)
+
+    def _write_parts(self, s: _Staged) -> None:
+        shards: list[dict[str, Any]] = self._together(partial(self._write_rollout, s)) or []
+        for part, state in s.parts.items():
+            self._dcp_save(state, s.path / part)  # dcp.save reports a failure on every rank itself
+            self._together(partial(self._write_writer_file, s, s.path / part, None))
+        self._together(partial(_run_all, self.before_commit))
+        gathered = self.gather({"rng": s.local_rng, "shards": shards, "has_cache": s.rollout is not None})
+        if self.rank == 0:
+            meta = s.meta
+            meta["rng"] = [g["rng"] for g in gathered]
+            if any(g["has_cache"] for g in gathered):
+                meta["parts"]["rollout_cache"] = {
+                    "version": rcache.ROLLOUT_CACHE_VERSION,
+                    "path": "rollout_cache",
+                    "shards": [sh for g in gathered for sh in g["shards"]],
+                }
+            meta["manifest"] = layout.manifest(s.path)
+            layout.atomic_write_json(s.path / layout.META, meta)
+            meta_sha = layout.sha256_file(s.path / layout.META)
+            layout.atomic_write_json(s.path / layout.MARKER, {"global_step": s.step, "meta_sha256": meta_sha})
+            layout.rotate(self.root, self.keep_last)
+
+    def _write_writer_file(self, s: _Staged, part_dir: Path, files: list[str] | None) -> None:
+        """``<part>/writer-rank<R>.json``: which run wrote this rank's files of the part, at which step, and
+        their sha256 as written. ``verify`` checks them against meta.json and the manifest."""
+        rel_part = part_dir.relative_to(s.path).as_posix()
+        if files is None:  # a DCP part: this rank's data file(s) are named __<rank>_<k>.distcp, rank 0 adds .metadata
+            mine = sorted(part_dir.glob(f"__{self.rank}_*.distcp")) + ([part_dir / ".metadata"] if self.rank == 0 else [])
+            files = [f"{rel_part}/{p.name}" for p in mine]
+        part_dir.mkdir(parents=True, exist_ok=True)
+        doc = {"run_id": self.run_id, "global_step": s.step, "rank": self.rank, "world_size": self.world_size,
+               "files": {rel: layout.sha256_file(s.path / rel) for rel in files}}
+        layout.atomic_write_json(part_dir / layout.writer_file(self.rank), doc)
+
+    def _write_rollout(self, s: _Staged) -> list[dict[str, Any]]:
+        if s.rollout is None:
+            return []
+        written = rcache.write(s.path / "rollout_cache", s.rollout, self.rank, self.shard_bytes)
+        self._write_writer_file(s, s.path / "rollout_cache", [f"rollout_cache/{sh.file}" for sh in written])
+        return [{**asdict(sh), "rank": self.rank} for sh in written]
+
+    def _together(self, action: Callable[[], Any]) -> Any:
+        """Run a rank-local write; a failure on any rank raises on every rank, before the next collective,
+        so no rank waits in dcp.save or a gather for one that gave up."""
+        result, error = None, None
+        try:
+            result = action()
+        except Exception as exc:
+            error = one_line(exc)
+        errors = [e for e in self.gather(error) if e]
+        if errors:
+            raise CheckpointError(errors[0])
+        return result
+
+    def _discard(self, path: Path, error: str) -> None:
+        """A failed save leaves nothing behind: its partial files would fill the disk for every later save
+        too. One warning per failure streak (a full disk fails every interval until space is freed)."""
+        if self.rank == 0:
+            shutil.rmtree(path, ignore_errors=True)
+        self._failed_streak += 1
+        if self._failed_streak == 1:
+            log.warning("checkpoint %s failed, its partial files removed; training goes on and the next "
+                        "interval saves again: %s", path.name, error)
+        else:
+            log.debug("checkpoint %s failed again (%d in a row): %s", path.name, self._failed_streak, error)
+        if self._failures is not None:
+            self._failures.inc()
 
     def _dcp_save(self, state: Any, path: Path) -> None:
         writer = FileSystemWriter(str(path), sync_files=True)
@@ -295,7 +379,7 @@ class CheckpointManager:
         else:
             dcp.save(state, storage_writer=writer, no_dist=True)
 
-    def _gather(self, obj: Any) -> list[Any]:
+    def gather(self, obj: Any) -> list[Any]:
         if not self._distributed:
             return [obj]
         out: list[Any] = [None] * self.world_size
@@ -328,12 +412,17 @@ class CheckpointManager:
             return None
         meta = verify(path)
         name = path.name
+        saved_strategy = meta.get("strategy") or "ddp"  # checkpoints from before FSDP are DDP ones
+        if self.strategy is not None and saved_strategy != self.strategy:
+            raise CheckpointError(
+                f"strategy mismatch: {name} was written by a {saved_strategy} run, this run uses {self.strategy} "
+                f"(set actor.strategy/critic.strategy back to {saved_strategy}; converting between them is not supported)")
         saved_ws = meta["world_size"]
         if saved_ws != self.world_size and not allow_reshard:
             raise CheckpointError(
                 f"world size mismatch: {name} was saved by {saved_ws} ranks, this run has {self.world_size} "
-                "(relaunch with the same number of ranks, or load with allow_reshard=True: parameters are "
-                "resharded by DCP but RNG streams will not continue exactly)"
+                "(relaunch with the same number of ranks; actor.strategy=fsdp runs reshard, "
+                "CheckpointManager.load(allow_reshard=True) does for any)"
             )
         want = config_hash(model_config)
         if want is not None and meta.get("model_config_hash") not in (None, want):
@@ -388,9 +477,17 @@ class CheckpointManager:
         table = rcache.read(path / "rollout_cache", [s["file"] for s in shards])
         return table.take(list(range(self.rank, table.num_rows, self.world_size)))  # resharded round-robin
 
-    def close(self) -> None:
+    @property
+    def idle(self) -> bool:
+        """No save in flight."""
+        return self._idle.is_set()
+
+    def close(self, wait: bool = True) -> None:
         """Finish the save in flight. Call it before the process exits: the writer is a daemon thread,
-        and a save cut short leaves only an incomplete (ignored) directory."""
+        and a save cut short leaves only an incomplete (ignored) directory. ``wait=False``: leave a save
+        still in flight to die with the process (a SIGTERM grace period ran out)."""
+        if not wait and not self.idle:
+            return
         self.wait(raise_on_error=False)
         if self._writer is not None:
             self._jobs.put(None)

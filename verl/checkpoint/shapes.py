@@ -71,6 +71,8 @@ META_SCHEMA: dict[str, Any] = {
         "global_step": {"type": "integer", "minimum": 0},
         "created_at": {"anyOf": [{"type": "null"}, _NUM]},
         "world_size": {"type": "integer", "minimum": 1},
+        "run_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+        "strategy": {"anyOf": [{"type": "null"}, {"enum": ["ddp", "fsdp"]}]},
         "parts": {
             "type": "object",
             "additionalProperties": {

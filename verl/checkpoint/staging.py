@@ -55,9 +55,7 @@ class StagingBuffers:
             local = obj.to_local()
             buf = self._buffer(path, local)
             buf.copy_(local.detach(), non_blocking=False)
-            return DTensor.from_local(
-                buf, obj.device_mesh, obj.placements, run_check=False, shape=obj.shape, stride=obj.stride()
-            )
+            return _staged_dtensor(buf, obj)
         if isinstance(obj, torch.Tensor):
             buf = self._buffer(path, obj)
             buf.copy_(obj.detach(), non_blocking=False)
@@ -68,3 +66,15 @@ class StagingBuffers:
             items = [self._walk(v, (*path, i)) for i, v in enumerate(obj)]
             return type(obj)(items) if isinstance(obj, tuple) else items
         return copy.deepcopy(obj)
+
+
+def _staged_dtensor(buf: torch.Tensor, like: Any) -> Any:
+    """A DTensor over the CPU buffer with ``like``'s mesh, placements and global shape. Not through
+    ``DTensor.from_local``: it moves a local tensor to the mesh's device type, so on a CUDA mesh the staged
+    copy went straight back to the GPU (a fresh GPU allocation per save, in the caller's time). The
+    constructor keeps the buffer where it is; the spec (immutable) is the live tensor's."""
+    try:
+        return DTensor(buf, like._spec, requires_grad=False)
+    except (TypeError, AttributeError):  # a torch whose constructor differs: same result on CPU meshes
+        return DTensor.from_local(buf, like.device_mesh, like.placements, run_check=False, shape=like.shape,
+                                  stride=like.stride())

@@ -27,6 +27,7 @@ from verl.config import ConfigError
 
 from .errors import CheckpointError
 from .layout import step_of
+from .lock import DirectoryLocked, DirLock
 from .manager import CheckpointManager, config_hash
 from .memory_tier import MemorySnapshotter
 from .rollout_cache import DEFAULT_SHARD_BYTES
@@ -68,6 +69,11 @@ class ResumeError(CheckpointError, ConfigError):
     reports it like any bad input: one line, exit code 2, no traceback."""
 
 
+class FinalSaveFailed(CheckpointError, ConfigError):
+    """The run's last checkpoint could not be written (a full disk): one line, exit 2, no traceback; the
+    failed save's files are already removed and the newest complete checkpoint is still good."""
+
+
 def memory_tier_dir(checkpoint_dir: str | Path, configured: str | None = None) -> Path | None:
     """Where the in-memory tier of ``checkpoint_dir`` lives: ``configured``, else a directory on /dev/shm
     named after the checkpoint directory (so a successor process finds it); None without a tmpfs."""
@@ -92,6 +98,10 @@ class TrainerCheckpointer:
         self.memory_interval = int(getattr(ck, "memory_interval", 0) or 0)
         where = memory_tier_dir(checkpoint_dir, getattr(ck, "memory_dir", None)) if self.memory_interval > 0 else None
         world = getattr(ctx, "world_size", 1) or 1
+        if self.memory_interval > 0 and strategy_of(config) == "fsdp":
+            raise ConfigError("checkpoint.memory_interval needs actor.strategy=ddp and critic.strategy=ddp: the "
+                              "in-memory tier stores whole tensors, not FSDP shards (set checkpoint.memory_interval=0; "
+                              "disk checkpoints are sharded and async)")
         if self.memory_interval > 0 and world > 1:
             log.warning("checkpoint.memory_interval is single-process only (this run has %d ranks): disk "
                         "checkpoints only", world)
@@ -103,6 +113,47 @@ class TrainerCheckpointer:
         self._model_hash = config_hash(_model_config(config))
         self._metrics_bound = False
         self._finished = False
+        self._abandoned = False
+        self.manager.strategy = strategy_of(config)
+        self.lock = DirLock(checkpoint_dir, self.manager.run_id)
+
+    def acquire(self) -> None:
+        """Take the directory's writer lock (rank 0 holds it for the whole job), or raise
+        ``DirectoryLocked`` on every rank. ``RLTrainer.train`` calls it before resuming or saving; a
+        hot-standby child only calls train() on takeover, after its predecessor died."""
+        error = None
+        if self.manager.rank == 0:
+            try:
+                self.lock.acquire()
+            except DirectoryLocked as exc:
+                error = str(exc)
+        errors = self.manager.gather(error)
+        if errors[0]:
+            raise DirectoryLocked(errors[0])
+
+    def release(self) -> None:
+        """Give the directory's lock back (end of ``train()``; ``close()`` does too)."""
+        self.lock.release()
+
+    def save_on_signal(self, trainer: Any, step: int, grace_s: float) -> str:
+        """SIGTERM (a preemption): finish the save in flight, then checkpoint ``step`` if that one is not
+        it, all within ``grace_s``; a save still being written then is abandoned (it has no COMPLETE, so
+        resume ignores it and the next save removes it). Returns what happened, for the log line."""
+        deadline = time.monotonic() + grace_s
+        manager = self.manager
+        if manager.wait(raise_on_error=False, timeout=grace_s) is None and not manager.idle:
+            self._abandoned = True
+            return f"the save in flight did not finish within {grace_s:g}s: abandoned"
+        self._bind_metrics(trainer)
+        self._save_to(manager, trainer, step)
+        result = manager.wait(raise_on_error=False, timeout=max(0.0, deadline - time.monotonic()))
+        if result is None and not manager.idle:
+            self._abandoned = True
+            return f"checkpoint global_step_{step} not written within {grace_s:g}s: abandoned"
+        self._finished = True
+        if result is not None and result.error:
+            return f"checkpoint global_step_{step} failed ({result.error})"
+        return f"checkpoint global_step_{step} complete"
 
     def _bind_metrics(self, trainer: Any) -> None:
         registry = getattr(trainer, "registry", None)
@@ -124,7 +175,12 @@ class TrainerCheckpointer:
         self._bind_metrics(trainer)
         stall = self._save_to(self.manager, trainer, step)
         if final:
-            self.manager.wait()
+            try:
+                self.manager.wait()
+            except CheckpointError as exc:
+                newest = self.manager.latest_complete()
+                raise FinalSaveFailed(f"{exc} (files removed; newest complete checkpoint: "
+                                      f"{newest.name if newest else 'none'})") from None
             self._finished = True
         return stall
 
@@ -183,7 +239,9 @@ class TrainerCheckpointer:
         manager = self.manager
         models, optimizers = self._objects(trainer)
         try:
-            loaded = manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config))
+            # FSDP parameters and optimizer state are DTensors that DCP reshards to any world size
+            loaded = manager.load(models=models, optimizers=optimizers, model_config=_model_config(self.config),
+                                  allow_reshard=manager.strategy == "fsdp")
         except CheckpointError as exc:
             raise ResumeError(f"cannot resume from {manager.root}: {exc}") from None
         if loaded is None:
@@ -201,12 +259,19 @@ class TrainerCheckpointer:
         return loaded.step
 
     def close(self) -> None:
-        self.manager.close()
+        self.manager.close(wait=not self._abandoned)
+        self.lock.release()
         if self.memory is not None:
             self.memory.wait()
             if self._finished:
                 # the run ended with a final disk checkpoint: the snapshots would only hold RAM
                 shutil.rmtree(self.memory.root, ignore_errors=True)
+
+
+def strategy_of(config: Any) -> str:
+    """``fsdp`` when the actor or the critic is sharded, else ``ddp`` (also for one process)."""
+    parts = (getattr(config, "actor", None), getattr(config, "critic", None))
+    return "fsdp" if any(getattr(p, "strategy", "ddp") == "fsdp" for p in parts) else "ddp"
 
 
 def _apply_trainer_state(trainer: Any, state: dict[str, Any], what: str) -> None:

@@ -120,4 +120,40 @@ def verify(ckpt: str | Path, check_checksums: bool = True) -> dict[str, Any]:
     for part in sorted(parts):
         if part != "rollout_cache":
             load_metadata(ckpt / part / METADATA_FILE)
+    if "run_id" in meta:  # after the unpickler's refusal: a planted payload is the more specific finding
+        _check_writers(ckpt, meta)
+    # else: a checkpoint from before run ids (format 1 without "run_id"): still loadable, unproven against mixing
     return meta
+
+
+def _check_writers(ckpt: Path, meta: dict[str, Any]) -> None:
+    """Every file of every part was written by this checkpoint's run, at its step: each rank's
+    ``<part>/writer-rank<R>.json`` names meta.json's run id and step and the sha256 of the files that rank
+    wrote, and together they claim every data file. Two trainers writing one directory (a relaunch while
+    the old job runs) leave a mixture that fails here, whichever of them wrote meta.json."""
+    name, run_id, step, world = ckpt.name, meta["run_id"], meta["global_step"], meta["world_size"]
+    files: dict[str, dict[str, Any]] = meta["manifest"]
+    for part in sorted(meta["parts"]):
+        claimed: set[str] = set()
+        for rank in range(world):
+            rel = f"{part}/{layout.writer_file(rank)}"
+            if rel not in files:
+                raise CheckpointError(f"meta mismatch: {name}/{part} has no writer file of rank {rank} "
+                                      "(written by another run, or cut short)")
+            doc = _read_json(ckpt / rel, "writer file")
+            if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+                raise CheckpointError(f"malformed {name}/{rel}: not a writer record")
+            if doc.get("run_id") != run_id or doc.get("global_step") != step or doc.get("rank") != rank:
+                raise CheckpointError(
+                    f"mixed checkpoint {name}: {part} rank {rank} was written by run {short(doc.get('run_id'))} "
+                    f"at step {short(doc.get('global_step'))}, meta.json is run {short(run_id)} step {step} "
+                    "(two trainers on one directory?); use an older checkpoint")
+            for f, sha in doc["files"].items():
+                if files.get(f, {}).get("sha256") != sha:
+                    raise CheckpointError(f"mixed checkpoint {name}: {short(f)} is not the file run "
+                                          f"{short(run_id)} wrote (two trainers on one directory?)")
+                claimed.add(f)
+        for f in files:
+            if f.startswith(f"{part}/") and f not in claimed and not layout.WRITER_RE.match(f.rsplit("/", 1)[-1]):
+                raise CheckpointError(f"mixed checkpoint {name}: {short(f)} was written by no rank of run "
+                                      f"{short(run_id)}")

@@ -99,6 +99,8 @@ class ActorConfig:
     """Recompute activations in backward (OOM degradation turns this on)."""
     micro_batches: int = 1
     """Split each mini-batch into this many forward/backward passes."""
+    strategy: str = "ddp"
+    """ddp (every rank holds the whole model) or fsdp (FSDP2 fully_shard per block and at the root; the reference follows)."""
 
 
 @dataclass
@@ -117,6 +119,8 @@ class CriticConfig:
     """Recompute activations in backward."""
     micro_batches: int = 1
     """Split each mini-batch into this many forward/backward passes."""
+    strategy: str = "ddp"
+    """ddp or fsdp, as actor.strategy."""
 
 
 @dataclass
@@ -203,6 +207,10 @@ class CheckpointConfig:
     """The in-memory tier's directory, on tmpfs (default: /dev/shm/verl-ops-<hash of checkpoint dir>)."""
     memory_keep_last: int = 2
     """Snapshots kept in the in-memory tier."""
+    save_on_sigterm: bool = True
+    """On SIGTERM (a preemption) finish the save in flight or checkpoint the last finished step, then exit 0."""
+    sigterm_grace_s: float = 30.0
+    """Longest the SIGTERM save may take; a save still being written then is abandoned (never half-complete)."""
 
 
 @dataclass
@@ -221,6 +229,8 @@ class FaultsConfig:
     """SIGKILL a rollout worker at each of these steps."""
     checkpoint_write_delay_s: float = 0.0
     """The background checkpoint writer pauses this long between the data files and meta.json/COMPLETE (a SIGKILL then lands mid-save)."""
+    checkpoint_enospc_at_steps: list[int] = field(default_factory=list)
+    """The checkpoint saves of these steps fail with ENOSPC (disk full) after their data files are written."""
     gpu_leak_mb_per_min: float = 0.0
     """Hold a real, growing allocation of this many MB per minute (GPU if present, else host memory)."""
     throughput_drop_at_step: int | None = None

@@ -42,6 +42,8 @@ class HFRolloutEngine:
         self.temperature = temperature
         self.seed = seed
         self.clock = clock
+        self.synced_gpus = False
+        """Set for a sharded (FSDP) actor: generate until every rank is done (each forward is a collective)."""
 
     def sync_weights(self, actor: nn.Module) -> None:
         self.model = actor  # same process, same tensors: nothing to copy
@@ -73,6 +75,7 @@ class HFRolloutEngine:
         out = self.model.generate(
             input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=gen_config,
             logits_processor=LogitsProcessorList([GumbelSampling(generators, self.temperature)]),
+            synced_gpus=self.synced_gpus,
         )
         self.model.train(was_training)
         now = self.clock.now()

@@ -1,5 +1,6 @@
-"""Model building: the actor, its frozen reference, the critic, their DDP wrappers, optimizers and
-schedulers, the KL controller, and the rollout engine over the actor. ``RLTrainer`` composes these."""
+"""Model building: the actor, its frozen reference, the critic, their DDP wrappers or FSDP2 sharding
+(``verl.trainer.fsdp``), optimizers and schedulers, the KL controller, and the rollout engine over the
+actor. ``RLTrainer`` composes these."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from verl.config import Config
+from verl.config import Config, ConfigError
 from verl.models.loading import load_causal_lm, load_critic, load_tokenizer
 from verl.rollout import make_rollout_engine
 from verl.trainer import core_algos
@@ -53,12 +54,21 @@ def build_models(cfg: Config, ctx: DistContext, place: Placement) -> PPOModels:
         actor.gradient_checkpointing_enable()
     if cfg.critic.gradient_checkpointing and hasattr(critic.backbone, "gradient_checkpointing_enable"):
         critic.backbone.gradient_checkpointing_enable()
+    # FSDP before the optimizers: fully_shard swaps the parameters for DTensor shards, and AdamW must hold
+    # (and size its state by) the shards
+    if cfg.actor.strategy == "fsdp":
+        _fsdp(actor, place.actor, ctx, "actor.strategy")
+        if place.reference.type == place.actor.type:  # sharded the same way; else kept whole where placed
+            _fsdp(reference, place.reference, ctx, "actor.strategy")
+    if cfg.critic.strategy == "fsdp":
+        _fsdp(critic, place.critic, ctx, "critic.strategy")
     actor_optim = torch.optim.AdamW(actor.parameters(), lr=cfg.actor.lr)
     critic_optim = torch.optim.AdamW(critic.parameters(), lr=cfg.critic.lr)
     warmup = max(1, cfg.actor.warmup_steps)
     return PPOModels(
         tokenizer, actor, reference, critic,
-        actor_ddp=_wrap(actor, place.actor, ctx), critic_ddp=_wrap(critic, place.critic, ctx),
+        actor_ddp=_wrap(actor, place.actor, ctx, cfg.actor.strategy),
+        critic_ddp=_wrap(critic, place.critic, ctx, cfg.critic.strategy),
         actor_optim=actor_optim, critic_optim=critic_optim,
         actor_sched=torch.optim.lr_scheduler.LambdaLR(actor_optim, lambda s: min(1.0, (s + 1) / warmup)),
         critic_sched=torch.optim.lr_scheduler.LambdaLR(critic_optim, lambda s: min(1.0, (s + 1) / warmup)),
@@ -67,16 +77,33 @@ def build_models(cfg: Config, ctx: DistContext, place: Placement) -> PPOModels:
     )
 
 
-def _wrap(module: nn.Module, device: torch.device, ctx: DistContext) -> nn.Module:
-    if not ctx.distributed:
+def _fsdp(module: nn.Module, device: torch.device, ctx: DistContext, key: str) -> None:
+    from verl.trainer import fsdp
+
+    fsdp.shard(module, fsdp.mesh_for(device, ctx.world_size), fsdp.precision_for(device), key)
+
+
+def _wrap(module: nn.Module, device: torch.device, ctx: DistContext, strategy: str) -> nn.Module:
+    """The module the updates run through: DDP under torchrun, the module itself when alone or FSDP
+    (fully_shard hooks the module in place; its gradients are reduce-scattered by FSDP)."""
+    if not ctx.distributed or strategy == "fsdp":
         return module
     return DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def build_rollout(cfg: Config, models: PPOModels, clock: Clock, registry: Any) -> Any:
     """The in-process engine, or supervised worker processes when ``rollout_worker_num > 0`` (hf)."""
+    if cfg.actor.strategy == "fsdp" and (cfg.rollout_worker_num > 0 or cfg.rollout.engine != "hf"):
+        # both copy whole weights out of the actor, which an FSDP rank does not hold
+        raise ConfigError("actor.strategy=fsdp generates in-process with the hf engine only: set "
+                          "rollout_worker_num=0 and rollout.engine=hf, or actor.strategy=ddp")
     if cfg.rollout_worker_num <= 0 or cfg.rollout.engine != "hf":
-        return make_rollout_engine(cfg, models.actor, models.tokenizer, clock)
+        engine = make_rollout_engine(cfg, models.actor, models.tokenizer, clock)
+        if cfg.actor.strategy == "fsdp" and hasattr(engine, "synced_gpus"):
+            # every forward of a sharded actor is a collective: a rank whose responses all ended early
+            # keeps stepping (HF's synced_gpus) until every rank is done
+            engine.synced_gpus = True
+        return engine
     from verl.rollout.worker_engine import ModelSpec, WorkerRolloutEngine
 
     gen = {"response_length": cfg.rollout.response_length, "max_prompt_length": cfg.data.max_prompt_length,

@@ -17,6 +17,8 @@ class DistContext:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    own_group: bool = False
+    """A one-rank process group made for FSDP without torchrun (destroyed by ``shutdown``)."""
 
     @property
     def distributed(self) -> bool:
@@ -32,11 +34,17 @@ class DistContext:
         return self.local_rank == 0
 
 
-def init_distributed(backend: str = "auto") -> DistContext:
-    """Join the torchrun process group when launched by torchrun (WORLD_SIZE > 1)."""
+def init_distributed(backend: str = "auto", single_process_group: bool = False) -> DistContext:
+    """Join the torchrun process group when launched by torchrun (WORLD_SIZE > 1). One process with
+    ``single_process_group`` (FSDP needs a device mesh) gets a one-rank group on an in-memory store."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return DistContext()
+        if not single_process_group or dist.is_initialized():
+            return DistContext()
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1)
+        return DistContext(own_group=True)
     ctx = DistContext(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
         if backend == "auto":
@@ -96,7 +104,7 @@ def gather_floats(values: list[float], ctx: DistContext) -> list[float]:
 
 
 def shutdown(ctx: DistContext) -> None:
-    if ctx.distributed and dist.is_initialized():
+    if (ctx.distributed or ctx.own_group) and dist.is_initialized():
         dist.destroy_process_group()
 
 

@@ -16,6 +16,7 @@ invented — a simulated series must not pretend to be a GPU.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -204,6 +205,22 @@ def delay_checkpoint_writes(checkpointer: Any, seconds: float) -> None:
     manager.before_commit.append(lambda: time.sleep(seconds))
 
 
+def fail_checkpoint_writes(checkpointer: Any, steps: list[int]) -> None:
+    """``faults.checkpoint_enospc_at_steps``: the saves of these steps fail with ENOSPC (a full disk) after
+    their data files are written, so the partial shards exist and must be removed. Through
+    ``CheckpointManager.before_commit`` and ``writing_step``, its public seams."""
+    manager = getattr(checkpointer, "manager", None)
+    if not steps or manager is None:
+        return
+    failing = set(steps)
+
+    def disk_full() -> None:
+        if manager.writing_step in failing:
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (faults.checkpoint_enospc_at_steps)")
+
+    manager.before_commit.append(disk_full)
+
+
 def kill_workers_at_steps(engine: Any, steps: list[int], num_workers: int) -> None:
     """``faults.kill_rollout_worker_at_steps`` through ``WorkerRolloutEngine.on_step`` (its public seam)."""
     engine.on_step = lambda pool, step: kill_worker_when_busy(pool, step % num_workers) if step in steps else None
@@ -304,4 +321,5 @@ def install_fault_plan(hooks: StepHooks, config: FaultsConfig, clock: Clock, dev
         else:
             log.warning("faults.kill_rollout_worker_at_steps needs rollout_worker_num > 0 (hf engine): ignored")
     delay_checkpoint_writes(checkpointer, config.checkpoint_write_delay_s)
+    fail_checkpoint_writes(checkpointer, list(config.checkpoint_enospc_at_steps))
     return core

@@ -26,6 +26,7 @@ from verl.rollout import reconcile
 from verl.trainer import core_algos
 from verl.trainer.batch import PPOBatch, collate_rollouts
 from verl.trainer.distributed import DistContext, mean_across_ranks
+from verl.trainer.fsdp import root_unsharded
 from verl.trainer.models import layer_kl, log_prob_and_entropy, response_logits, values_of
 from verl.trainer.stages import (
     AFTER_ROLLOUT,
@@ -130,8 +131,11 @@ def ppo_step(t: RLTrainer) -> StepStats:
     current_kl = float(core_algos.masked_mean(adv.kl, adv.mask))
     if not scored.pause:
         m.kl_ctrl.update(mean_across_ranks([current_kl], t.ctx)[0], n_steps=cfg.data.batch_size)
-    layers = (layer_kl(m.actor, m.reference, old.hidden, ref.hidden, batch.to(dev.actor), (old.logits, ref.logits))
-              if want_layers and old.hidden is not None and ref.hidden is not None else [])
+    layers: list[float] = []
+    if want_layers and old.hidden is not None and ref.hidden is not None:
+        with root_unsharded(m.actor, m.reference):  # the logit lens calls the final norm and LM head directly
+            layers = layer_kl(m.actor, m.reference, old.hidden, ref.hidden, batch.to(dev.actor),
+                              (old.logits, ref.logits))
     hooks.fire(AFTER_UPDATES, ctx)
     t.global_step = step
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +35,13 @@ from verl.metrics.sink import StepStats
 from verl.models.reward import load_reward_model
 from verl.trainer.build import build_models, build_rollout
 from verl.trainer.checkpoint_state import load_trainer_state, param_digest, trainer_state
-from verl.trainer.distributed import DistContext, init_distributed, resolve_placement, shutdown
+from verl.trainer.distributed import (
+    DistContext,
+    any_across_ranks,
+    init_distributed,
+    resolve_placement,
+    shutdown,
+)
 from verl.trainer.fault_injection import install_fault_plan
 from verl.trainer.guards import build_data_guards, build_reward_path, build_update_guards
 from verl.trainer.ppo_step import ppo_step
@@ -87,7 +95,8 @@ class RLTrainer:
         cfg = self.config
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.clock = clock or SystemClock()
-        self.ctx: DistContext = init_distributed(cfg.trainer.dist_backend)
+        fsdp = "fsdp" in (cfg.actor.strategy, cfg.critic.strategy)
+        self.ctx: DistContext = init_distributed(cfg.trainer.dist_backend, single_process_group=fsdp)
         if cfg.trainer.torch_threads > 0:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed + self.ctx.rank)
@@ -174,13 +183,21 @@ class RLTrainer:
         ``resume_or_start`` also allows that fresh start. ``after_first_step`` runs once, after this
         process's first step (``verl-train`` starts a resumed run's /metrics there)."""
         cfg = self.config
+        acquire = getattr(self.checkpointer, "acquire", None)
+        if acquire is not None:
+            acquire()  # one writer per checkpoint directory: a second trainer stops here (exit 2)
         if resume_from_checkpoint:
             self._resume(resume_or_start)
         log.info("rank=%d step=%d initial param_sha256=%s", self.ctx.rank, self.global_step, self.param_digest())
         url = self.telemetry.url
         result = TrainResult(steps=0, metrics_url=url)
+        sigterm = _SigtermFlag.install() if cfg.checkpoint.save_on_sigterm and self.checkpointer is not None else None
         try:
             while self.global_step < cfg.trainer.total_steps:
+                if sigterm is not None and any_across_ranks(sigterm.requested, self.ctx):
+                    self._save_on_sigterm()
+                    result.steps = self.global_step
+                    return result
                 stats = self.step()
                 result.rewards.append(stats.reward_mean)
                 result.tokens_per_second.append(stats.tokens_per_second)
@@ -193,6 +210,11 @@ class RLTrainer:
             if self.checkpointer is not None:
                 self.checkpointer.save(self, self.global_step, final=True)
         finally:
+            if sigterm is not None:
+                sigterm.uninstall()
+            release = getattr(self.checkpointer, "release", None)
+            if release is not None:
+                release()  # nothing writes the directory between train() calls; a later train() locks again
             self.telemetry.end_progress_line()
         result.steps = self.global_step
         if self.ctx.is_main:
@@ -200,6 +222,19 @@ class RLTrainer:
                      result.reward_first10, result.reward_last10)
         log.info("rank=%d step=%d param_sha256=%s", self.ctx.rank, self.global_step, self.param_digest())
         return result
+
+    def _save_on_sigterm(self) -> None:
+        """SIGTERM arrived (checked between steps, on every rank at the same step): finish the save in
+        flight or checkpoint the last finished step, within ``checkpoint.sigterm_grace_s``; train() then
+        returns normally and verl-train exits 0."""
+        grace = self.config.checkpoint.sigterm_grace_s
+        save = getattr(self.checkpointer, "save_on_signal", None)
+        if save is not None:
+            what = save(self, self.global_step, grace)
+        else:
+            self.checkpointer.save(self, self.global_step, final=True)  # type: ignore[union-attr]
+            what = f"checkpoint global_step_{self.global_step} complete"
+        log.warning("SIGTERM: stopping after step %d: %s", self.global_step, what)
 
     def _stop(self) -> None:
         """Checkpoint the step just finished (its failed update skipped), then stop with one line."""
@@ -244,6 +279,29 @@ class RLTrainer:
         if hasattr(self.rollout, "close"):
             self.rollout.close()
         shutdown(self.ctx)
+
+
+class _SigtermFlag:
+    """SIGTERM sets a flag the loop reads between steps (a handler that saved from inside the signal
+    would interrupt a collective or the writer thread mid-file)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: Any = signal.signal(signal.SIGTERM, self._handle)
+
+    @classmethod
+    def install(cls) -> _SigtermFlag | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None  # signal handlers can only be set from the main thread; the embedder owns signals
+        return cls()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.requested:
+            log.warning("SIGTERM received: checkpointing after the current step, then exiting")
+        self.requested = True
+
+    def uninstall(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous if self.previous is not None else signal.SIG_DFL)
 
 
 def _default_checkpointer(trainer: RLTrainer) -> Checkpointer | None:

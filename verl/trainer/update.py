@@ -63,7 +63,9 @@ def run_update(loss_fn: LossFn, params: list[torch.nn.Parameter], optimizer: tor
                 losses.append(out.loss)
                 for name, value in out.stats.items():
                     stats.setdefault(name, []).append(value)
-            norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+            total = torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            # FSDP: the norm of sharded gradients is a DTensor (partial per rank); its full value is global
+            norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
             norms.append(norm)
             if math.isfinite(norm) and all(math.isfinite(v) for v in losses[-len(chunks):]):
                 optimizer.step()

@@ -12,6 +12,7 @@ import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -73,14 +74,16 @@ def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     return out
 
 
-def kill_when(proc: subprocess.Popen[str], marker: str) -> str:
-    """SIGKILL the whole run the moment ``marker`` shows up in its output (an arbitrary moment)."""
+def kill_when(proc: subprocess.Popen[str], marker: str, act: Callable[[subprocess.Popen[str]], None] = kill_all
+              ) -> str:
+    """SIGKILL the whole run (or ``act`` on it) the moment ``marker`` shows up in its output (an arbitrary
+    moment); its whole output once it ended."""
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:
         seen.append(line)
         if marker in line:
-            kill_all(proc)
+            act(proc)
             break
     return "".join(seen) + finish(proc)
 

@@ -1,0 +1,88 @@
+"""One writer per checkpoint directory: an exclusive ``flock`` on ``DIR/.lock``.
+
+The kernel releases a ``flock`` when its holder dies (kill -9 included), so the lock itself can never go
+stale; the file's content (host, pid, run id, start time) is only information: for the one-line refusal
+of a second trainer, and to say "taken over from a dead pid" when a killed run's file is found. A lock
+on NFS is only as good as the server's ``flock`` support (local disks and Lustre/GPFS honour it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from verl.config import ConfigError
+
+LOCK_FILE = ".lock"
+log = logging.getLogger(__name__)
+
+
+class DirectoryLocked(ConfigError):
+    """Another live trainer holds the directory: ``verl-train`` prints it as one line and exits 2."""
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} (run {holder.get('run_id', '?')})"
+
+
+def _read(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+class DirLock:
+    """``acquire()`` or raise ``DirectoryLocked``; ``release()`` (also on process death, by the kernel)."""
+
+    def __init__(self, root: str | Path, run_id: str) -> None:
+        self.root = Path(root)
+        self.path = self.root / LOCK_FILE
+        self.run_id = run_id
+        self._fd: int | None = None
+        self.previous: dict[str, Any] = {}
+        """The content found in the file when it was taken: a dead holder's host/pid, or {}."""
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise DirectoryLocked(
+                f"checkpoint dir '{self.root}' is in use by {_describe(holder)}: one trainer per directory; "
+                "stop that run or pass another --checkpoint-dir") from None
+        self.previous = _read(fd)
+        if self.previous:
+            # we got the lock, so its last holder is gone (exited or killed): the file is what it left
+            log.info("checkpoint dir %s: lock of %s released (process ended), taken over", self.root,
+                     _describe(self.previous))
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self.run_id, "since": time.time()}
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, (json.dumps(me) + "\n").encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

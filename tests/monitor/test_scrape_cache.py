@@ -116,3 +116,31 @@ def test_an_evicted_series_leaves_the_cache_and_is_created_again_through_the_sto
     got, _, _ = _cached(_bump(BASE), cache, store)
     again = store.get(series_key("stray_gauge", {"job": "j", "node": "n1"}))
     assert again is not None and again is not victim and got[again.key] == 2.0
+
+
+def test_the_daemon_teaches_each_target_its_cache_and_known_lines_are_stored(tmp_path: Path) -> None:
+    import yaml
+
+    import monitor.daemon as daemon_mod
+    from monitor.config import load_config
+
+    doc = {"listen": "127.0.0.1:0", "state_db": str(tmp_path / "state.db"), "reward_outliers": False,
+           "targets": [{"name": "t", "url": "http://127.0.0.1:1/metrics", "node": "n1"}]}
+    (tmp_path / "monitor.yaml").write_text(yaml.safe_dump(doc))
+    d = daemon_mod.Daemon(load_config(tmp_path / "monitor.yaml"))
+    try:
+        target = d.config.targets[0]
+        d._caches[target.name] = target.cache  # what the scrape loop does at its start
+        now = d.clock.now()
+        texts = [BASE, _bump(BASE), _bump(_bump(BASE))]
+        known = []
+        for i, text in enumerate(texts):
+            batch = parse_exposition(text, now + 5 * i, "t", "n1", {"job": "verl", "target": "t"},
+                                     cache=target.cache)
+            known.append(len(batch.known[0]) if batch.known else 0)
+            d.ingest(batch, "t", now + 5 * i)
+        assert known[0] == 0 and known[1] == known[2] > 0
+        (s,) = [s for s in d.pipeline.store if s.name == "stray_gauge"]
+        assert list(s.window()[1]) == [1.0, 2.0, 3.0]
+    finally:
+        d.close()

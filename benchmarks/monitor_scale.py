@@ -235,8 +235,8 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
         started[id(batch)] = t0
         return batch, duration, up
 
-    def timed_ingest(batch: Any, target: str | None = None) -> None:
-        real_ingest(batch, target)
+    def timed_ingest(batch: Any, target: str | None = None, seen: float | None = None) -> None:
+        real_ingest(batch, target, seen)
         t0 = started.pop(id(batch), None)
         if t0 is not None:
             done = time.monotonic()

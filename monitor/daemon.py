@@ -49,8 +49,10 @@ from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
 from monitor.sources.prom_text import Target, scrape
+from monitor.sources.scrape_cache import ScrapeCache
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, OffsetStore, RunLiveness, writer_holds
+from monitor.store import series_key
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
@@ -102,6 +104,7 @@ class Daemon:
         self._progress: dict[str, tuple[float, float]] = {}  # loop -> (monotonic of last completion, interval)
         self._logged: dict[tuple[str, str], float] = {}
         self._pruned_at = -float("inf")
+        self._caches: dict[str, ScrapeCache] = {}  # target name -> its scrape cache
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
@@ -192,9 +195,15 @@ class Daemon:
             self.metrics.scrape_errors.labels(source, reason).inc(n)
             self._log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
         with self.lock:
-            self.pipeline.ingest(samples, source, seen)
+            self.pipeline.ingest(samples, source, seen, batch.known)
             if batch.refused and seen is not None:
                 self.pipeline.touch(batch.refused, seen)
+            cache = self._caches.get(source)
+            if cache is not None and batch.comments is not None:
+                store = self.pipeline.store
+                cache.learn(batch.comments, [(key, index, inside, name, store.get(series_key(s.name, s.labels)))
+                                             for s, key, index, inside, name in batch.learn],
+                            len(samples) + len(batch.known[0] if batch.known else ()))
             rejects, self.pipeline.rejects = self.pipeline.rejects, {}
         for (src, reason), n in rejects.items():  # out of order, repeated stamps, over the series budget
             self._log_once(src, reason, f"{n} sample(s) refused" + (
@@ -257,6 +266,7 @@ class Daemon:
         due = time.monotonic() + scrape_offset(target.url, target.interval)
         loop_name = f"target {target.name}"
         budget = max(target.interval, target.timeout)
+        self._caches[target.name] = target.cache
         self._progress[loop_name] = (due, budget)
         await self._sleep(due - time.monotonic())
         while not self._stop.is_set():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from alerting.model import NON_IDENTITY_LABELS
 
@@ -32,6 +33,11 @@ class SourceBatch:
     samples: list[Sample] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     refused: list[Sample] = field(default_factory=list)  # present in the input, stamps out of bounds
+    # The scrape cache's share (monitor.sources.scrape_cache): (known series, their values, time), the
+    # new samples with their line keys to learn, and the exposition's comment lines.
+    known: tuple[list[Any], Any, float] | None = None
+    learn: list[tuple[Any, ...]] = field(default_factory=list)
+    comments: list[str] | None = None
 
     def error(self, reason: str, n: int = 1) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + n

@@ -95,11 +95,15 @@ class Pipeline:
 
     # -- ingest ----------------------------------------------------------------------------------
 
-    def ingest(self, samples: Iterable[Sample], source: str = "replay", seen: float | None = None) -> int:
-        """``seen``: the monitor's clock at a scrape (its samples' liveness and alert start time)."""
+    def ingest(self, samples: Iterable[Sample], source: str = "replay", seen: float | None = None,
+               known: tuple[list[Series], Any, float] | None = None) -> int:
+        """``seen``: the monitor's clock at a scrape (its samples' liveness and alert start time).
+        ``known``: (series, values, time) the scrape cache resolved: no label parsing, no store lookup."""
         started = time.perf_counter()
         n = 0
         at = seen if seen is not None else self.clock.now()  # for eviction: when the monitor last saw it
+        if known is not None:
+            n = self._ingest_known(known, source, seen, at)
         for s in samples:
             if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):  # verl 0.9's Prometheus gauges
                 s = self._from_rl_insight(s)
@@ -116,6 +120,21 @@ class Pipeline:
             self.metrics.samples_ingested.labels(source).inc(n)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         self.metrics.series.set(len(self.store))
+        return n
+
+    def _ingest_known(self, known: tuple[list[Series], Any, float], source: str, seen: float | None,
+                      at: float) -> int:
+        """Same steps as ``ingest`` for series already stored (values finite, checked by the scrape)."""
+        series_list, values, t = known
+        n = 0
+        observe, touch = self.observe, self.evaluator.touch
+        for series, value in zip(series_list, values.tolist(), strict=True):
+            if observe(series, t, value, source, seen):
+                n += 1
+            elif seen is not None:
+                touch(series, seen)
+            if at > series.seen:
+                series.seen = at
         return n
 
     def touch(self, samples: Iterable[Sample], seen: float) -> None:

@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
+import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.model import Sample, SourceBatch, resolve_node, with_node
+from monitor.sources.scrape_cache import ScrapeCache
 
 ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
 
@@ -30,6 +34,8 @@ class Target:
     label_limit: int = 0              # labels one sample may carry (Prometheus' label_limit); 0 = no limit
     label_value_length_limit: int = 0  # characters of one label value; 0 = no limit
     honor_timestamps: bool = True     # False: every sample gets the scrape time, whatever it is stamped
+    # Its known lines (Prometheus' scrape cache); empty until the daemon teaches it what it stored.
+    cache: ScrapeCache = field(default_factory=ScrapeCache, compare=False, repr=False)
 
 
 # Prometheus-like bounds for stamps a target writes (honor_timestamps): a sample stamped further back
@@ -65,14 +71,23 @@ class _Family:
 
 
 def parse_exposition(text: str, t: float, source: str, node: str | None, extra: dict[str, str],
-                     honor_timestamps: bool = True) -> SourceBatch:
+                     honor_timestamps: bool = True, cache: ScrapeCache | None = None) -> SourceBatch:
     """Parse exposition text into samples; a malformed line costs only itself (counted, never fatal).
-    Without ``honor_timestamps`` every sample is stamped ``t`` (the scrape time)."""
+    Without ``honor_timestamps`` every sample is stamped ``t`` (the scrape time). With ``cache``, lines
+    it knows become ``batch.known`` (series, values) and the rest samples, each with its cache key in
+    ``batch.learn`` for ``ScrapeCache.learn`` once stored."""
     batch = SourceBatch(source)
+    scan = _Scan(cache if cache is not None and cache.comments is not None else None)
     if _is_openmetrics(text):
         families = _families_prometheus_client(text, batch)
     else:
-        families = _families_fast(text, batch)
+        families = _families_fast(text, batch, scan)
+        values = _values(scan.texts)
+        if scan.cache is not None and (values is None or scan.comments != scan.cache.comments):
+            # the structure changed, or a known line's value is no number: the whole text, uncached
+            batch, scan = SourceBatch(source), _Scan(None)
+            families = _families_fast(text, batch, scan)
+            values = np.empty(0)
     # prometheus_client writes each counter's creation time as a separate `<name>_created` gauge
     # family in the text format: plumbing, not a measurement, and it would double the series count.
     countable = {f.name for f in families if f.typ in _COUNTABLE}
@@ -90,25 +105,68 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
             labels.update(extra)
             labels["node"] = resolve_node(labels, node)
             samples.append(Sample(name, labels, value, ts if ts is not None and honor_timestamps else t))
+    if cache is not None and values is not None:
+        _known(batch, scan, values, t)
     return batch
+
+
+def _values(texts: list[str]) -> np.ndarray | None:
+    """A scrape's known values in one vectorised read (numpy reads each text as float() does)."""
+    try:
+        return np.array(texts, dtype=np.float64) if texts else np.empty(0)
+    except ValueError:
+        return None
+
+
+def _known(batch: SourceBatch, scan: _Scan, values: np.ndarray, t: float) -> None:
+    """The cache's hits onto the batch (non-finite values counted, not stored) and the keys to learn."""
+    finite = np.isfinite(values)
+    series = scan.known
+    if not finite.all():
+        batch.error("nonfinite_value", int((~finite).sum()))
+        series = [s for s, ok in zip(series, finite.tolist(), strict=True) if ok]
+        values = values[finite]
+    batch.known = (series, values, t) if series else None
+    keys = scan.keys
+    batch.learn = [(s, *keys[id(s.labels)]) for s in batch.samples if id(s.labels) in keys]
+    batch.comments = scan.comments
 
 
 def _is_openmetrics(text: str) -> bool:
     return text.rstrip().endswith("# EOF")
 
 
-def _families_fast(text: str, batch: SourceBatch) -> list[_Family]:
+class _Scan:
+    """One fast parse's view of the scrape cache: hits found, the comment lines, keys of new samples."""
+
+    def __init__(self, cache: ScrapeCache | None) -> None:
+        self.cache = cache
+        self.comments: list[str] = []
+        self.known: list[Any] = []
+        self.texts: list[str] = []
+        # id(labels) -> (line key, comment index, inside its family, sample name as parsed)
+        self.keys: dict[int, tuple[str, int, bool, str]] = {}
+
+
+def _families_fast(text: str, batch: SourceBatch, scan: _Scan) -> list[_Family]:
     """Group samples into families the way prometheus_client's 0.0.4 parser does (HELP/TYPE open a
     family, a sample outside the open family's names is an untyped singleton), so that counters get
-    the same ``_total`` names and ``_created`` filtering as before."""
+    the same ``_total`` names and ``_created`` filtering as before.
+
+    A line the scrape cache knows under the same comment line and with the same family membership is a
+    hit: its value text is kept, the line is not parsed (the family state moves exactly as parsing it
+    would). Whether the cache applies at all is decided by the caller: the comment lines must be equal."""
     families: list[_Family] = []
     cur: _Family | None = None
     allowed: tuple[str, ...] = ()
+    entries = scan.cache.entries if scan.cache is not None else None
+    comments = scan.comments
     for line in text.split("\n"):
         line = line.strip()
         if not line:
             continue
         if line[0] == "#":
+            comments.append(line)
             parts = line.split(None, 3)
             if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
                 continue
@@ -129,15 +187,29 @@ def _families_fast(text: str, batch: SourceBatch) -> list[_Family]:
             cur.typ = typ
             allowed = tuple(name + s for s in _SUFFIXES.get(typ, ("",)))
             continue
+        key, _, value_text = line.rpartition(" ")
+        if entries is not None:
+            e = entries.get(key)
+            if e is not None and e.index == len(comments) and not e.series.gone and "_" not in value_text:
+                inside = cur is not None and e.name in allowed
+                if inside == e.inside:
+                    if not inside:
+                        cur, allowed = None, ()
+                    scan.known.append(e.series)
+                    scan.texts.append(value_text)
+                    continue
         sample = _parse_line(line) or _parse_line_prometheus_client(line)
         if sample is None:
             batch.error("malformed_line")
             continue
-        if cur is not None and sample[0] in allowed:
-            cur.samples.append(sample)
+        inside = cur is not None and sample[0] in allowed
+        if inside:
+            cur.samples.append(sample)  # type: ignore[union-attr]
         else:
             cur, allowed = None, ()
             families.append(_Family(sample[0], "untyped", [sample]))
+        if sample[3] is None and _number(value_text) == sample[2]:  # the key reads back as this line
+            scan.keys[id(sample[1])] = (key, len(comments), inside, sample[0])
     for fam in families:  # prometheus_client's counter munging: family `x`, samples `x_total`
         if fam.typ == "counter":
             if fam.name.endswith("_total"):
@@ -155,8 +227,8 @@ def _parse_line(line: str) -> RawSample | None:
     labels: dict[str, str] = {}
     if label_text:
         pairs = _LABEL_RE.findall(label_text)
-        for key, val in pairs:
-            labels[key] = _ESCAPE_RE.sub(_unescape, val) if "\\" in val else val
+        for key, val in pairs:  # interned: a GPU's UUID, model, host are one string for all its series
+            labels[sys.intern(key)] = sys.intern(_ESCAPE_RE.sub(_unescape, val) if "\\" in val else val)
         if len(labels) != len(pairs) or "__name__" in labels:
             return None  # duplicate or __name__ label: prometheus_client decides
     value = _number(value_text)
@@ -253,7 +325,8 @@ async def _fetch(client: httpx.AsyncClient, target: Target) -> tuple[bytes, str 
 def over_limit(batch: SourceBatch, target: Target, ours: set[str]) -> str | None:
     """The limit this scrape exceeds (``sample_limit``, ``label_limit``, ``label_value_length_limit``),
     counted on the target's own labels: the ones the monitor attaches (``ours``) are its configuration."""
-    if target.sample_limit and len(batch.samples) > target.sample_limit:
+    known = len(batch.known[0]) if batch.known else 0  # lines the scrape cache knows: checked when learnt
+    if target.sample_limit and len(batch.samples) + known > target.sample_limit:
         return "sample_limit"
     added = len(ours)
     if target.label_limit and any(len(s.labels) - added > target.label_limit for s in batch.samples):
@@ -295,12 +368,12 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     try:
         body, charset = await asyncio.wait_for(_fetch(client, target), timeout=target.timeout)
         batch = parse_exposition(body.decode(charset or "utf-8", errors="replace"), now, target.name,
-                                 target.node, extra, target.honor_timestamps)
+                                 target.node, extra, target.honor_timestamps, target.cache)
         over = over_limit(batch, target, {*extra, "node"})
         if over:  # Prometheus: the scrape fails as a whole, none of its samples is stored
             batch = SourceBatch(target.name, errors=batch.errors)
             batch.error(over)
-        elif not batch.samples and batch.errors.get("malformed_line"):
+        elif not batch.samples and not batch.known and batch.errors.get("malformed_line"):
             pass  # nothing but garbage: the target answers, but not with exposition text (up stays 0)
         else:
             up = True

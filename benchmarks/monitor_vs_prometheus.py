@@ -1,0 +1,240 @@
+"""The monitor beside a real Prometheus, measured side by side on the same load in one run.
+
+    python benchmarks/monitor_vs_prometheus.py [--nodes 125] [--gpus 8] [--duration 120] [--warmup 30] [--json]
+    python benchmarks/monitor_vs_prometheus.py --mode prometheus-source [--source-interval 15s] ...
+
+Four processes: the load generator of ``monitor_scale.py --serve`` (per node a dcgm-exporter-shaped and a
+trainer-shaped exposition, values moving every 5 s), Debian's ``prometheus`` (its own temp dir and free
+port, every target scraped every 5 s, the project's recording and alerting rules of ``prometheus/rules``
+evaluated every 5 s, no Alertmanager; ``verl-recording.yml`` and ``verl-alerts.yml``), the monitor of ``monitor_scale.py --run-monitor`` (default rules,
+``eval_interval`` 500 ms, the same targets every 5 s) and this driver, which samples both with psutil over
+the same window after ``--warmup`` (series creation, imports, Prometheus' first head chunk).
+
+Figures: ``*_cpu_cores`` = CPU seconds (user + system) / wall seconds over the window; ``*_peak_rss_bytes``
+the largest resident set sampled once a second; ``cpu_ratio`` and ``rss_ratio`` = monitor / Prometheus;
+``eval_lag_p99_seconds`` the monitor's scrape start -> evaluated p99 (as in monitor_scale.py);
+``prometheus_targets_up`` and ``prometheus_head_series`` show that Prometheus did the same work. Last line:
+one JSON object.
+
+``--mode prometheus-source``: the deployment past one machine. Prometheus scrapes alone and also
+evaluates ``prometheus/rules/verl-monitor-source.yml``; the monitor scrapes nothing and reads Prometheus
+with ``monitor/examples/prometheus-source.yaml`` every ``--source-interval``. ``query_range_per_second``
+is the load it puts on Prometheus (Prometheus' own ``prometheus_http_requests_total``);
+``prometheus_cpu_cores`` then includes answering those queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = ROOT / "benchmarks" / "monitor_scale.py"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SIDE_BY_SIDE_RULES = ("verl-recording.yml", "verl-alerts.yml")  # the rules Prometheus evaluates for users
+SOURCE_RULES = ("verl-monitor-source.yml",)  # added in --mode prometheus-source: what the monitor reads
+
+
+def prometheus_config(port: int, nodes: int, work: Path, rule_files: tuple[str, ...]) -> Path:
+    """Every target with its own path and ``instance`` (they share the generator's address)."""
+    import yaml
+
+    rules = work / "rules"
+    rules.mkdir()
+    for name in rule_files:
+        shutil.copy(ROOT / "prometheus" / "rules" / name, rules / name)
+    jobs = []
+    for kind, job in (("dcgm", "dcgm-exporter"), ("trainer", "verl-trainer")):
+        jobs.append({"job_name": job, "scrape_interval": "5s", "scrape_timeout": "3s", "static_configs": [
+            {"targets": [f"127.0.0.1:{port}"],
+             "labels": {"__metrics_path__": f"/gpu-{n:03d}/{kind}/metrics", "instance": f"gpu-{n:03d}-{kind}",
+                        "node": f"gpu-{n:03d}"}} for n in range(nodes)]})
+    cfg = {"global": {"scrape_interval": "5s", "evaluation_interval": "5s", "scrape_timeout": "3s",
+                      "external_labels": {"cluster": "bench"}},
+           "rule_files": [str(rules / "*.yml")], "scrape_configs": jobs}
+    path = work / "prometheus.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def source_config(prom_port: int, work: Path, eval_interval: str, interval: str) -> Path:
+    """monitor/examples/prometheus-source.yaml pointed at this run's Prometheus."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "monitor" / "examples" / "prometheus-source.yaml").read_text())
+    cfg.update({"cluster": "bench", "listen": "127.0.0.1:0", "state_db": str(work / "state.db"),
+                "eval_interval": eval_interval, "reward_outliers": False})
+    cfg["prometheus"].update({"url": f"http://127.0.0.1:{prom_port}", "interval": interval, "lookback": "1m"})
+    return write_monitor_config(work, cfg)
+
+
+def write_monitor_config(work: Path, cfg: dict[str, Any]) -> Path:
+    import yaml
+
+    path = work / "monitor.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def query_requests(port: int) -> float | None:
+    """query_range requests Prometheus has answered (its own /metrics)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+               if ln.startswith("prometheus_http_requests_total{") and 'handler="/api/v1/query_range"' in ln)
+
+
+def monitor_config(port: int, nodes: int, work: Path, eval_interval: str) -> Path:
+    base = f"http://127.0.0.1:{port}"
+    targets = [{"name": f"gpu-{n:03d}-{kind}", "url": f"{base}/gpu-{n:03d}/{kind}/metrics", "node": f"gpu-{n:03d}",
+                "job": "dcgm" if kind == "dcgm" else "verl", "interval": "5s", "timeout": "3s"}
+               for n in range(nodes) for kind in ("dcgm", "trainer")]
+    cfg = {"cluster": "bench", "listen": "127.0.0.1:0", "state_db": str(work / "state.db"),
+           "eval_interval": eval_interval, "reward_outliers": False, "targets": targets,
+           "limits": {"max_series": 200000, "max_series_per_metric": 50000}}
+    return write_monitor_config(work, cfg)
+
+
+def prom_head_series(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/status/tsdb", timeout=10) as resp:
+            return int(json.load(resp)["data"]["headStats"]["numSeries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def prom_query(port: int, expr: str) -> float | None:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            res = json.load(resp)["data"]["result"]
+        return float(res[0]["value"][1]) if res else None
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=125)
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--duration", type=float, default=120.0, help="measured seconds (after --warmup)")
+    p.add_argument("--warmup", type=float, default=30.0, help="seconds excluded at the start")
+    p.add_argument("--eval-interval", default="500ms", help="monitor eval_interval (its default)")
+    p.add_argument("--prometheus", default="prometheus", help="the prometheus binary")
+    p.add_argument("--mode", choices=("side-by-side", "prometheus-source"), default="side-by-side",
+                   help="prometheus-source: Prometheus scrapes, the monitor reads it (monitor/examples/prometheus-source.yaml)")
+    p.add_argument("--source-interval", default="15s", help="prometheus-source: the monitor's query interval")
+    p.add_argument("--json", action="store_true", help="print only the JSON result line")
+    args = p.parse_args(argv)
+    binary = shutil.which(args.prometheus)
+    if binary is None:
+        print(f"error: no `{args.prometheus}` binary on PATH; install Debian's prometheus (make promtool) "
+              "or pass --prometheus PATH", file=sys.stderr)
+        return 2
+    if args.nodes < 1 or args.gpus < 1 or args.duration <= 0:
+        print("error: --nodes, --gpus and --duration must be positive", file=sys.stderr)
+        return 2
+    import psutil
+
+    from benchmarks.monitor_scale import p99
+
+    work = Path(tempfile.mkdtemp(prefix="verl-monitor-vs-prom-"))
+    children: list[subprocess.Popen[Any]] = []
+    try:
+        gen = subprocess.Popen([sys.executable, str(SCALE), "--serve", "--nodes", str(args.nodes),
+                                "--gpus", str(args.gpus)], stdout=subprocess.PIPE, text=True)
+        children.append(gen)
+        assert gen.stdout is not None
+        info = json.loads(gen.stdout.readline())
+        prom_port = free_port()
+        prom_log = open(work / "prom.log", "w")  # noqa: SIM115 - the child writes it until the end
+        source = args.mode == "prometheus-source"
+        rule_files = SIDE_BY_SIDE_RULES + (SOURCE_RULES if source else ())
+        prom = subprocess.Popen([binary, f"--config.file={prometheus_config(info['port'], args.nodes, work, rule_files)}",
+                                 f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
+                                 "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=prom_log)
+        children.append(prom)
+        total = args.warmup + args.duration
+        mon_cfg = (source_config(prom_port, work, args.eval_interval, args.source_interval) if source
+                   else monitor_config(info["port"], args.nodes, work, args.eval_interval))
+        mon = subprocess.Popen([sys.executable, str(SCALE), "--run-monitor", str(mon_cfg),
+                                "--seconds", str(total + 5), "--stats", str(work / "stats.json")])
+        children.append(mon)
+        procs = {"prometheus": psutil.Process(prom.pid), "monitor": psutil.Process(mon.pid)}
+        time.sleep(args.warmup)
+        cpu0 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}
+        q0 = query_requests(prom_port)
+        load0 = os.getloadavg()[0]
+        w0 = time.monotonic()
+        rss = dict.fromkeys(procs, 0)
+        cpu1, w1 = dict(cpu0), w0
+        while time.monotonic() - w0 < args.duration:
+            if any(c.poll() is not None for c in (prom, mon)):
+                print(f"error: a process ended early (see {work / 'prom.log'})", file=sys.stderr)
+                return 1
+            for k, pr in procs.items():
+                rss[k] = max(rss[k], pr.memory_info().rss)
+            cpu1, w1 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}, time.monotonic()
+            time.sleep(1.0)
+        load1 = os.getloadavg()[0]
+        q1 = query_requests(prom_port)
+        up = prom_query(prom_port, "sum(up)")
+        head = prom_head_series(prom_port)
+        mon.wait(timeout=120)
+        stats = json.loads((work / "stats.json").read_text())
+    finally:
+        for child in reversed(children):
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(15)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    cores = {k: (cpu1[k] - cpu0[k]) / (w1 - w0) for k in procs}
+    lags = [v for t, v in stats["eval_lags"] if w0 <= t <= w1]
+    result = {
+        "benchmark": "monitor_vs_prometheus", "mode": args.mode, "gpus": args.nodes * args.gpus,
+        "targets": info["targets"],
+        "exposed_lines": info["lines"], "monitor_series": stats["series"],
+        "prometheus_head_series": head, "prometheus_targets_up": up, "measured_seconds": round(w1 - w0, 1),
+        "prometheus_cpu_cores": round(cores["prometheus"], 3), "monitor_cpu_cores": round(cores["monitor"], 3),
+        "prometheus_peak_rss_bytes": rss["prometheus"], "monitor_peak_rss_bytes": rss["monitor"],
+        "cpu_ratio": round(cores["monitor"] / cores["prometheus"], 2) if cores["prometheus"] else None,
+        "rss_ratio": round(rss["monitor"] / rss["prometheus"], 2) if rss["prometheus"] else None,
+        "eval_lag_p99_seconds": p99(lags), "monitor_alerts_firing": stats["firing"],
+        "query_range_per_second": round((q1 - q0) / (w1 - w0), 3) if q0 is not None and q1 is not None else None,
+        "cpu_count": os.cpu_count(), "loadavg_1m": [round(load0, 2), round(load1, 2)],
+    }
+    if not args.json:
+        for k, v in result.items():
+            print(f"{k:28s} {v}")
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

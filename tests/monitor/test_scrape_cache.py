@@ -1,0 +1,146 @@
+"""The scrape cache (monitor/sources/scrape_cache.py) reaches the same series and values as parsing
+every line, scrape after scrape, whatever changes between two scrapes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from monitor.sources.prom_text import parse_exposition
+from monitor.sources.scrape_cache import ScrapeCache
+from monitor.store import SeriesStore, StoreLimits, series_key
+
+FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "dcgm-exporter-sample.prom"
+
+BASE = """# HELP jobs_total Jobs.
+# TYPE jobs_total counter
+jobs_total{outcome="ok"} 3
+jobs_total{outcome="error"} 0
+jobs_created{outcome="ok"} 1.7e9
+# TYPE calls counter
+calls{model="a b"} 7
+calls_created{model="a b"} 1.7e9
+stray_gauge 1
+calls{model="late"} 2
+# TYPE lat summary
+lat_sum 3.5
+lat_count 2
+lat_created 1.7e9
+untyped_one{path="/x\\"y"} 4
+stamped 5 1000
+tabbed\t6
+"""
+
+
+def _uncached(text: str) -> dict:
+    b = parse_exposition(text, 100.0, "t", "n1", {"job": "j"})
+    return {series_key(s.name, s.labels): s.value for s in b.samples}, b.errors
+
+
+def _cached(text: str, cache: ScrapeCache, store: SeriesStore) -> tuple[dict, dict, int]:
+    b = parse_exposition(text, 100.0, "t", "n1", {"job": "j"}, cache=cache)
+    got = {series_key(s.name, s.labels): s.value for s in b.samples}
+    series, values, _ = b.known or ([], [], 0.0)
+    for s, v in zip(series, list(values), strict=True):
+        assert s.key not in got
+        got[s.key] = v
+    for s in b.samples:
+        store.get_or_create(s.name, s.labels, "t")
+    cache.learn(b.comments or [], [(k, i, ins, nm, store.get(series_key(s.name, s.labels)))
+                                   for s, k, i, ins, nm in b.learn], len(got))
+    return got, b.errors, len(series)
+
+
+def _same(text: str, cache: ScrapeCache, store: SeriesStore) -> int:
+    want, want_err = _uncached(text)
+    got, err, hits = _cached(text, cache, store)
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert got[k] == v or (math.isnan(got[k]) and math.isnan(v)), k
+    assert err == want_err
+    return hits
+
+
+def _bump(text: str) -> str:  # every value moves, as between two real scrapes
+    out = []
+    for ln in text.splitlines():
+        head, sep, v = ln.rpartition(" ")
+        out.append(f"{head} {float(v) + 1:g}" if sep and not ln.startswith("#") and "stamped" not in ln else ln)
+    return "\n".join(out) + "\n"
+
+
+def test_known_lines_skip_parsing_and_reach_the_same_series() -> None:
+    cache, store = ScrapeCache(), SeriesStore()
+    assert _same(BASE, cache, store) == 0  # first sight: everything is parsed
+    hits = _same(_bump(BASE), cache, store)
+    # every stored line but the stamped one and the tab-separated one is known
+    assert hits == len(_uncached(BASE)[0]) - 2
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: t.replace("stray_gauge 1\n", ""),                       # the family-closing sample went away
+    lambda t: t.replace('calls{model="late"} 2\n', "") + 'calls{model="late"} 2\n',  # moved out of its family
+    lambda t: t.replace("# TYPE calls counter", "# TYPE calls gauge"),  # a comment changed
+    lambda t: t.replace('jobs_total{outcome="ok"} 3', 'jobs_total{outcome="ok"} abc'),  # no number
+    lambda t: t.replace('jobs_total{outcome="ok"} 3', 'jobs_total{outcome="ok"} NaN'),
+    lambda t: t.replace('jobs_total{outcome="ok"} 3', 'jobs_total{outcome="ok"} 1_0'),
+    lambda t: t.replace('jobs_total{outcome="ok"} 3', 'jobs_total{outcome="ok"} 3 2000'),  # gained a stamp
+    lambda t: "stray_first 1\n" + t,
+    lambda t: t.replace("lat_count 2\n", "lat_count 2\nnew_series{a=\"1\"} 9\n"),
+])
+def test_any_change_between_scrapes_gives_what_parsing_gives(change) -> None:  # noqa: ANN001
+    cache, store = ScrapeCache(), SeriesStore()
+    _same(BASE, cache, store)
+    _same(_bump(BASE), cache, store)
+    _same(change(BASE), cache, store)
+    _same(_bump(_bump(_bump(BASE))), cache, store)  # and back
+
+
+def test_dcgm_fixture_is_all_hits_from_the_second_scrape() -> None:
+    text = FIX.read_text()
+    cache, store = ScrapeCache(), SeriesStore()
+    _same(text, cache, store)
+    assert _same(text, cache, store) == len(_uncached(text)[0])
+
+
+def test_an_evicted_series_leaves_the_cache_and_is_created_again_through_the_store() -> None:
+    cache = ScrapeCache()
+    store = SeriesStore(StoreLimits(stale_after_s=1.0, evict_after_s=1.0))
+    _same(BASE, cache, store)
+    victim = store.get(series_key("stray_gauge", {"job": "j", "node": "n1"}))
+    assert victim is not None
+    victim.seen = -100.0
+    assert store.evict_stale(10.0) >= 1 and victim.gone
+    got, _, _ = _cached(_bump(BASE), cache, store)
+    again = store.get(series_key("stray_gauge", {"job": "j", "node": "n1"}))
+    assert again is not None and again is not victim and got[again.key] == 2.0
+
+
+def test_the_daemon_teaches_each_target_its_cache_and_known_lines_are_stored(tmp_path: Path) -> None:
+    import yaml
+
+    import monitor.daemon as daemon_mod
+    from monitor.config import load_config
+
+    doc = {"listen": "127.0.0.1:0", "state_db": str(tmp_path / "state.db"), "reward_outliers": False,
+           "targets": [{"name": "t", "url": "http://127.0.0.1:1/metrics", "node": "n1"}]}
+    (tmp_path / "monitor.yaml").write_text(yaml.safe_dump(doc))
+    d = daemon_mod.Daemon(load_config(tmp_path / "monitor.yaml"))
+    try:
+        target = d.config.targets[0]
+        d._caches[target.name] = target.cache  # what the scrape loop does at its start
+        now = d.clock.now()
+        texts = [BASE, _bump(BASE), _bump(_bump(BASE))]
+        known = []
+        for i, text in enumerate(texts):
+            batch = parse_exposition(text, now + 5 * i, "t", "n1", {"job": "verl", "target": "t"},
+                                     cache=target.cache)
+            known.append(len(batch.known[0]) if batch.known else 0)
+            d.ingest(batch, "t", now + 5 * i)
+        assert known[0] == 0 and known[1] == known[2] > 0
+        (s,) = [s for s in d.pipeline.store if s.name == "stray_gauge"]
+        assert list(s.window()[1]) == [1.0, 2.0, 3.0]
+    finally:
+        d.close()

@@ -1,0 +1,28 @@
+"""A series' ring grows by doubling up to its capacity: same window, interval and overwrite order as a
+ring allocated whole."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from monitor.store import FIRST_RING, Series
+
+
+@pytest.mark.parametrize("capacity", [1, 5, FIRST_RING, 100, 4096])
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 99, 100, 101, 250, 5000])
+def test_window_and_interval_are_those_of_the_last_capacity_samples(capacity: int, n: int) -> None:
+    s = Series("x", {}, capacity, 0)
+    ts = np.cumsum(np.linspace(1.0, 2.0, n)) if n else np.empty(0)
+    for i, t in enumerate(ts):
+        s.append(float(t), float(i))
+    keep = min(n, capacity)
+    t, v = s.window()
+    assert list(t) == list(ts[n - keep:]) and list(v) == [float(i) for i in range(n - keep, n)]
+    assert len(s) == keep and len(s._t) <= capacity
+    k = min(keep, 17)
+    want = float(np.median(np.diff(ts[n - k:]))) if k >= 4 else 0.0
+    assert s.interval() == want
+    if n:
+        t2, _ = s.window(since=float(ts[n - 1]))
+        assert list(t2) == [ts[n - 1]]

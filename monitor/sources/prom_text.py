@@ -78,6 +78,7 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
     ``batch.learn`` for ``ScrapeCache.learn`` once stored."""
     batch = SourceBatch(source)
     scan = _Scan(cache if cache is not None and cache.comments is not None else None)
+    values: np.ndarray | None = None  # OpenMetrics text takes prometheus_client's parser: nothing cached
     if _is_openmetrics(text):
         families = _families_prometheus_client(text, batch)
     else:

@@ -144,3 +144,16 @@ def test_the_daemon_teaches_each_target_its_cache_and_known_lines_are_stored(tmp
         assert list(s.window()[1]) == [1.0, 2.0, 3.0]
     finally:
         d.close()
+
+
+def test_openmetrics_text_with_a_cache_parses_and_caches_nothing() -> None:
+    # a target answering in OpenMetrics (prometheus_client's parser) once raised UnboundLocalError on
+    # every scrape when the target had a cache: the demo's process target went blind, its leak unseen
+    text = ('# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 1.5e+08\n'
+            '# TYPE jobs counter\njobs_total{outcome="ok"} 3.0\n# EOF\n')
+    cache = ScrapeCache()
+    for t in (1.0, 2.0):
+        batch = parse_exposition(text, t, "proc", None, {}, cache=cache)
+        got = {s.name: s.value for s in batch.samples}
+        assert got == {"process_resident_memory_bytes": 1.5e8, "jobs_total": 3.0}
+        assert batch.known is None

@@ -215,6 +215,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
     import asyncio
 
     import monitor.daemon as daemon_mod
+    import monitor.sources.scrape as scrape_mod
     from monitor.config import load_config
 
     cfg = load_config(config)
@@ -227,7 +228,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
     ticks: list[tuple[float, float]] = []
     gauge: list[tuple[float, float]] = []
     lock = threading.Lock()
-    real_scrape, real_ingest, real_tick = daemon_mod.scrape, d.ingest, d.pipeline.tick
+    real_scrape, real_ingest, real_tick = scrape_mod.scrape, d.ingest, d.pipeline.tick
 
     async def timed_scrape(client: Any, target: Any, now: float) -> Any:
         t0 = time.monotonic()
@@ -256,7 +257,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
         gauge.append((t1, d.metrics.eval_lag._value.get()))
         return out
 
-    daemon_mod.scrape = timed_scrape
+    scrape_mod.scrape = timed_scrape  # what the scrape source calls
     d.ingest = timed_ingest  # type: ignore[method-assign]
     d.pipeline.tick = timed_tick  # type: ignore[method-assign]
 

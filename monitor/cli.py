@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"verl-monitor: watching {where} with the default rules; API on http://{cfg.host}:{cfg.port}; "
               + ("alerts print here" if cfg.prints_alerts else f"alerts go to {cfg.notify_config}")
               + " (Ctrl-C stops)", file=sys.stderr)
-    from monitor.daemon import serve  # heavy imports only once the config is known to be good
+    from monitor.serve import serve  # heavy imports only once the config is known to be good
 
     return serve(cfg)
 

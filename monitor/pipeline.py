@@ -29,7 +29,7 @@ from monitor.model import PLUMBING_LABELS, Sample
 from monitor.plots import render_fit
 from monitor.reconcile import reconcile
 from monitor.rules import Rule
-from monitor.sources import verl_jsonl, verl_keys
+from monitor.sources import verl_jsonl
 from monitor.store import Series, SeriesStore, StoreLimits, series_key
 
 log = logging.getLogger("monitor.pipeline")
@@ -105,8 +105,6 @@ class Pipeline:
         if known is not None:
             n = self._ingest_known(known, source, seen, at)
         for s in samples:
-            if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):  # verl 0.9's Prometheus gauges
-                s = self._from_rl_insight(s)
             series = self.series(s.name, s.labels, source)
             if series is None:
                 continue
@@ -141,19 +139,10 @@ class Pipeline:
         """Samples refused for their stamps (too old, too far ahead) that were in a successful scrape:
         their series are alive at ``seen`` (absence rules, eviction) though no value is stored."""
         for s in samples:
-            if s.name.startswith(verl_keys.RL_INSIGHT_PREFIX):
-                s = self._from_rl_insight(s)
             series = self.store.get(series_key(s.name, s.labels))
             if series is not None:
                 self.evaluator.touch(series, seen)
                 series.seen = max(series.seen, seen)
-
-    def _from_rl_insight(self, s: Sample) -> Sample:
-        m = verl_keys.map_rl_insight(s.name)
-        if m is None:
-            return s
-        self.verl_nodes.add(s.labels.get("node", "unknown"))
-        return Sample(m.name, {**s.labels, **m.labels}, s.value * m.factor, s.t)
 
     def series(self, name: str, labels: dict[str, str], source: str = "") -> Series | None:
         """The stored series for ``name``/``labels`` (created on first sight in ``source``'s budget; None

@@ -1,9 +1,9 @@
-"""Series store: bounded numpy ring buffers per series, unit normalisation, staleness, cardinality caps
-shared fairly between sources, and eviction of series no longer seen.
+"""Series store: bounded numpy ring buffers per series, staleness, cardinality caps shared fairly
+between sources, and eviction of series no longer seen.
 
-Every sample enters here before any detector sees it. Values are normalised to base units on the way
-in (dcgm-exporter reports framebuffer MiB and utilisation percent; our trainer exports bytes and
-ratios), so one rule threshold serves both name families.
+Every sample enters here before any detector sees it, already in base units and our names: the
+sources rename foreign metrics and convert their units before a batch leaves them
+(``monitor/sources/relabel.py``), so one rule threshold serves every name family.
 """
 
 from __future__ import annotations
@@ -15,20 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from monitor.selectors import Selector
-
-MIB = 1024.0 * 1024.0
-
-# name -> factor to base units (the DCGM field docs state MiB for FB_* and % for *_UTIL).
-UNIT_FACTORS: dict[str, float] = {
-    "DCGM_FI_DEV_FB_USED": MIB,
-    "DCGM_FI_DEV_FB_FREE": MIB,
-    "DCGM_FI_DEV_FB_TOTAL": MIB,
-    "DCGM_FI_DEV_FB_RESERVED": MIB,
-    "DCGM_FI_DEV_GPU_UTIL": 0.01,
-    "DCGM_FI_DEV_MEM_COPY_UTIL": 0.01,
-    "DCGM_FI_DEV_ENC_UTIL": 0.01,
-    "DCGM_FI_DEV_DEC_UTIL": 0.01,
-}
 
 SeriesKey = tuple[str, ...]
 FIRST_RING = 16  # samples a new series has room for before its ring first grows
@@ -43,7 +29,7 @@ def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
 class Series:
     """One series' recent history in a fixed-size ring (oldest samples overwritten)."""
 
-    __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v", "factor",
+    __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "") -> None:
@@ -63,7 +49,6 @@ class Series:
         self._head = 0
         self.last_t = -math.inf
         self.last_v = math.nan
-        self.factor = UNIT_FACTORS.get(name, 1.0)
         self._interval = 0.0
         self._interval_at = -math.inf
 
@@ -82,8 +67,8 @@ class Series:
         return self._interval
 
     def append(self, t: float, value: float) -> float:
-        """Store a raw sample; returns the value in base units."""
-        v = value * self.factor
+        """Store a sample (in base units: the source converted it); returns the value."""
+        v = value
         cap = len(self._t)
         if self._n == cap < self._capacity:  # full before it ever wrapped: head is 0, order is kept
             cap = min(2 * cap, self._capacity)
@@ -231,6 +216,3 @@ class SeriesStore:
 
     def select(self, selector: Selector) -> list[Series]:
         return [s for s in self._series.values() if selector.matches(s.name, s.labels)]
-
-    def is_stale(self, s: Series, now: float) -> bool:
-        return now - s.last_t > self.limits.stale_after_s

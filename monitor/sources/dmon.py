@@ -4,9 +4,15 @@ header name; ``-`` means "not supported", and a stray ``^C`` from an interrupted
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
+from alerting.clock import Clock
 from monitor.model import Sample, SourceBatch, with_node
+from monitor.sources.base import DownLabels, Polled, Round
+
+RESTART_S = 5.0         # a dmon command that ended (or sent a line too long) is started again after this
+COMMAND_RETRY_S = 30.0  # ... and one that cannot be started at all is tried again after this
 
 MB = 1024.0 * 1024.0  # dmon's "MB" columns are MiB (same counters as nvidia-smi's memory MiB)
 
@@ -69,3 +75,67 @@ class DmonParser:
                     continue
                 batch.samples.append(Sample(name, with_node({"gpu": gpu}, self.node), value, t))
         return batch
+
+
+class DmonFileSource:
+    """A dmon log some other process writes: what was appended since the last round, every second."""
+
+    def __init__(self, path: str, node: str | None, index: int) -> None:
+        self.path, self.parser, self.position = path, DmonParser(node, f"dmon{index}"), 0
+        self.name = self.metric = self.parser.source
+        self.interval, self.budget, self.offset = 1.0, 1.0, 0.0
+        self.down = DownLabels("dmon", node)
+
+    async def poll(self, clock: Clock) -> Round:
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(self.position)
+                text = fh.read()
+                self.position = fh.tell()
+        except OSError:  # not written yet, or rotated away: counted, the source is down, no log line
+            batch = SourceBatch(self.parser.source)
+            batch.error("read_error")
+            return Round([Polled(batch)], up=False)
+        return Round([Polled(self.parser.feed(text.splitlines(), clock.now()))])
+
+
+class DmonCommandSource:
+    """``nvidia-smi dmon`` run by the monitor: one round per line it prints (a stream, no interval)."""
+
+    def __init__(self, command: list[str], node: str | None, index: int) -> None:
+        self.command, self.parser = command, DmonParser(node, f"dmon{index}")
+        self.name = self.metric = self.parser.source
+        self.interval, self.budget, self.offset = 0.0, 5.0, 0.0
+        self.down = DownLabels("dmon", node)
+        self.proc: asyncio.subprocess.Process | None = None
+        self.pause = 0.0  # wait before the next start
+
+    async def poll(self, clock: Clock) -> Round:
+        if self.proc is None:
+            await asyncio.sleep(self.pause)
+            try:
+                self.proc = await asyncio.create_subprocess_exec(*self.command, stdout=asyncio.subprocess.PIPE,
+                                                                 stderr=asyncio.subprocess.DEVNULL)
+            except OSError:
+                self.pause = COMMAND_RETRY_S
+                batch = SourceBatch(self.parser.source)
+                batch.error("command_failed")
+                return Round([Polled(batch)], up=None)
+        assert self.proc.stdout is not None
+        self.pause = RESTART_S
+        try:
+            line = await self.proc.stdout.readline()
+        except Exception:  # e.g. a line longer than the stream limit: start the command again
+            await self.close()
+            raise
+        if not line:  # the command ended
+            await self.close()
+            return Round(up=None)
+        return Round([Polled(self.parser.feed([line.decode(errors="replace")], clock.now()))], up=None)
+
+    async def close(self) -> None:
+        """Also on cancellation at shutdown: never leave nvidia-smi running."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            await asyncio.shield(proc.wait())

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
+from alerting.clock import Clock
 from monitor.model import Sample, SourceBatch, with_node
+from monitor.sources.base import DownLabels, Polled, Round
 
 
 class NvmlSampler:
@@ -47,3 +52,24 @@ class NvmlSampler:
 
     def close(self) -> None:
         self.nv.nvmlShutdown()
+
+
+class NvmlSource:
+    """The local GPUs every ``interval`` (NVML calls block: in a worker thread). A sampler that fails to
+    open is a failed round, tried again the next."""
+
+    def __init__(self, interval: float) -> None:
+        self.name = self.metric = "nvml"
+        self.interval, self.budget, self.offset = interval, interval, 0.0
+        self.down = DownLabels("nvml")
+        self.sampler: NvmlSampler | None = None
+
+    async def poll(self, clock: Clock) -> Round:
+        if self.sampler is None:
+            self.sampler = await asyncio.to_thread(NvmlSampler)
+        return Round([Polled(await asyncio.to_thread(self.sampler.poll, clock.now()), source=self.metric)])
+
+    async def close(self) -> None:
+        if self.sampler is not None:
+            with contextlib.suppress(Exception):
+                self.sampler.close()

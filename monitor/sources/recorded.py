@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from monitor.model import SourceBatch, with_node
+from monitor.sources.relabel import relabel_columns
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
 
@@ -109,7 +110,9 @@ def _from_verl_jsonl(path: Path, node: str | None = None) -> Recording:
 
 
 def from_columns(columns: list[tuple[str, dict[str, str], list[float], list[float]]], malformed: int) -> Recording:
+    """Columns (name, labels, times, values) in our names and units (the source edge), time-sorted."""
     series, ts, sids, vals = [], [], [], []
+    columns = relabel_columns(columns)
     for i, (name, labels, t, v) in enumerate(columns):
         series.append((name, with_node(labels)))
         ts.append(np.asarray(t, dtype=float))

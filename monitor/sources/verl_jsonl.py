@@ -49,7 +49,7 @@ from typing import BinaryIO
 import yaml
 
 from monitor.model import Sample, SourceBatch, with_node
-from monitor.sources import verl_keys
+from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import OffsetStore, writer_holds
 
 JOB = "verl_jsonl"            # job label of every JSONL series (plumbing: never an alert label)
@@ -59,7 +59,6 @@ _EPS = 1e-3                    # least spacing between two records (keeps sample
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 HISTORY_RECORDS = 240          # records re-read before a resumed offset (the longest step window + warm-up)
 HISTORY_BYTES = 4 << 20
-
 
 _number = verl_keys.finite_number
 
@@ -88,7 +87,7 @@ class MappedRecord:
                     batch.error("nonfinite_value")
                     nonfinite = nonfinite or key.startswith(verl_keys.NONFINITE_PREFIXES)
                     continue
-                m = verl_keys.map_key(key)
+                m = relabel.verl_key(key)  # our name, labels and unit: the source edge
                 if m is None:
                     continue
                 out.append(Sample(m.name, with_node({**labels0, **m.labels}, self.node), value * m.factor, t))

@@ -19,6 +19,7 @@ import yaml
 from monitor_http import Peer, RunningDaemon, Targets, metric, wait_for
 
 import monitor.daemon as daemon_mod
+import monitor.sources.scrape as scrape_mod
 from alerting.logsafe import RedactingFilter, setup_logging
 from alerting.notifiers.base import redact
 from monitor.config import ConfigError, load_config
@@ -103,7 +104,7 @@ def test_odd_query_range_json_is_counted_not_raised() -> None:
 def test_a_round_that_raises_is_counted_marked_down_and_the_loop_goes_on(tmp_path: Path, targets: Targets,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"scrape": 0, "poll": 0}
-    real_scrape, real_poll = daemon_mod.scrape, JsonlTail.poll
+    real_scrape, real_poll = scrape_mod.scrape, JsonlTail.poll
 
     async def flaky_scrape(client: httpx.AsyncClient, target: Target, now: float):  # noqa: ANN202
         calls["scrape"] += 1
@@ -117,7 +118,7 @@ def test_a_round_that_raises_is_counted_marked_down_and_the_loop_goes_on(tmp_pat
             raise OverflowError("int too large to convert to float")
         return real_poll(self, now)
 
-    monkeypatch.setattr(daemon_mod, "scrape", flaky_scrape)
+    monkeypatch.setattr(scrape_mod, "scrape", flaky_scrape)
     monkeypatch.setattr(JsonlTail, "poll", flaky_poll)
     log = tmp_path / "exp.jsonl"
     log.write_text('{"step": 1, "data": {"critic/score/mean": 0.5}}\n')
@@ -317,14 +318,14 @@ def test_a_slow_client_is_cut_off_at_the_read_deadline(api_daemon: RunningDaemon
 def test_healthz_is_503_when_a_source_loop_stops_completing(tmp_path: Path, targets: Targets,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     stuck = threading.Event()
-    real = daemon_mod.scrape
+    real = scrape_mod.scrape
 
     async def maybe_hang(client: httpx.AsyncClient, target: Target, now: float):  # noqa: ANN202
         if stuck.is_set():
             await asyncio.sleep(3600)
         return await real(client, target, now)
 
-    monkeypatch.setattr(daemon_mod, "scrape", maybe_hang)
+    monkeypatch.setattr(scrape_mod, "scrape", maybe_hang)
     d = RunningDaemon(config(tmp_path, [{"name": "trainer", "url": f"{targets.url}/good", "interval": "0.2s",
                                          "timeout": "0.2s"}]))
     try:

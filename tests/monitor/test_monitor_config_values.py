@@ -128,7 +128,10 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from types import SimpleNamespace
 
+    from alerting.clock import SimulatedClock
     from monitor.daemon import Daemon
+    from monitor.sources.base import Round, TopPrompts
+    from monitor.sources.reward_outliers import RewardOutlierSource
 
     seen: list[str] = []
 
@@ -154,15 +157,17 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
         candidate = SimpleNamespace(rule=SimpleNamespace(alert="RewardDistributionDrift"), labels={})
         daemon = SimpleNamespace(config=cfg, _outliers={})
 
-        async def fetch() -> None:  # the outliers loop fills a cache; the evaluation tick only reads it
+        async def fetch() -> Round:  # the outliers source reads; the evaluation tick only reads its records
             import httpx
 
             async with httpx.AsyncClient() as client:
-                await Daemon._fetch_outliers(daemon, client, cfg.targets[0])  # type: ignore[arg-type]
+                return await RewardOutlierSource(cfg.targets, cfg.target_tokens, client).poll(SimulatedClock(5.0))
 
         import asyncio
 
-        asyncio.run(fetch())
+        (prompts,) = asyncio.run(fetch()).top_prompts
+        assert prompts == TopPrompts("trainer", None, ("9.5: p1",), 5.0)
+        daemon._outliers[prompts.target] = list(prompts.lines)  # what the daemon files from the round
         ann = Daemon._enrich(daemon, candidate, {})  # type: ignore[arg-type]
         assert seen == ["Bearer t0k"] and ann["top_prompts"] == "9.5: p1"
     finally:

@@ -12,11 +12,12 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 
-from monitor.model import Sample, resolve_node
+from monitor.model import Sample, SourceBatch, resolve_node
 from monitor.sources.alertmanager import PayloadError, parse_webhook
 from monitor.sources.dmon import DmonParser
 from monitor.sources.prom_api import chunks, query_range
 from monitor.sources.prom_text import parse_exposition
+from monitor.sources.relabel import relabel
 from monitor.sources.verl_jsonl import JsonlTail
 from monitor.store import SeriesStore, StoreLimits
 
@@ -30,11 +31,14 @@ def test_dcgm_fixture_parses_with_node_from_hostname_and_units_normalised() -> N
     by_name = {s.name: s for s in batch.samples}
     free = by_name["DCGM_FI_DEV_FB_FREE"]
     assert free.labels["node"] == "i-030791dc5a37cd257" and free.value == 22563
+    relabel(batch)  # the source edge: MiB -> bytes, before the batch leaves the source
+    assert {s.name: s for s in batch.samples}["DCGM_FI_DEV_FB_FREE"].value == 22563 * 1024 * 1024
+    util = SourceBatch("dcgm", [Sample("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"}, 87.0, 1.0)])
+    relabel(util)
+    assert util.samples[0].value == pytest.approx(0.87)  # percent -> ratio
     store = SeriesStore()
     s = store.get_or_create(free.name, free.labels)
-    assert s is not None and s.append(free.t, free.value) == 22563 * 1024 * 1024  # MiB -> bytes
-    util = store.get_or_create("DCGM_FI_DEV_GPU_UTIL", {"gpu": "0"})
-    assert util is not None and util.append(1, 87.0) == pytest.approx(0.87)
+    assert s is not None and s.append(free.t, 5.0) == 5.0  # the store keeps what the source gave it
 
 
 def test_node_resolution_order() -> None:
@@ -284,7 +288,7 @@ def test_fast_parser_counts_malformed_lines_and_keeps_the_rest() -> None:
 
 
 def test_scrape_offsets_are_deterministic_and_spread_over_the_interval() -> None:
-    from monitor.daemon import scrape_offset
+    from monitor.sources.scrape import scrape_offset
 
     urls = [f"http://127.0.0.1:9400/gpu-{n:03d}/{k}/metrics" for n in range(125) for k in ("dcgm", "trainer")]
     offsets = [scrape_offset(u, 5.0) for u in urls]

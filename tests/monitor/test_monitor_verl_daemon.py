@@ -15,9 +15,10 @@ from monitor_http import RunningDaemon, metric, wait_for
 from alerting.clock import SimulatedClock
 from benchmarks.verl_runs import RunSpec, encode, generate
 from monitor.config import ConfigError, load_config
-from monitor.model import Sample
+from monitor.model import Sample, SourceBatch
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
+from monitor.sources.relabel import relabel
 from monitor.sources.verl_jsonl import JsonlTail
 
 
@@ -72,13 +73,42 @@ def test_jsonl_options_are_validated(tmp_path: Path, option: dict, message: str)
 def test_rl_insight_gauges_are_renamed_on_ingest_and_speak_verl() -> None:
     pipe = Pipeline(load_rule_files(None), SimulatedClock(0.0))
     labels = {"project": "p", "experiment_name": "e", "node": "gpu-01"}
-    pipe.ingest([Sample("rl_insight_monitor_actor_kl_loss", labels, 0.01, 10.0),
-                 Sample("rl_insight_monitor_actor_perf_max_memory_allocated_gb", labels, 40.0, 10.0)])
+    batch = SourceBatch("trainer", [Sample("rl_insight_monitor_actor_kl_loss", labels, 0.01, 10.0),
+                                    Sample("rl_insight_monitor_actor_perf_max_memory_allocated_gb", labels, 40.0, 10.0)])
+    nodes = relabel(batch)  # the source edge; the daemon hands the nodes on with the round
+    assert nodes == {"gpu-01"}
+    pipe.verl_nodes |= nodes
+    pipe.ingest(batch.samples)
     names = {(s.name, s.labels.get("source"), s.labels.get("stat")) for s in pipe.store}
     assert names == {("verl_kl_divergence", "kl_loss", None), ("verl_gpu_memory_used_bytes", None, "peak")}
     assert next(s for s in pipe.store if s.name == "verl_gpu_memory_used_bytes").last_v == 40.0 * 2**30
     assert pipe.vocabulary("gpu-01").dialect == "verl" and pipe.vocabulary("other").dialect == "verl-ops"
     pipe.close()
+
+
+def test_a_scraped_rl_insight_gauge_arrives_renamed_and_its_node_speaks_verl(tmp_path: Path) -> None:
+    import asyncio
+
+    from monitor.daemon import Daemon
+    from monitor.sources.prom_text import Target
+    from monitor.sources.scrape import ScrapeSource
+
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"listen": "127.0.0.1:0", "state_db": str(tmp_path / "s.db"),
+                                                    "reward_outliers": False}))
+    d = Daemon(load_config(tmp_path / "m.yaml"))
+    body = 'rl_insight_monitor_actor_kl_loss{project="p"} 0.01\n'
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=body))
+
+    async def one_round() -> None:
+        async with httpx.AsyncClient(transport=transport) as client:
+            src = ScrapeSource(Target("trainer", "http://127.0.0.1:9/metrics", node="gpu-01"), client)
+            d._take(src, await src.poll(d.clock))
+    try:
+        asyncio.run(one_round())
+        assert {s.name for s in d.pipeline.store} == {"verl_kl_divergence", "up"}
+        assert d.pipeline.vocabulary("gpu-01").dialect == "verl"
+    finally:
+        d.close()
 
 
 def test_huge_numbers_and_garbage_never_end_the_tail(tmp_path: Path) -> None:

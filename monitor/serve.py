@@ -1,0 +1,68 @@
+"""``verl-monitor run`` in the foreground: the daemon until SIGINT/SIGTERM, exit 2 with one line naming
+the key and the fix when it cannot start (bad rules, an unwritable state_db, a taken port)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sqlite3
+import sys
+import threading
+
+from alerting.config import ConfigError as AlertingConfigError
+from alerting.logsafe import setup_logging
+from monitor.config import MonitorConfig
+from monitor.daemon import Daemon
+from monitor.rules import RuleError
+
+log = logging.getLogger("monitor.daemon")
+SHUTDOWN_S = 4.5  # SIGTERM: a clean stop gets this long, then the process exits regardless
+
+
+def serve(config: MonitorConfig) -> int:
+    """The daemon in the foreground until SIGINT/SIGTERM; 2 with one line when it cannot start."""
+    setup_logging(logging.INFO)
+    try:
+        daemon = Daemon(config)
+    except RuleError as exc:
+        print(f"verl-monitor: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, sqlite3.Error) as exc:
+        print(f"verl-monitor: state_db {config.state_db}: cannot open ({exc}); {config.fix('state_db')} "
+              "to a writable path", file=sys.stderr)
+        return 2
+    except AlertingConfigError as exc:  # already one line
+        print(f"verl-monitor: notify_config {config.notify_config}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        daemon.api = daemon.listen()
+    except OSError as exc:
+        print(f"verl-monitor: cannot listen on {config.host}:{config.port} ({exc.strerror}); "
+              f"{config.fix('listen')} to a free port", file=sys.stderr)
+        daemon.close()
+        return 2
+
+    def on_signal() -> None:
+        daemon.stop()
+        # Whatever is running (a hanging Prometheus query in a worker thread, a receiver mid-request),
+        # the process is gone within 5 s of SIGTERM; SQLite (WAL) and the outbox are crash-safe.
+        timer = threading.Timer(SHUTDOWN_S, _forced_exit)
+        timer.daemon = True
+        timer.start()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, on_signal)
+        await daemon.run()
+
+    asyncio.run(main())
+    return 0
+
+
+def _forced_exit() -> None:
+    log.warning("shutdown took longer than %.1fs; exiting now (state is in SQLite, nothing is lost)", SHUTDOWN_S)
+    logging.shutdown()
+    os._exit(0)

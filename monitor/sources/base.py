@@ -1,0 +1,70 @@
+"""What every source is to the daemon: a name, a schedule, and one ``poll`` per round.
+
+The daemon runs one loop for every source (``monitor/daemon.py``) and applies the never-blind rules
+there, once: the phase offset, skipping rounds it overran, the progress mark ``/healthz`` reads, and for
+a round that raised, counting it, logging it once a minute and marking the source down. A source only
+reads its input and returns what it read, renamed to our words (``monitor/sources/relabel.py``) before
+the batch leaves it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from alerting.clock import Clock
+from monitor.model import SourceBatch
+
+
+@dataclass(frozen=True)
+class TopPrompts:
+    """A verl trainer's most anomalous prompts at ``t`` (its ``/api/v1/reward_outliers``): the measured
+    context a RewardDistributionDrift alert of that trainer's node carries forward."""
+
+    target: str
+    node: str | None
+    lines: tuple[str, ...]  # at most 3, "reward: prompt" with the prompt cut to 200 characters
+    t: float
+
+
+@dataclass
+class Polled:
+    """One batch a round read, and how the daemon files it."""
+
+    batch: SourceBatch
+    seen: float | None = None  # the monitor's time of a scrape: liveness from the scrape, not the stamps
+    source: str | None = None  # whose series budget the samples use (default: the batch's source)
+
+
+@dataclass
+class Round:
+    """What one ``poll`` returned."""
+
+    polled: list[Polled] = field(default_factory=list)
+    up: bool | None = True  # the source's verl_monitor_target_up after the round; None: left as it is
+    duration: float | None = None  # seconds the round's request took (verl_monitor_scrape_duration_seconds)
+    failures: list[BaseException] = field(default_factory=list)  # parts that failed, the rest ingested
+    verl_nodes: set[str] = field(default_factory=set)  # nodes whose series were renamed from verl's words
+    top_prompts: list[TopPrompts] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DownLabels:
+    """The ``up`` series a failed round sets to 0."""
+
+    job: str
+    node: str | None = None
+    instance: str | None = None
+
+
+class Source(Protocol):
+    name: str      # the progress mark's name in /healthz ("target trainer", "jsonl:exp.jsonl", ...)
+    metric: str    # the `target` label of its error counter, up gauge and `up` series
+    interval: float  # seconds between the starts of two rounds (0: back to back, a stream)
+    budget: float  # a round not completed for 3 budgets degrades /healthz
+    offset: float  # seconds after start of the first round
+    down: DownLabels
+
+    async def poll(self, clock: Clock) -> Round: ...
+
+    async def close(self) -> None: ...

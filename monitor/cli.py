@@ -16,7 +16,8 @@ def _fail(msg: str) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from monitor.replay import NotifyUnavailable, replay
+    from alerting.config import ConfigError as AlertingConfigError
+    from monitor.replay import replay
     from monitor.rules import RuleError, load_rule_files
     from monitor.sources.recorded import InputError
 
@@ -39,12 +40,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         else:
             res = replay(args.input, rules, sys.stdout, plots_dir=plots_dir, notify_config=args.notify_config,
                          cluster=args.cluster, node=args.node)
-    except (InputError, NotifyUnavailable) as exc:
+    except InputError as exc:
         return _fail(str(exc))
-    except Exception as exc:  # the notify config is validated by alerting: surface its one-line error
-        if type(exc).__name__ == "ConfigError":
-            return _fail(f"--notify-config {args.notify_config}: {exc}")
-        raise
+    except AlertingConfigError as exc:  # the notify config is validated by alerting: its one-line error
+        return _fail(f"--notify-config {args.notify_config}: {exc}")
     print(f"replayed {res.samples} samples of {res.series} series: {res.alerts} alert records, "
           f"{res.records} records in total, {res.malformed} malformed samples skipped"
           + ("" if res.drained else "; WARNING: outbox not drained"), file=sys.stderr)

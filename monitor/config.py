@@ -46,6 +46,7 @@ from typing import Any
 
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 from monitor.durations import DurationError, parse_duration
+from monitor.errors import ConfigError
 from monitor.sources.prom_text import Target
 from monitor.store import StoreLimits
 
@@ -65,10 +66,6 @@ SECTION_KEYS = {
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass

@@ -16,10 +16,6 @@ from monitor.rules import Rule
 from monitor.sources.recorded import Recording, load_recording
 
 
-class NotifyUnavailable(RuntimeError):
-    pass
-
-
 @dataclass
 class ReplayResult:
     samples: int
@@ -32,12 +28,8 @@ class ReplayResult:
 
 def open_engine(notify_config: str | Path, db_path: Path, clock: SimulatedClock,
                 on_record: Callable[[dict[str, Any]], None]) -> Any:
-    try:
-        from alerting.engine import AlertEngine
-    except ImportError as exc:
-        raise NotifyUnavailable(
-            f"--notify-config needs alerting.engine, which is not available here ({exc}); "
-            "replay without --notify-config, or install the alerting part") from exc
+    from alerting.engine import AlertEngine  # only when notifying: the engine's imports are not small
+
     return AlertEngine.from_file(notify_config, db_path, clock, on_record=on_record)
 
 

@@ -41,6 +41,7 @@ from alerting.vocabulary import Vocabulary
 from monitor import durations
 from monitor.detectors import registry
 from monitor.detectors.cadence import CadenceScaled
+from monitor.errors import ConfigError
 from monitor.selectors import Selector, SelectorError, parse_selector
 
 DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
@@ -50,7 +51,7 @@ _RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "keep_
 _TEMPLATES = SandboxedEnvironment(autoescape=False)
 
 
-class RuleError(ValueError):
+class RuleError(ConfigError):
     """One line naming the file, the rule and the key, and what to write instead."""
 
 

@@ -1,8 +1,6 @@
-"""``verl-monitor run``: the sources on their schedules -> pipeline -> alerting engine, plus the HTTP API.
-
-The daemon only schedules. One asyncio loop runs one task per source (``monitor/sources/base.py``:
-scrapes run concurrently, a hanging target only waits out its own timeout) and the evaluation tick;
-the HTTP server runs in its own threads. ``lock`` serialises access to the pipeline between the two.
+"""``verl-monitor run``: the daemon only schedules. One asyncio loop runs a task per source
+(``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own timeout)
+and the evaluation tick; the HTTP API runs in its own threads; ``lock`` serialises the pipeline.
 
 Never blind, applied here once for every source: a round that raises is counted in
 ``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target, reason), sets the
@@ -41,6 +39,7 @@ from monitor.plotlinks import PlotLinks
 from monitor.rules import load_rule_files
 from monitor.sources.base import Round, Source
 from monitor.sources.configured import build_sources
+from monitor.sources.scrape import ScrapeSource
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
@@ -78,7 +77,6 @@ class Daemon:
         self.progress = health.Progress()
         self._pruned_at = -float("inf")
         self.intake = Intake(self.pipeline, self.metrics, self.clock, self.lock)
-        self._caches = self.intake.caches  # target name -> its scrape cache, taught after each ingest
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
@@ -86,9 +84,6 @@ class Daemon:
 
     def health(self) -> dict[str, Any]:
         return health.report(self)
-
-    def _source_failed(self, src: Source, exc: BaseException) -> None:
-        self.intake.mark_down(src.metric, exc, src.down)
 
     def alerts(self) -> list[dict[str, Any]]:
         own = [dict(a.to_json(), state="firing") for a in self.pipeline.book.firing()]
@@ -131,15 +126,14 @@ class Daemon:
         for prompts in got.top_prompts:
             self._outliers[prompts.target] = list(prompts.lines)
         for exc in got.failures:
-            self._source_failed(src, exc)
+            self.intake.mark_down(src.metric, exc, src.down)
         if got.duration is not None:
             self.metrics.scrape_duration.labels(src.metric).set(got.duration)
         if got.up is not None:
             self.metrics.target_up.labels(src.metric).set(1 if got.up else 0)
 
     async def _run_source(self, src: Source) -> None:
-        # Scheduling runs on the event loop's monotonic time (what asyncio sleeps on), alert time on the
-        # injected clock: a simulated or stepped clock never stalls or floods the rounds.
+        # rounds are due on the event loop's monotonic time (what asyncio sleeps on), samples on self.clock
         due = time.monotonic() + src.offset
         self.progress.done(src.name, src.budget, at=due)
         try:
@@ -149,7 +143,7 @@ class Daemon:
                     self._take(src, await src.poll(self.clock))
                     self._freeze_if_grown()
                 except Exception as exc:  # any input, any bug: this round is lost, the loop is not
-                    self._source_failed(src, exc)
+                    self.intake.mark_down(src.metric, exc, src.down)
                 self.progress.done(src.name, src.budget)
                 mono = time.monotonic()
                 due = due + src.interval if src.interval > 0 else mono
@@ -223,7 +217,7 @@ class Daemon:
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))
         async with httpx.AsyncClient(limits=limits) as client:
             sources = build_sources(self.config, client, self.metrics.registry, self._want_outliers)
-            self._caches.update((s.target.name, s.target.cache) for s in sources if hasattr(s, "target"))
+            self.intake.caches.update((s.metric, s.target.cache) for s in sources if isinstance(s, ScrapeSource))
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks.append(asyncio.create_task(self._eval_loop()))
             if ready is not None:

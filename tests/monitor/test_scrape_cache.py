@@ -130,7 +130,7 @@ def test_the_daemon_teaches_each_target_its_cache_and_known_lines_are_stored(tmp
     d = daemon_mod.Daemon(load_config(tmp_path / "monitor.yaml"))
     try:
         target = d.config.targets[0]
-        d._caches[target.name] = target.cache  # what the scrape loop does at its start
+        d.intake.caches[target.name] = target.cache  # what the daemon does when it builds the sources
         now = d.clock.now()
         texts = [BASE, _bump(BASE), _bump(_bump(BASE))]
         known = []

@@ -9,7 +9,7 @@ import httpx
 from alerting.clock import Clock
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.prom_text import Target, scrape
-from monitor.sources.relabel import relabel
+from monitor.sources.relabel import KnownUnits, relabel
 
 
 def scrape_offset(url: str, interval: float) -> float:
@@ -29,11 +29,12 @@ class ScrapeSource:
         # started together, 250 targets' bodies arrive in one burst and queue behind each other's parse.
         self.offset = scrape_offset(target.url, target.interval)
         self.down = DownLabels(target.job, target.node, httpx.URL(target.url).netloc.decode())
+        self.units = KnownUnits()
 
     async def poll(self, clock: Clock) -> Round:
         now = clock.now()
         batch, duration, up = await scrape(self.client, self.target, now)
-        verl_nodes = relabel(batch)
+        verl_nodes = relabel(batch, self.units)
         return Round([Polled(batch, seen=now, source=self.target.name)], up=up, duration=duration,
                      verl_nodes=verl_nodes)
 

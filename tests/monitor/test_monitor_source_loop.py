@@ -103,3 +103,28 @@ def test_dmon_command_is_read_line_by_line_restarted_when_it_ends_and_stopped_at
         assert d.metrics.scrape_errors.labels("dmon2", "command_failed")._value.get() == 1
     finally:
         d.close()
+
+
+def test_dcgm_units_are_converted_on_the_cached_path_too(tmp_path: Path) -> None:
+    """A known line skips parsing, not the source edge: its MiB still arrive as bytes."""
+    from monitor.sources.prom_text import parse_exposition
+    from monitor.sources.relabel import KnownUnits, relabel
+    from monitor.sources.scrape_cache import ScrapeCache
+
+    d, cache, units = _daemon(tmp_path), ScrapeCache(), KnownUnits()
+    d.intake.caches["dcgm"] = cache
+    text = ('# TYPE DCGM_FI_DEV_FB_USED gauge\nDCGM_FI_DEV_FB_USED{{gpu="0"}} {mib}\n'
+            '# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{{gpu="0"}} 40\n')
+    try:
+        now, hits = d.clock.now(), []
+        for i, mib in enumerate((100, 200, 300, 400)):
+            batch = parse_exposition(text.format(mib=mib), now + i, "dcgm", "n1", {"job": "dcgm"}, cache=cache)
+            hits.append(len(batch.known[0]) if batch.known else 0)
+            relabel(batch, units)
+            d.ingest(batch, "dcgm", now + i)
+        assert hits[0] == 0 and hits[-1] == 2  # learnt, then known
+        by_name = {s.name: list(s.window()[1]) for s in d.pipeline.store}
+        assert by_name["DCGM_FI_DEV_FB_USED"] == [m * 2.0**20 for m in (100, 200, 300, 400)]
+        assert by_name["DCGM_FI_DEV_GPU_TEMP"] == [40.0] * 4
+    finally:
+        d.close()

@@ -146,7 +146,7 @@ class Daemon:
                     self.intake.mark_down(src.metric, exc, src.down)
                 self.progress.done(src.name, src.budget)
                 mono = time.monotonic()
-                due = due + src.interval if src.interval > 0 else mono
+                due = mono + src.interval if src.wait_after else due + src.interval
                 if due < mono:  # overran (slow target or starved loop): skip, keep the phase
                     due += src.interval * ((mono - due) // src.interval + 1)
                 await self._sleep(due - mono)

@@ -60,7 +60,8 @@ class DownLabels:
 class Source(Protocol):
     name: str      # the progress mark's name in /healthz ("target trainer", "jsonl:exp.jsonl", ...)
     metric: str    # the `target` label of its error counter, up gauge and `up` series
-    interval: float  # seconds between the starts of two rounds (0: back to back, a stream)
+    interval: float  # seconds from one round's start to the next's (0: back to back, a stream) ...
+    wait_after: bool  # ... or, when True, from one round's end: a slow input is asked less often
     budget: float  # a round not completed for 3 budgets degrades /healthz
     offset: float  # seconds after start of the first round
     down: DownLabels

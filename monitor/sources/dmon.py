@@ -83,7 +83,7 @@ class DmonFileSource:
     def __init__(self, path: str, node: str | None, index: int) -> None:
         self.path, self.parser, self.position = path, DmonParser(node, f"dmon{index}"), 0
         self.name = self.metric = self.parser.source
-        self.interval, self.budget, self.offset = 1.0, 1.0, 0.0
+        self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
         self.down = DownLabels("dmon", node)
 
     async def poll(self, clock: Clock) -> Round:
@@ -105,7 +105,7 @@ class DmonCommandSource:
     def __init__(self, command: list[str], node: str | None, index: int) -> None:
         self.command, self.parser = command, DmonParser(node, f"dmon{index}")
         self.name = self.metric = self.parser.source
-        self.interval, self.budget, self.offset = 0.0, 5.0, 0.0
+        self.interval, self.budget, self.offset, self.wait_after = 0.0, 5.0, 0.0, True
         self.down = DownLabels("dmon", node)
         self.proc: asyncio.subprocess.Process | None = None
         self.pause = 0.0  # wait before the next start

@@ -60,7 +60,7 @@ class NvmlSource:
 
     def __init__(self, interval: float) -> None:
         self.name = self.metric = "nvml"
-        self.interval, self.budget, self.offset = interval, interval, 0.0
+        self.interval, self.budget, self.offset, self.wait_after = interval, interval, 0.0, True
         self.down = DownLabels("nvml")
         self.sampler: NvmlSampler | None = None
 

@@ -90,6 +90,7 @@ class PromQuerySource:
         self.cfg = cfg
         self.name = self.metric = "prometheus"
         self.interval, self.budget, self.offset = cfg.interval, cfg.interval + cfg.timeout, 0.0
+        self.wait_after = True  # a Prometheus answering slowly is asked less often, not back to back
         self.down = DownLabels("prometheus")
         self.client = httpx.Client()
         self.last: float | None = None

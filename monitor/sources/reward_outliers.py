@@ -39,7 +39,7 @@ class RewardOutlierSource:
         self.targets = [tg for tg in targets if tg.job == "verl"]
         self.tokens, self.client = tokens, client
         self.name = self.metric = "reward outliers"
-        self.interval, self.budget, self.offset = EVERY_S, EVERY_S, 0.0
+        self.interval, self.budget, self.offset, self.wait_after = EVERY_S, EVERY_S, 0.0, True
         self.down = DownLabels("verl")
 
     async def fetch(self, tg: Target, now: float) -> TopPrompts | None:

@@ -23,7 +23,7 @@ class ScrapeSource:
         self.target, self.client = target, client
         self.name = f"target {target.name}"
         self.metric = target.name
-        self.interval = target.interval
+        self.interval, self.wait_after = target.interval, False  # Prometheus' fixed scrape grid
         self.budget = max(target.interval, target.timeout)
         # Spread targets over the interval (a fixed phase per URL, like Prometheus' own scrape offsets):
         # started together, 250 targets' bodies arrive in one burst and queue behind each other's parse.

@@ -20,7 +20,7 @@ class VerlLogSource:
                                     writer_open=lambda: writer_holds(tail.path))
         self.tail, self.export = tail, export
         self.name = self.metric = f"jsonl:{tail.path.name}"
-        self.interval, self.budget, self.offset = 1.0, 1.0, 0.0
+        self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
         self.down = DownLabels("jsonl", cfg.node)
 
     async def poll(self, clock: Clock) -> Round:

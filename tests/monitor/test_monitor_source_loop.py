@@ -41,7 +41,7 @@ def _run(d: Daemon, src: object, seconds: float) -> None:
 class Flaky:
     """Raises in its first round, fails one of two parts in its second, then reads cleanly."""
 
-    name, metric, interval, budget, offset = "flaky", "flaky", 0.01, 1.0, 0.0
+    name, metric, interval, budget, offset, wait_after = "flaky", "flaky", 0.01, 1.0, 0.0, False
     down = DownLabels("verl", "gpu-01", "127.0.0.1:9")
 
     def __init__(self) -> None:

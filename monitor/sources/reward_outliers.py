@@ -1,7 +1,8 @@
 """The verl trainers' most anomalous prompts (``/api/v1/reward_outliers?k=3``) as a source: every 10 s,
 all trainers at once, each request capped at 2 s. What it reads travels forward as ``TopPrompts``
-records, the context a RewardDistributionDrift alert of that trainer's node carries; a trainer that does
-not answer keeps its last prompts (the endpoint is optional: no error is counted)."""
+records, the context a RewardDistributionDrift alert of that trainer's node carries. A trainer that cannot
+be reached keeps its last prompts, one answering with an error status has none (the endpoint is optional:
+neither counts as an error)."""
 
 from __future__ import annotations
 

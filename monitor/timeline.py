@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from alerting.clock import Clock
 from monitor.model import Sample
@@ -37,9 +36,6 @@ class SteadyClock:
 
     def sleep(self, seconds: float) -> None:
         self.inner.sleep(seconds)
-
-    def __getattr__(self, name: str) -> Any:  # a simulated clock's set/advance, for tests and replay
-        return getattr(self.inner, name)
 
     def check(self) -> float | None:
         """The wall clock's step since the last check in seconds (positive: forward), None when none."""

@@ -106,8 +106,8 @@ def test_steady_clock_passes_a_simulated_clock_through() -> None:
     steady = SteadyClock(sim)
     sim.advance(12.5)
     assert steady.now() == sim.now() and steady.check() is None
-    steady.set(T0 + 20)  # a simulated clock's own methods stay reachable (replay, tests)
-    assert steady.now() == T0 + 20
+    sim.set(T0 + 20)  # set on the simulated clock itself: the timeline follows it (no pass-through hooks)
+    assert steady.now() == T0 + 20 and steady.check() is None
 
 
 def test_no_resolved_message_for_a_page_that_was_never_sent(tmp_path: Path) -> None:

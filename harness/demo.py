@@ -220,7 +220,10 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__.splitlines()[0],
+                                epilog="Exit status: 0 when every injected fault was detected, delivered and "
+                                       "diagnosed; 1 when one was MISSED (or the stack did not start); 2 on bad "
+                                       "arguments; 130 on Ctrl-C.")
     p.add_argument("--duration", type=float, default=160.0, help="stop after this many seconds (default 160)")
     p.add_argument("--linger", type=float, default=15.0, help="seconds to wait for deliveries after the trainer exits")
     p.add_argument("--max-steps", type=int, default=100000, help="trainer.total_steps")
@@ -256,7 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(summary, summary["wall_seconds"])
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=2))
-    return 0
+    return 0 if every_fault_caught(summary) else 1
+
+
+def every_fault_caught(summary: dict[str, Any]) -> bool:
+    """No injected fault MISSED: each was detected, delivered and diagnosed before the demo ended (a
+    healthy run, with no fault planned, misses nothing)."""
+    return not summary["faults"] or (summary["all_detected_and_delivered"] and summary["all_diagnosed"])
 
 
 if __name__ == "__main__":

@@ -46,7 +46,10 @@ def test_dataflow_collapse_is_detected_correlated_and_delivered_once(tmp_path: P
     out, _ = proc.communicate(timeout=140)
     assert proc.returncode == 0, out[-3000:]
     summary = json.loads(summary_path.read_text())
+    # the demo's own verdict (its exit status follows it): nothing MISSED
+    assert summary["all_detected_and_delivered"] is True and summary["all_diagnosed"] is True, out[-3000:]
     (fault,) = summary["faults"]
+    assert fault["ok"] is True
     assert set(fault["alerts"]) == {"RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"}
     for name, a in fault["alerts"].items():
         assert a["detected"] is not None and a["delivered"] is not None, (name, out[-3000:])

@@ -73,8 +73,9 @@ ACTED_ON: dict[str, str] = {
 STEP_GAUGE = "verl_global_step"  # the last step the trainer completed
 COUNTER_POLL_S = 2.0
 TICK_S = 0.1  # how late a fault may land after its planned time while a trainer is training
-# how long after an injection the soak scrapes every tick for its counter (then every COUNTER_POLL_S): a
-# reward hang counts its first timeout after reward.timeout_s, a worker restart after the supervisor's check
+# how long after an injection the soak scrapes every tick for its counter (then every COUNTER_POLL_S), so the
+# step by which the trainer acted is known to within a tick: a reward hang counts its first timeout after
+# reward.timeout_s, a worker restart after the supervisor's check
 ACTING_WITHIN_S = 20.0
 
 
@@ -82,7 +83,7 @@ ACTING_WITHIN_S = 20.0
 class Fault:
     kind: str
     at_s: float  # planned, seconds since the first trainer launch
-    step: int | None = None  # the step it hit
+    step: int | None = None  # the step in flight when it was injected (a trigger acts from the next step's start)
     injected_at: float | None = None  # journal time the soak injected it
     run: int | None = None  # index of the run (trainer process) it hit
     target_pid: int | None = None  # the process SIGKILLed (trainer or rollout worker)
@@ -141,12 +142,12 @@ def parse_scrape(text: str, t: float) -> Scrape:
 
 @dataclass(frozen=True)
 class Acted:
-    """A counter's first rise after an injection: its value before and after, the trainer's step gauge at the
-    last scrape before the rise (``None``: no scrape of the process before it) and at the one that saw it."""
+    """A counter's first rise after an injection: its value before and after, and the scrape that saw it.
+    The scrape's step is no bound on the step the fault hit: a reward call counts its timeout only when it
+    times out, steps later if the step went on on cached scores."""
 
     before: float
     after: float
-    step_before: int | None
     seen: Scrape
 
 
@@ -178,13 +179,9 @@ class Run:
         """The first rise of ``series`` over its value at the last scrape up to ``after``, or None. A
         process scraped first after ``after`` counts from zero (counters start at zero in each process)."""
         earlier = [s for s in self.scrapes if s.t <= after]
-        before = earlier[-1] if earlier else None
-        base = before.counters.get(series, 0.0) if before else 0.0
-        for scrape in self.scrapes[len(earlier):]:
-            if scrape.counters.get(series, 0.0) > base:
-                return Acted(base, scrape.counters[series], before.step if before else None, scrape)
-            before = scrape
-        return None
+        base = earlier[-1].counters.get(series, 0.0) if earlier else 0.0
+        seen = next((s for s in self.scrapes[len(earlier):] if s.counters.get(series, 0.0) > base), None)
+        return None if seen is None else Acted(base, seen.counters[series], seen)
 
 
 class Soak:
@@ -350,7 +347,7 @@ class Soak:
 
     def _awaiting_counter(self) -> bool:
         """An in-process fault was injected into the training process lately and its counter has not
-        risen yet: scrape every tick, so the step it hit is known to within a step."""
+        risen yet: scrape every tick."""
         run = len(self.runs) - 1
         return any(f.run == run and f.kind in ACTED_ON and f.injected_at is not None
                    and self.stack.journal.now() - f.injected_at < ACTING_WITHIN_S

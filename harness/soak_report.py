@@ -44,11 +44,13 @@ LOG_LINES = 3  # of the trainer's warnings after a fault, kept beside the verdic
 
 def judge(soak: Soak) -> None:
     """Evidence that the trainer acted on each injected fault (its counter rose, or the SIGKILLed process
-    exited), the step it hit, and its recovery; what the trainer logged meanwhile goes beside it."""
+    exited), and its recovery: ``RECOVERY_STEPS`` steps completed past the step by which it was seen acting;
+    what the trainer logged meanwhile goes beside it."""
     for f in soak.plan:
         if f.injected_at is None or f.run is None:
             continue
         run, until = soak.runs[f.run], _run_end(soak, f.run)
+        acted_by = f.step or 0
         if f.kind == "trainer_kill":
             if soak.hot_standby:
                 nxt = next((r for r in soak.runs[f.run + 1:] if r.active.since >= f.injected_at), None)
@@ -57,15 +59,13 @@ def judge(soak: Soak) -> None:
             elif run.exit_code == -9:
                 f.evidence = f"trainer pid {f.target_pid} exited with code -9 (SIGKILL)"
         elif (acted := run.acted(ACTED_ON[f.kind], f.injected_at)) is not None:
-            # the counter had not moved at the scrape before: the fault hit a later step than that one's
-            if acted.step_before is not None:
-                f.step = max(f.step or 0, acted.step_before + 1)
+            acted_by = max(acted_by, acted.seen.step)
             f.evidence = (f"{ACTED_ON[f.kind]} {acted.before:g} -> {acted.after:g} by step {acted.seen.step} "
                           f"({acted.seen.t - f.injected_at:.1f}s after the injection)")
             until = min(until, acted.seen.t + 1.0)  # the log lines of its acting, not what came later
         f.log = _warnings_after(run, f.injected_at, until)[:LOG_LINES] if f.kind in ACTED_ON else []
         f.recovered = f.evidence is not None and any(
-            s >= (f.step or 0) + RECOVERY_STEPS and t > f.injected_at for r in soak.runs[f.run:] for s, t in r.steps.items())
+            s >= acted_by + RECOVERY_STEPS and t > f.injected_at for r in soak.runs[f.run:] for s, t in r.steps.items())
 
 
 def price(soak: Soak) -> None:

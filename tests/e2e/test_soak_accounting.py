@@ -88,17 +88,21 @@ def test_a_fault_is_injected_when_its_counter_rose_not_when_the_log_says_so(tmp_
     assert oom_f.evidence is None and not oom_f.recovered  # logged, never counted: not injected
     assert oom_f.log[1].endswith("degrading")  # but what the trainer said is kept for a person
     assert kill_f.evidence == f"{restarts} 1 -> 2 by step 64 (3.0s after the injection)"
-    assert kill_f.step == 61 and kill_f.recovered  # not counted at step 60's scrape: it hit a later step
+    assert kill_f.step == 59 and kill_f.recovered  # injected during step 59; recovered: steps 69.. completed
     assert kill_f.log == ["WARNING verl.workers.pool: rollout worker 1 (pid 42) died with exit code -9"]
     assert hang_f.evidence is not None and hang_f.evidence.startswith(f"{timeout} 0 -> 2 by step 100")
-    assert hang_f.step == 100 and hang_f.recovered
+    assert hang_f.step == 99 and hang_f.recovered
     out = report(soak)
     assert out["faults_injected"] == 2 and out["faults_reached_without_trainer_evidence"] == ["critic_oom"]
+    # recovery counts from the step by which the counter was seen: 5 steps past 100 must complete
+    r.active.step_times = {s: t for s, t in r.steps.items() if s <= 104}
+    judge(soak)
+    assert hang_f.evidence is not None and not hang_f.recovered and kill_f.recovered
     # a process first scraped after the injection counts from zero; one never seen rising is no evidence
     fresh = Run(ActiveProcess(2, 0.0, {}, 0), FakeTrainer())  # type: ignore[arg-type]
     fresh.scrapes = [Scrape(5.0, 3, {oom: 1.0})]
     acted = fresh.acted(oom, after=4.0)
-    assert acted is not None and (acted.before, acted.after, acted.step_before) == (0.0, 1.0, None)
+    assert acted is not None and (acted.before, acted.after, acted.seen.step) == (0.0, 1.0, 3)
     assert fresh.acted(oom, after=5.0) is None and fresh.acted(timeout, after=0.0) is None
 
 
@@ -173,18 +177,18 @@ def test_report_breaks_down_seconds_lost_per_fault_and_sums_to_the_ettr_compleme
     second = {s: 48.0 + 0.25 * (s - 111) for s in range(111, 160)}
     runs = [run(first, trainer=warn, killed_at=38.1), run(second, resumed=110, since=39.0)]
     soak = soak_with(tmp_path, runs, end_t=60.0)
-    hang = Fault("reward_hang", 24.5, injected_at=24.9, run=0)
+    hang = Fault("reward_hang", 24.5, step=80, injected_at=24.9, run=0)  # step 79 done at 24.75
     kill = Fault("trainer_kill", 38.0, step=121, injected_at=38.1, run=0, target_pid=1)
     soak.plan = [hang, kill]
     runs[0].exit_code = -9
     timeout = ACTED_ON["reward_hang"]
-    # the breaker's first timeout is counted between the scrape after step 80 and the next one
+    # the trigger acts from step 81's start; its first timeout is counted while step 81 hangs
     runs[0].scrapes = [Scrape(24.0, 76, {timeout: 0.0}), Scrape(25.1, 80, {timeout: 0.0}),
                        Scrape(26.2, 80, {timeout: 1.0})]
     out = report(soak)
     rows = {f["kind"]: f for f in out["faults"]}
     assert rows["reward_hang"]["degraded_s"] == pytest.approx(3.0) and rows["reward_hang"]["restart_s"] == 0
-    assert rows["reward_hang"]["step"] == 81 and rows["reward_hang"]["late_s"] == pytest.approx(0.4)
+    assert rows["reward_hang"]["step"] == 80 and rows["reward_hang"]["late_s"] == pytest.approx(0.4)
     assert rows["reward_hang"]["evidence"] == f"{timeout} 0 -> 1 by step 80 (1.3s after the injection)"
     assert rows["reward_hang"]["log"][1].endswith("hangs for 60s") and rows["reward_hang"]["recovered"]
     k = rows["trainer_kill"]

@@ -20,10 +20,12 @@ each is asserted empty on this repository and shown to find a violation planted 
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,58 +119,6 @@ def imports(root: Path, mods: dict[str, Path] | None = None) -> list[Edge]:
     return edges
 
 
-def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm: the components with more than one module."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph.get(v, []):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
-def _shortest_cycle(start: str, members: set[str], by_src: dict[str, list[Edge]]) -> list[Edge]:
-    """The shortest chain of imports from ``start`` back to itself inside one component (breadth first)."""
-    paths: dict[str, list[Edge]] = {start: []}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for v in frontier:
-            for e in by_src.get(v, []):
-                if e.dst == start:
-                    return [*paths[v], e]
-                if e.dst in members and e.dst not in paths:
-                    paths[e.dst] = [*paths[v], e]
-                    nxt.append(e.dst)
-        frontier = nxt
-    return []
-
-
 @dataclass(frozen=True)
 class Cycle:
     modules: tuple[str, ...]  # the dotted names of one strongly connected component
@@ -177,15 +127,18 @@ class Cycle:
 
 def import_cycles(root: Path) -> list[Cycle]:
     mods = modules(root)
-    by_src: dict[str, list[Edge]] = {}
+    graph = nx.DiGraph()
     for e in imports(root, mods):
-        by_src.setdefault(e.src, []).append(e)
+        if not graph.has_edge(e.src, e.dst):  # the first import statement stands for the pair
+            graph.add_edge(e.src, e.dst, edge=e)
     found = []
-    for comp in _strongly_connected({src: [e.dst for e in es] for src, es in by_src.items()}):
-        loops: dict[frozenset[Edge], list[Edge]] = {}  # one loop found from each of its modules: keep the first
+    for comp in sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1):
+        sub = graph.subgraph(comp)
+        loops: dict[frozenset[Edge], list[Edge]] = {}  # the shortest loop through each module, each loop once
         for m in comp:
-            if chain := _shortest_cycle(m, set(comp), by_src):
-                loops.setdefault(frozenset(chain), chain)
+            back = min((nx.shortest_path(sub, w, m) for w in sub.successors(m)), key=len)
+            chain = [sub.edges[a, b]["edge"] for a, b in itertools.pairwise([m, *back])]
+            loops.setdefault(frozenset(chain), chain)
         text = "\n".join(" -> ".join(f"{e.file}:{e.line}{e.how}" for e in chain) + f" -> {chain[0].file}"
                          for chain in loops.values())
         found.append(Cycle(tuple(comp), f"import cycle among {', '.join(_rel(root, mods[m]) for m in comp)}: move "

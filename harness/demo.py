@@ -74,15 +74,13 @@ CLAIMS: dict[str, str] = {
 }
 
 
-def first_diagnosis(journal: Journal, inj: Injection, since: float | None) -> float | None:
-    """Journal time of the first chat message naming this fault's cause and fix, or None."""
-    cause, fix = inj.diagnosis
+def first_diagnosis(messages: list[dict[str, Any]], since: float | None, cause: str, fix: str) -> float | None:
+    """Journal time of the first chat message from ``since`` on that matches both ``cause`` and ``fix``, or None
+    (``benchmarks/e2e_latency.py`` times its diagnoses with it too)."""
     if not cause or since is None:
         return None
-    for ev in journal.of("message"):
-        if ev["t"] >= since and re.search(cause, ev["text"], re.S) and re.search(fix, ev["text"], re.S):
-            return float(ev["t"])
-    return None
+    return next((float(m["t"]) for m in messages if m["t"] >= since and re.search(cause, m["text"], re.S)
+                 and re.search(fix, m["text"], re.S)), None)
 
 
 def unmeasured_claims(journal: Journal, plan: Sequence[Injection]) -> list[str]:
@@ -129,7 +127,7 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
             alerts[name] = {"detected": det[0] if det else None,
                             "delivered": delivered_fp.get(det[1]) if det else None,
                             "deliveries": deliveries.get(det[1], 0) if det else 0}
-        outcomes.append(FaultOutcome(inj.name, at, alerts, first_diagnosis(journal, inj, at)))
+        outcomes.append(FaultOutcome(inj.name, at, alerts, first_diagnosis(journal.of("message"), at, *inj.diagnosis)))
     expected = {n for inj in plan for n in inj.expects}
     return {
         "faults": [{"injection": o.injection, "injected_at": o.injected_at, "ok": o.ok,

@@ -20,8 +20,9 @@ each is asserted empty on this repository and shown to find a violation planted 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,6 +146,11 @@ def import_cycles(root: Path) -> list[Cycle]:
                            "what they share into a third module, or pass it in (a parameter, a small dataclass), "
                            f"so that one side no longer imports the other:\n{text}"))
     return found
+
+
+def cycles_in(root: Path, package: str) -> list[str]:
+    """The import cycles that pass through a module of ``package``."""
+    return [c.text for c in import_cycles(root) if any(m.split(".")[0] == package for m in c.modules)]
 
 
 def _files(root: Path, *folders: str) -> list[Path]:
@@ -295,50 +301,29 @@ def _pending(part: str, what: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"issue 26 part {part}: {what} lands with the merge")
 
 
-@pytest.mark.parametrize("package", [
-    pytest.param("verl", marks=_pending("C", "ppo_step/checkpoint_state taking the step's parts, not RLTrainer")),
-    "monitor", "alerting", "harness"])
-def test_no_import_cycle(package: str) -> None:
-    cycles = [c.text for c in import_cycles(ROOT) if any(m.split(".")[0] == package for m in c.modules)]
-    assert not cycles, "\n".join(cycles)
+def _case(check: Callable[..., list[str]], *args: str, pending: tuple[str, str] | None = None) -> pytest.ParameterSet:
+    name = check.__name__ + "".join(f"[{a}]" for a in args)
+    return pytest.param(functools.partial(check, ROOT, *args), marks=[_pending(*pending)] if pending else [], id=name)
 
 
-@_pending("A", "forward-only evidence (no getattr-found set_evidence / set_config_info)")
-def test_no_hook_found_by_name() -> None:
-    found = getattr_hooks(ROOT)
-    assert not found, "\n".join(found)
+HOUSE = [
+    _case(cycles_in, "verl", pending=("C", "ppo_step/checkpoint_state taking the step's parts, not RLTrainer")),
+    _case(cycles_in, "monitor"), _case(cycles_in, "alerting"), _case(cycles_in, "harness"),
+    _case(getattr_hooks, pending=("A", "forward-only evidence (no getattr-found set_evidence / set_config_info)")),
+    _case(monitor_hands_alerting_callbacks,
+          pending=("A and B", "no set_plot_store, no StorageHealth callback from the daemon into alerting")),
+    _case(notifier_fetches, pending=("A", "the plot travelling with the alert (the WeCom notifier's GET goes)")),
+    _case(step_takes_trainer, pending=("C", "ppo_step taking the step's parts")),
+    _case(daemon_too_long, pending=("B", "the daemon that only schedules")),
+    _case(long_modules, "verl", pending=("C", "checkpoint/manager.py and data/guards.py split")),
+    _case(long_modules, "monitor", pending=("B", "monitor/daemon.py split into sources and a scheduler")),
+    _case(long_modules, "alerting", pending=("A", "alerting/engine.py split into the stage pipeline")),
+]
 
 
-@_pending("A and B", "no set_plot_store / setters from the daemon into the engine")
-def test_monitor_hands_alerting_no_callback() -> None:
-    found = monitor_hands_alerting_callbacks(ROOT)
-    assert not found, "\n".join(found)
-
-
-@_pending("A", "the plot travelling with the alert (the WeCom notifier's GET goes)")
-def test_notifiers_never_read_back_over_http() -> None:
-    found = notifier_fetches(ROOT)
-    assert not found, "\n".join(found)
-
-
-@_pending("C", "ppo_step taking the step's parts")
-def test_ppo_step_takes_its_parts_not_the_trainer() -> None:
-    found = step_takes_trainer(ROOT)
-    assert not found, "\n".join(found)
-
-
-@_pending("B", "the daemon that only schedules")
-def test_daemon_only_schedules() -> None:
-    found = daemon_too_long(ROOT)
-    assert not found, "\n".join(found)
-
-
-@pytest.mark.parametrize("package", [
-    pytest.param("verl", marks=_pending("C", "checkpoint/manager.py and data/guards.py split")),
-    pytest.param("monitor", marks=_pending("B", "monitor/daemon.py split into sources and a scheduler")),
-    pytest.param("alerting", marks=_pending("A", "alerting/engine.py split into the stage pipeline"))])
-def test_no_long_product_module(package: str) -> None:
-    found = long_modules(ROOT, package)
+@pytest.mark.parametrize("check", HOUSE)
+def test_the_house_holds(check: Callable[[], list[str]]) -> None:
+    found = check()
     assert not found, "\n".join(found)
 
 

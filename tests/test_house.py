@@ -25,6 +25,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import pytest
@@ -301,7 +302,8 @@ def _pending(part: str, what: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(strict=True, reason=f"issue 26 part {part}: {what} lands with the merge")
 
 
-def _case(check: Callable[..., list[str]], *args: str, pending: tuple[str, str] | None = None) -> pytest.ParameterSet:
+def _case(check: Callable[..., list[str]], *args: str, pending: tuple[str, str] | None = None) -> Any:
+    """``check(ROOT, *args)`` as a pytest.param, xfail while ``pending`` = (part, what) has not landed."""
     name = check.__name__ + "".join(f"[{a}]" for a in args)
     return pytest.param(functools.partial(check, ROOT, *args), marks=[_pending(*pending)] if pending else [], id=name)
 

@@ -38,13 +38,30 @@ MAX_DAEMON_LINES = 250
 HTTP_METHODS = frozenset({"get", "head", "post", "put", "patch", "delete", "request", "stream", "send"})
 MONITOR_API = "/api/v1/"
 
+# each file is parsed and walked once, each tree's cycles found once: the checks stay under two seconds
 _trees: dict[Path, ast.Module] = {}
+_walks: dict[Path, list[ast.AST]] = {}
+_cycles: dict[Path, list[Cycle]] = {}
 
 
 def _tree(path: Path) -> ast.Module:
     if path not in _trees:
         _trees[path] = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     return _trees[path]
+
+
+def _nodes(path: Path) -> list[ast.AST]:
+    """Every node of the file's tree (``ast.walk``)."""
+    if path not in _walks:
+        _walks[path] = list(ast.walk(_tree(path)))
+    return _walks[path]
+
+
+def forget() -> None:
+    """Drop what was read (a test that rewrites a planted file reads it again)."""
+    _trees.clear()
+    _walks.clear()
+    _cycles.clear()
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -128,6 +145,12 @@ class Cycle:
 
 
 def import_cycles(root: Path) -> list[Cycle]:
+    if root not in _cycles:
+        _cycles[root] = _find_cycles(root)
+    return _cycles[root]
+
+
+def _find_cycles(root: Path) -> list[Cycle]:
     mods = modules(root)
     graph = nx.DiGraph()
     for e in imports(root, mods):
@@ -162,14 +185,14 @@ def getattr_hooks(root: Path) -> list[str]:
     """``getattr(x, "set_...")`` / ``hasattr``: a hook found by name between the monitor and alerting."""
     return [f"{_rel(root, path)}:{node.lineno}: {node.func.id}(..., {node.args[1].value!r}) finds a hook by name: "
             "capture what it would pass where the data is and send it forward on the alert (no setter)"
-            for path in _files(root, "alerting", "monitor") for node in ast.walk(_tree(path))
+            for path in _files(root, "alerting", "monitor") for node in _nodes(path)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
             and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
             and isinstance(node.args[1].value, str) and node.args[1].value.startswith("set_")]
 
 
 def _alerting_setters(root: Path) -> set[str]:
-    return {item.name for path in _files(root, "alerting") for cls in ast.walk(_tree(path))
+    return {item.name for path in _files(root, "alerting") for cls in _nodes(path)
             if isinstance(cls, ast.ClassDef) for item in cls.body
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("set_")}
 
@@ -177,7 +200,7 @@ def _alerting_setters(root: Path) -> set[str]:
 def _alerting_names(tree: ast.Module) -> set[str]:
     """Names a monitor module binds to alerting's modules, classes and functions."""
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node, _ in _import_nodes(tree.body):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "alerting":
             names |= {a.asname or a.name for a in node.names}
         elif isinstance(node, ast.Import):
@@ -209,9 +232,9 @@ def monitor_hands_alerting_callbacks(root: Path) -> list[str]:
         ours = _alerting_names(tree)
         functions = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         # every method name of the module's classes: ``self.m`` handed on is a bound method
-        methods = {m.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for m in c.body
+        methods = {m.name for c in _nodes(path) if isinstance(c, ast.ClassDef) for m in c.body
                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        for node in ast.walk(tree):
+        for node in _nodes(path):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
@@ -247,7 +270,7 @@ def _strings(node: ast.AST) -> list[str]:
 def notifier_fetches(root: Path) -> list[str]:
     found = []
     for path in _files(root, "alerting/notifiers"):
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             if not isinstance(node, ast.Call):
                 continue
             method = _http_call(node)
@@ -379,7 +402,7 @@ def test_cycle_check_finds_function_level_and_type_checking_loops(planted: Path)
     edges = {(e.src, e.dst, e.how) for e in imports(planted)}
     assert ("verl.c", "verl.b", "") in edges and ("verl.c", "verl.a", "") in edges  # no loop: not a cycle
     (planted / "verl/b.py").write_text("class B:\n    pass\n")
-    _trees.clear()
+    forget()
     assert import_cycles(planted) == []
 
 
@@ -407,7 +430,7 @@ def test_step_check_finds_the_trainer_parameter_and_import(planted: Path) -> Non
         "verl/trainer/ppo_step.py:6 (under TYPE_CHECKING): imports verl.trainer.ppo_trainer: the step must not "
         "know the trainer"]
     (planted / "verl/trainer/ppo_step.py").write_text("def step(parts):\n    pass\n")
-    _trees.clear()
+    forget()
     assert step_takes_trainer(planted) == ["verl/trainer/ppo_step.py: no function ppo_step; point this check at "
                                            "where the step lives"]
 

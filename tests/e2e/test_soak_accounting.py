@@ -65,7 +65,7 @@ def test_the_counters_judged_are_those_the_trainer_exposes() -> None:
 
 
 def test_a_fault_is_injected_when_its_counter_rose_not_when_the_log_says_so(tmp_path: Path) -> None:
-    # the log names every fault (the old regexes would have counted all four); the counters say only the
+    # the log names every fault (the old regexes would have counted all three); the counters say only the
     # reward hang (timeouts 0 -> 2) and the worker kill (restarts 1 -> 2) were acted on
     log = FakeTrainer([(10.5, "WARNING verl.trainer.fault_injection: fault trigger: critic_oom at step 20 (from f)"),
                        (10.6, "WARNING verl.fault.oom: critic out of memory, degrading"),

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry
 
 from alerting.clock import SimulatedClock
 from alerting.engine import AlertEngine
-from tests.alerting.fakes import max_in_window
 from tests.alerting.helpers import T0, Harness, alert, make_config, receiver
 
 MEMBERS = ["RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"]
@@ -80,6 +79,8 @@ def test_storm_of_300_gpu_alerts_respects_robot_limits(tmp_path: Path, clock: Si
         engine.submit([a])
         engine.tick()
     assert engine.drain(2 * 3600)
+    from tests.alerting.fakes import max_in_window
+
     for k in kinds:
         fake = fakes[k]
         assert max_in_window(fake) <= 20

@@ -14,8 +14,9 @@ profile for the detectors that need hours of history in production (leak 30 min 
 drift 1 h -> 60 s; see harness/profile.py), the correlation hold (production 2 min) and group_wait 1 s.
 Faults that the trainer does not act on yet simply show ``null``.
 
-Time to diagnosis (issue 15): for the faults with a diagnosis path (article §4 and §3.3), ``diagnose_s`` =
-the first chat message naming the right cause *and* fix (the regexes in ``DIAGNOSES``) - injection.
+Time to diagnosis (issue 15): for the faults whose page must name a measured root cause and its fix,
+``diagnose_s`` = the first chat message naming the right cause *and* fix (the regexes in ``DIAGNOSES``, the
+demo's own for the faults it shares) - injection.
 Last line: one JSON object.
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from harness.demo import DEMO_PLAN, first_diagnosis  # noqa: E402
 from harness.stack import Stack, StackOptions  # noqa: E402
 
 # (alert, overrides, injection step; None = from the start). kill_trainer last: it ends the run.
@@ -49,21 +50,12 @@ SCHEDULE: list[tuple[str, tuple[str, ...], int | None]] = [
 ]
 
 
-# fault (its schedule alert) -> (cause, fix) a chat message must both match to count as its diagnosis
+# fault (its schedule alert) -> (cause, fix) a chat message must both match to count as its diagnosis: the
+# demo's leak, reward-OOM and KL faults, and the throughput drop the demo does not inject
 DIAGNOSES: dict[str, tuple[str, str]] = {
-    # a simulated leak with the buffer bounded: the right page says "a leak" with the measured slope
-    "MemoryLeakSuspected": (r"memory rising [\d.]+ MB/min.*a leak", r"tensors kept across steps"),
-    "RewardModelOOM": (r"Reward Model OOM on node", r"reward_batch_size from \d+ to \d+"),
-    "KLDriftDetected": (r"kl_coef = 0\.0 since step \d+ \(verl_kl_coef; config says 0\.2\)", r"Set kl_coef back to 0\.2"),
+    **{inj.expects[0]: inj.diagnosis for inj in DEMO_PLAN},
     "ThroughputDrop": (r"dataloader time per step rose .*data loading starves", r"data\.num_workers: 8"),
 }
-
-
-def first_diagnosis(messages: list[dict], since: float | None, cause: str, fix: str) -> float | None:
-    if since is None:
-        return None
-    return next((float(m["t"]) for m in messages if m["t"] >= since and re.search(cause, m["text"], re.S)
-                 and re.search(fix, m["text"], re.S)), None)
 
 
 def main(argv: list[str] | None = None) -> int:

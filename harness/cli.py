@@ -48,10 +48,13 @@ def run_soak(args: argparse.Namespace) -> int:
         print(f"{PROG}: --output {out}: directory {out.parent} does not exist; create it first", file=sys.stderr)
         return 2
     from harness.soak import Soak  # heavy imports only once the arguments are known good
+    from harness.soak_report import report as soak_report
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="verl-soak-"))
     try:
-        report = Soak(args, workdir).run()
+        soak = Soak(args, workdir)
+        soak.run()
+        report = soak_report(soak)
     except KeyboardInterrupt:
         print(f"{PROG}: soak interrupted; trainer and monitor stopped", file=sys.stderr)
         return 130

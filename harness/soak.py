@@ -25,12 +25,18 @@ it watches; the trainer's own start-up counts as unproductive). The seconds ETTR
 into ``lost_seconds_startup`` and, per fault, ``restart`` and ``recomputed``; ``degraded`` seconds (slow
 steps while a fault is active) are reported beside them (see ``harness/soak_accounting.py``).
 
-A fault counts as injected when the trainer shows it acted on it (a log line, or the SIGKILLed process's
-exit), and as recovered when training completed ``RECOVERY_STEPS`` steps past it. Prompt accounting comes
-from the trainer's ``verl_rollout_prompts_lost_total`` / ``verl_rollout_prompts_duplicated_total`` (its
-per-step check of rollouts against prompts), polled from every trainer process and summed; ``null`` with a
-note when one never exposed them -- the soak does not invent figures the trainer does not report.
-Re-queued prompts come from the trainer's log (``N prompt(s) re-queued``).
+The soak scrapes each trainer process's ``/metrics`` (prometheus_client's parser) every ``COUNTER_POLL_S``,
+and every tick while an injected fault's counter has not moved yet, keeping every counter and the step
+gauge (``Run.scrapes``). A fault counts as injected when the trainer shows it acted on it: the counter it
+increments for that fault (``ACTED_ON``) rose after the injection -- or, for a SIGKILLed trainer, which
+counts nothing, the process's exit -9 (or the standby's takeover). Its log lines are kept beside the verdict
+for a person to read, never judged. A fault is recovered when training completed ``RECOVERY_STEPS`` steps
+past it. Prompt accounting comes from the trainer's ``verl_rollout_prompts_lost_total`` /
+``verl_rollout_prompts_duplicated_total`` (its per-step check of rollouts against prompts), summed over the
+trainer processes; ``null`` with a note when one never exposed them -- the soak does not invent figures the
+trainer does not report. Re-queued prompts come from the trainer's log (``N prompt(s) re-queued``).
+
+The verdicts and the JSON are ``harness/soak_report.py``'s: it reads a finished ``Soak``.
 """
 
 from __future__ import annotations
@@ -40,49 +46,49 @@ import contextlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness import soak_accounting as acct
 from harness.profile import free_port
-from harness.soak_report import PROMPT_COUNTERS, report
 from harness.stack import ActiveProcess, Stack, StackOptions, Trainer, rollout_worker_pids
-from monitor.sources.prom_text import parse_exposition
 
 KINDS = ("reward_hang", "worker_kill", "critic_oom")
-TRIGGERED = ("reward_hang", "critic_oom")  # through the trainer's faults.trigger_file
 RECOVERY_STEPS = 5
-# What the trainer logs when it acts on a fault (WARNING/ERROR lines): a fault without such a line was
-# sent but not acted on, and is not counted as injected. The trigger's own "fault trigger:" line is no
-# evidence: the component it feeds must act.
-EVIDENCE: dict[str, re.Pattern[str]] = {
-    "reward_hang": re.compile(r"reward.*(timed? ?out|circuit|hang)|circuit.*open", re.I),
-    "worker_kill": re.compile(r"rollout worker \d+.*(died|killed|restart)", re.I),
-    "critic_oom": re.compile(r"critic.*(oom|out of memory|degrad)", re.I),
-    "trainer_kill": re.compile(r"SIGKILL trainer", re.I),
+# The counter series (verl/metrics/catalog.py) the trainer increments when it acts on each in-process fault:
+# the breaker's timed-out call, the worker supervisor's restart, the OOM degrader's critic event. The trigger
+# line ("fault trigger: ...") is no evidence: the component it feeds must act.
+ACTED_ON: dict[str, str] = {
+    "reward_hang": 'verl_reward_model_calls_total{outcome="timeout"}',
+    "worker_kill": "verl_rollout_worker_restarts_total",
+    "critic_oom": 'verl_oom_events_total{component="critic"}',
 }
-TRIGGER_LINE = re.compile(r"fault trigger: (\w+) at step (\d+)")
+STEP_GAUGE = "verl_global_step"  # the last step the trainer completed
 COUNTER_POLL_S = 2.0
 TICK_S = 0.1  # how late a fault may land after its planned time while a trainer is training
+# how long after an injection the soak scrapes every tick for its counter (then every COUNTER_POLL_S), so the
+# step by which the trainer acted is known to within a tick: a reward hang counts its first timeout after
+# reward.timeout_s, a worker restart after the supervisor's check
+ACTING_WITHIN_S = 20.0
 
 
 @dataclass
 class Fault:
     kind: str
     at_s: float  # planned, seconds since the first trainer launch
-    step: int | None = None  # the step it hit
+    step: int | None = None  # the step in flight when it was injected (a trigger acts from the next step's start)
     injected_at: float | None = None  # journal time the soak injected it
     run: int | None = None  # index of the run (trainer process) it hit
     target_pid: int | None = None  # the process SIGKILLed (trainer or rollout worker)
-    evidence: str | None = None  # the trainer's log line (or exit) showing it acted on the fault
+    evidence: str | None = None  # the counter that rose (or the exit, the takeover) showing it acted on the fault
+    log: list[str] = field(default_factory=list)  # what the trainer logged meanwhile, for a person to read
     recovered: bool = False
     costs: dict[str, float] = field(default_factory=dict)  # restart / recomputed / degraded seconds
 
@@ -108,6 +114,43 @@ def plan_faults(duration: float, interval: float, seed: int) -> list[Fault]:
     return faults
 
 
+def series_key(name: str, labels: dict[str, str]) -> str:
+    """A sample's series as the exposition spells it: ``name{label="value",...}``, labels sorted."""
+    return name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape of a trainer process's ``/metrics``: journal time, its step gauge, every counter series."""
+
+    t: float
+    step: int
+    counters: dict[str, float]
+
+
+def parse_scrape(text: str, t: float) -> Scrape:
+    """Raises ``ValueError`` on text that is no exposition."""
+    step, counters = 0, {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == STEP_GAUGE:
+                step = int(sample.value)
+            elif family.type == "counter" and sample.name.endswith("_total"):
+                counters[series_key(sample.name, sample.labels)] = sample.value
+    return Scrape(t, step, counters)
+
+
+@dataclass(frozen=True)
+class Acted:
+    """A counter's first rise after an injection: its value before and after, and the scrape that saw it.
+    The scrape's step is no bound on the step the fault hit: a reward call counts its timeout only when it
+    times out, steps later if the step went on on cached scores."""
+
+    before: float
+    after: float
+    seen: Scrape
+
+
 @dataclass
 class Run:
     """One trainer process while it trained (``ActiveProcess``), with what the soak knows about it."""
@@ -117,7 +160,7 @@ class Run:
     resume_fallback: int = 0  # newest complete checkpoint when it started, if it never logs its resume
     killed_at: float | None = None  # when the soak SIGKILLed it
     exit_code: int | None = None
-    counters: dict[str, float] = field(default_factory=dict)  # the last scrape of PROMPT_COUNTERS
+    scrapes: list[Scrape] = field(default_factory=list)  # of its /metrics, in time order
 
     @property
     def steps(self) -> dict[int, float]:
@@ -127,12 +170,25 @@ class Run:
     def resumed_from(self) -> int:
         return self.active.resumed_from if self.active.resumed_from is not None else self.resume_fallback
 
+    @property
+    def counters(self) -> dict[str, float]:
+        """The last scrape's counters."""
+        return self.scrapes[-1].counters if self.scrapes else {}
+
+    def acted(self, series: str, after: float) -> Acted | None:
+        """The first rise of ``series`` over its value at the last scrape up to ``after``, or None. A
+        process scraped first after ``after`` counts from zero (counters start at zero in each process)."""
+        earlier = [s for s in self.scrapes if s.t <= after]
+        base = earlier[-1].counters.get(series, 0.0) if earlier else 0.0
+        seen = next((s for s in self.scrapes[len(earlier):] if s.counters.get(series, 0.0) > base), None)
+        return None if seen is None else Acted(base, seen.counters[series], seen)
+
 
 class Soak:
     def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
         self.args = args
         self.workdir = workdir
-        self.hot_standby = bool(getattr(args, "hot_standby", False))
+        self.hot_standby = bool(args.hot_standby)
         self.port = free_port()
         self.plan = plan_faults(args.duration, args.fault_interval, args.seed)
         self.rng = random.Random(args.seed)  # which rollout worker a worker_kill takes
@@ -147,6 +203,7 @@ class Soak:
         self.wall = 0.0  # seconds from the first trainer launch to the end (ETTR's denominator)
         self.end_t = 0.0  # journal time of the end
         self.port_wait: list[float] = []
+        self.scrape_failures = 0  # scrapes of the trainer's /metrics that failed (it restarts, it is busy)
         self.t0 = 0.0  # journal time of the first trainer launch: the training job's wall clock starts here
         self.stack = Stack(StackOptions(
             workdir=workdir, kind="wecom", cluster="soak", node="soak-node", demo_profile=False,
@@ -160,7 +217,7 @@ class Soak:
                 "trainer.total_steps=1000000", "rollout_worker_num=2", f"checkpoint.interval={self.args.checkpoint_interval}",
                 f"reward.timeout_s={self.args.reward_timeout}", f"faults.trigger_file={self.trigger}",
                 *([f"checkpoint.memory_interval={mi}", f"checkpoint.memory_dir={self.memory_dir}"]
-                  if (mi := getattr(self.args, "memory_interval", None)) else []))
+                  if (mi := self.args.memory_interval) else []))
 
     def _launch(self, resume: bool) -> None:
         j = self.stack.journal
@@ -205,7 +262,9 @@ class Soak:
     def _last_step(self) -> int:
         return max((max(r.steps, default=0) for r in self.runs), default=0)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> None:
+        """Train under the planned faults for ``--duration``, then drain the deliveries; the report reads
+        the finished soak (``harness.soak_report.report``)."""
         j = self.stack.journal
         try:
             self.stack.start()  # robot stand-in and monitor first: the sidecar is up before the job starts
@@ -223,12 +282,13 @@ class Soak:
                     continue
                 while pending and pending[0].at_s <= j.now() - self.t0 and self._training():
                     self._inject(pending.pop(0))
-                if j.now() - polled >= COUNTER_POLL_S:  # after the faults: a slow scrape delays no fault
+                # after the faults: a slow scrape delays no fault
+                if j.now() - polled >= (TICK_S if self._awaiting_counter() else COUNTER_POLL_S):
                     polled = j.now()
-                    self._poll_counters()
+                    self._scrape()
             self.end_t = j.now()
             self.wall = self.end_t - self.t0
-            self._poll_counters()
+            self._scrape()
             last = self.trainers[-1]
             if not self.hot_standby and not last.alive() and self.runs and self.runs[-1].trainer is last:
                 self.runs[-1].exit_code = last.proc.returncode  # killed in the last seconds: not restarted
@@ -239,7 +299,6 @@ class Soak:
         finally:
             self.stack.close()
             shutil.rmtree(self.memory_dir, ignore_errors=True)
-        return report(self)
 
     def _restart(self, trainer: Trainer) -> None:
         code = trainer.proc.returncode
@@ -286,20 +345,28 @@ class Soak:
                 out.write(json.dumps({"fault": f.kind, "planned_s": f.at_s}) + "\n")
             j.add("fault", f"soak: trigger {f.kind} in trainer pid {pid} ({late})", fault=f.kind)
 
-    def _poll_counters(self) -> None:
-        """Scrape the prompt counters into the training run's record. Counters restart with each process:
-        a scrape that went back (another process answered on the port) is not this run's."""
+    def _awaiting_counter(self) -> bool:
+        """An in-process fault was injected into the training process lately and its counter has not
+        risen yet: scrape every tick."""
+        run = len(self.runs) - 1
+        return any(f.run == run and f.kind in ACTED_ON and f.injected_at is not None
+                   and self.stack.journal.now() - f.injected_at < ACTING_WITHIN_S
+                   and self.runs[run].acted(ACTED_ON[f.kind], f.injected_at) is None for f in self.plan)
+
+    def _scrape(self) -> None:
+        """Scrape the training process's counters into its run. Counters restart with each process: a
+        scrape that went back (another process answered on the port) is not this run's."""
         if not self.runs or self.runs[-1].killed_at is not None:
             return
         run = self.runs[-1]
         try:
             text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=2).text
-        except httpx.HTTPError:
+            scrape = parse_scrape(text, self.stack.journal.now())
+        except (httpx.HTTPError, ValueError):
+            self.scrape_failures += 1  # a trainer between processes, or a half-written answer: the next one
             return
-        batch = parse_exposition(text, 0.0, "soak", None, {})
-        values = {x.name: x.value for x in batch.samples if x.name in PROMPT_COUNTERS}
-        if all(v >= run.counters.get(k, 0.0) for k, v in values.items()):
-            run.counters.update(values)
+        if all(v >= run.counters.get(k, 0.0) for k, v in scrape.counters.items()):
+            run.scrapes.append(scrape)
 
     # -- the journal's alerts and notifications -------------------------------------------------------------
     def alert_times(self) -> dict[str, list[tuple[float, str]]]:

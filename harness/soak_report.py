@@ -1,19 +1,16 @@
 """The soak's JSON report: whether each fault was acted on and recovered, what it cost, ETTR, prompts, alerts.
 
-Reads a finished ``harness.soak.Soak`` (its plan, runs and journal); the time accounting itself is
-``harness/soak_accounting.py``.
+Reads a finished ``harness.soak.Soak`` (its plan, runs with their scrapes of the trainer's counters, and the
+journal); the time accounting itself is ``harness/soak_accounting.py``.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness import soak_accounting as acct
-
-if TYPE_CHECKING:
-    from harness.soak import Fault, Run, Soak
+from harness.soak import ACTED_ON, RECOVERY_STEPS, Fault, Run, Soak
 
 # alerts an operator must receive for each kind; a SIGKILL + automatic resume is handled, not paged,
 # unless the trainer stayed down longer than TrainerDown's `for: 1m` (see TRAINER_DOWN_AFTER_S)
@@ -42,15 +39,18 @@ def _warnings_after(run: Run, t: float, until: float) -> list[str]:
     return [ln for at, ln in list(run.trainer.warnings) if t <= at < until]
 
 
-def judge(soak: Soak) -> None:
-    """Evidence that the trainer acted on each injected fault, the step it hit, and its recovery."""
-    from harness.soak import EVIDENCE, RECOVERY_STEPS, TRIGGER_LINE
+LOG_LINES = 3  # of the trainer's warnings after a fault, kept beside the verdict
 
+
+def judge(soak: Soak) -> None:
+    """Evidence that the trainer acted on each injected fault (its counter rose, or the SIGKILLed process
+    exited), and its recovery: ``RECOVERY_STEPS`` steps completed past the step by which it was seen acting;
+    what the trainer logged meanwhile goes beside it."""
     for f in soak.plan:
         if f.injected_at is None or f.run is None:
             continue
         run, until = soak.runs[f.run], _run_end(soak, f.run)
-        lines = _warnings_after(run, f.injected_at, until)
+        acted_by = f.step or 0
         if f.kind == "trainer_kill":
             if soak.hot_standby:
                 nxt = next((r for r in soak.runs[f.run + 1:] if r.active.since >= f.injected_at), None)
@@ -58,17 +58,14 @@ def judge(soak: Soak) -> None:
                     f.evidence = f"hot-standby: active trainer pid {nxt.active.pid} took over"
             elif run.exit_code == -9:
                 f.evidence = f"trainer pid {f.target_pid} exited with code -9 (SIGKILL)"
-        elif f.kind == "worker_kill":
-            died = re.compile(rf"rollout worker \d+ \(pid {f.target_pid}\) died")
-            f.evidence = next((ln for ln in lines if died.search(ln)), None)
-        else:
-            hit = next((m for ln in lines if (m := TRIGGER_LINE.search(ln)) and m.group(1) == f.kind), None)
-            if hit is not None:
-                f.step = int(hit.group(2))
-                f.evidence = next((ln for ln in lines if "fault trigger:" not in ln and EVIDENCE[f.kind].search(ln)),
-                                  None)
+        elif (acted := run.acted(ACTED_ON[f.kind], f.injected_at)) is not None:
+            acted_by = max(acted_by, acted.seen.step)
+            f.evidence = (f"{ACTED_ON[f.kind]} {acted.before:g} -> {acted.after:g} by step {acted.seen.step} "
+                          f"({acted.seen.t - f.injected_at:.1f}s after the injection)")
+            until = min(until, acted.seen.t + 1.0)  # the log lines of its acting, not what came later
+        f.log = _warnings_after(run, f.injected_at, until)[:LOG_LINES] if f.kind in ACTED_ON else []
         f.recovered = f.evidence is not None and any(
-            s >= (f.step or 0) + RECOVERY_STEPS and t > f.injected_at for r in soak.runs[f.run:] for s, t in r.steps.items())
+            s >= acted_by + RECOVERY_STEPS and t > f.injected_at for r in soak.runs[f.run:] for s, t in r.steps.items())
 
 
 def price(soak: Soak) -> None:
@@ -134,7 +131,7 @@ def _fault_row(soak: Soak, f: Fault) -> dict[str, Any]:
     injected_s = None if f.injected_at is None else round(f.injected_at - soak.t0, 1)
     return {"kind": f.kind, "planned_s": f.at_s, "injected_s": injected_s,
             "late_s": None if injected_s is None else round(injected_s - f.at_s, 1), "step": f.step,
-            "target_pid": f.target_pid, "evidence": f.evidence, "recovered": f.recovered,
+            "target_pid": f.target_pid, "evidence": f.evidence, "log": f.log, "recovered": f.recovered,
             **(f.costs or dict.fromkeys(("restart_s", "recomputed_s", "degraded_s", "lost_s")))}
 
 
@@ -182,6 +179,7 @@ def report(soak: Soak) -> dict[str, Any]:
         "restarts": len(soak.runs) - 1,
         "supervisor_restarts": len(soak.trainers) - 1,
         "restart_port_wait_seconds": soak.port_wait,
+        "counter_scrape_failures": soak.scrape_failures,
         # last step before the kill -> first step after the resume
         "restart_seconds": [round(min(b.values()) - max(a.values()), 2) for a, b in zip(stepped, stepped[1:], strict=False)],
         "prompts_requeued": sum(t.requeued for t in soak.trainers),

@@ -174,16 +174,6 @@ class RobotStandIn:
     def check(self, path: str, query: dict[str, str], body: Any, size: int) -> dict[str, Any] | None:
         return None
 
-    def max_in_window(self) -> int:
-        """Most accepted messages inside any half-open window of ``window_s`` (for rate assertions)."""
-        times = sorted(r.at for r in self.received)
-        best, j = 0, 0
-        for i, t in enumerate(times):
-            while times[j] <= t - self.window_s:
-                j += 1
-            best = max(best, i - j + 1)
-        return best
-
 
 @dataclass
 class DingTalkStandIn(RobotStandIn):

@@ -10,7 +10,6 @@ import sqlite3
 from typing import Any
 
 FULL = sqlite3.OperationalError("database or disk is full")
-READ_ONLY = sqlite3.OperationalError("attempt to write a readonly database")
 
 
 class Faulty:

@@ -8,4 +8,15 @@ from harness.standin import RobotStandIn as FakeRobot
 from harness.standin import WebhookStandIn as FakeWebhook
 from harness.standin import WeComStandIn as FakeWeCom
 
-__all__ = ["FakeDingTalk", "FakeFeishu", "FakeRobot", "FakeWeCom", "FakeWebhook", "Received"]
+__all__ = ["FakeDingTalk", "FakeFeishu", "FakeRobot", "FakeWeCom", "FakeWebhook", "Received", "max_in_window"]
+
+
+def max_in_window(robot: FakeRobot) -> int:
+    """Most messages ``robot`` accepted inside any half-open window of its ``window_s`` (rate assertions)."""
+    times = sorted(r.at for r in robot.received)
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - robot.window_s:
+            j += 1
+        best = max(best, i - j + 1)
+    return best

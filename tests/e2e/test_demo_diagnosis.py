@@ -24,6 +24,7 @@ def test_kl_fault_pages_live_kl_coef_and_nothing_unmeasured(tmp_path: Path) -> N
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     summary = json.loads(summary_path.read_text())
+    assert summary["all_detected_and_delivered"] is True and summary["all_diagnosed"] is True, out[-3000:]
     (fault,) = summary["faults"]
     assert fault["diagnosed"] is not None and fault["time_to_diagnosis_s"] is not None, out[-3000:]
     assert "Root Cause: kl_coef = 0.0 since step " in out and "(verl_kl_coef; config says 0.2)" in out

@@ -46,14 +46,17 @@ def test_dataflow_collapse_is_detected_correlated_and_delivered_once(tmp_path: P
     out, _ = proc.communicate(timeout=140)
     assert proc.returncode == 0, out[-3000:]
     summary = json.loads(summary_path.read_text())
+    # the demo's own verdict (its exit status follows it): nothing MISSED
+    assert summary["all_detected_and_delivered"] is True and summary["all_diagnosed"] is True, out[-3000:]
     (fault,) = summary["faults"]
+    assert fault["ok"] is True
     assert set(fault["alerts"]) == {"RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"}
     for name, a in fault["alerts"].items():
         assert a["detected"] is not None and a["delivered"] is not None, (name, out[-3000:])
         assert a["delivered"] >= a["detected"] >= fault["injected_at"] - 1.0  # step logs are ~0.2 s apart
         assert a["deliveries"] == 1, name  # delivered once, inside the incident
     assert [i["alertname"] for i in summary["incidents"]] == ["DataflowCollapse"]
-    # the rendered chat message, as the WeCom stand-in received it (the article's wording)
+    # the rendered chat message, as the WeCom stand-in received it: title, measured root cause and the fix
     assert "【verl-alert】P0: Dataflow Collapse" in out
     assert "Root Cause: Reward Model OOM on node demo-node" in out
     assert "Suggestion: Reduce reward_batch_size from 64 to 32, or add --offload_reward_to_cpu" in out

@@ -1,5 +1,5 @@
-"""The soak's pure parts: the seeded fault plan, Meta's ETTR accounting and the per-fault breakdown of
-seconds lost (no processes)."""
+"""The soak's pure parts: the seeded fault plan, its verdicts from the trainer's counters, Meta's ETTR
+accounting and the per-fault breakdown of seconds lost (no processes)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,15 @@ import argparse
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from harness import soak_accounting as acct
-from harness.soak import EVIDENCE, TRIGGER_LINE, Fault, Run, Soak, plan_faults
+from harness.cli import soak_args
+from harness.soak import ACTED_ON, Fault, Run, Scrape, Soak, parse_scrape, plan_faults
 from harness.soak_accounting import productive_seconds
+from harness.soak_report import judge, report
 from harness.stack import ActiveProcess
+from verl.metrics.registry import MetricsRegistry
 
 
 def test_plan_is_seeded_about_one_per_interval_and_kills_every_fourth() -> None:
@@ -44,14 +48,62 @@ def test_recomputed_steps_and_restart_time_are_not_productive() -> None:
     assert productive_seconds([first, {s: 30.0 + s for s in range(1, 4)}], [0, 0]) == pytest.approx(3.0)
 
 
-def test_evidence_patterns_match_the_trainer_log_lines() -> None:
-    kill = "2026-11-29 14:47:11,198 WARNING verl.trainer.faults: fault injection: SIGKILL trainer at step 323"
-    worker = ("2026-11-29 14:49:01,000 WARNING verl.workers.pool: rollout worker 1 (pid 42) died with exit "
-              "code -9; restarting, 4 prompt(s) re-queued")
-    assert EVIDENCE["trainer_kill"].search(kill)
-    assert EVIDENCE["worker_kill"].search(worker)
-    assert not EVIDENCE["worker_kill"].search(kill)
-    assert not EVIDENCE["critic_oom"].search(worker)
+def test_the_counters_judged_are_those_the_trainer_exposes() -> None:
+    metrics = MetricsRegistry()  # the trainer's own registry, every catalogue series pre-initialised
+    metrics["verl_global_step"].set(41)
+    metrics["verl_oom_events_total"].labels(component="critic").inc()
+    metrics["verl_rollout_worker_restarts_total"].inc(2)
+    scrape = parse_scrape(generate_latest(metrics.registry).decode(), t=3.0)
+    assert scrape.t == 3.0 and scrape.step == 41
+    assert set(ACTED_ON) == {"reward_hang", "worker_kill", "critic_oom"}  # a SIGKILLed trainer counts nothing
+    assert all(series in scrape.counters for series in ACTED_ON.values()), sorted(scrape.counters)
+    assert scrape.counters[ACTED_ON["critic_oom"]] == 1.0 and scrape.counters[ACTED_ON["worker_kill"]] == 2.0
+    assert scrape.counters[ACTED_ON["reward_hang"]] == 0.0
+    assert scrape.counters['verl_oom_events_total{component="actor"}'] == 0.0  # kinds are told apart by label
+    with pytest.raises(ValueError):
+        parse_scrape("verl_global_step{ 1\n", t=0.0)
+
+
+def test_a_fault_is_injected_when_its_counter_rose_not_when_the_log_says_so(tmp_path: Path) -> None:
+    # the log names every fault (the old regexes would have counted all three); the counters say only the
+    # reward hang (timeouts 0 -> 2) and the worker kill (restarts 1 -> 2) were acted on
+    log = FakeTrainer([(10.5, "WARNING verl.trainer.fault_injection: fault trigger: critic_oom at step 20 (from f)"),
+                       (10.6, "WARNING verl.fault.oom: critic out of memory, degrading"),
+                       (30.5, "WARNING verl.workers.pool: rollout worker 1 (pid 42) died with exit code -9"),
+                       (50.5, "WARNING verl.trainer.guards: reward model circuit OPEN")])
+    timeout, restarts, oom = ACTED_ON["reward_hang"], ACTED_ON["worker_kill"], ACTED_ON["critic_oom"]
+    scrapes = [Scrape(9.0, 18, {timeout: 0.0, restarts: 1.0, oom: 0.0}),
+               Scrape(31.0, 60, {timeout: 0.0, restarts: 1.0, oom: 0.0}),  # the restart is not counted yet
+               Scrape(33.0, 64, {timeout: 0.0, restarts: 2.0, oom: 0.0}),
+               Scrape(50.2, 99, {timeout: 0.0, restarts: 2.0, oom: 0.0}),
+               Scrape(51.3, 100, {timeout: 2.0, restarts: 2.0, oom: 0.0})]
+    r = run({s: 0.5 * s for s in range(1, 131)}, trainer=log)
+    r.scrapes = scrapes
+    soak = soak_with(tmp_path, [r], end_t=65.0)
+    oom_f, kill_f, hang_f = (Fault("critic_oom", 10.0, step=19, injected_at=10.0, run=0),
+                             Fault("worker_kill", 30.0, step=59, injected_at=30.0, run=0),
+                             Fault("reward_hang", 50.0, step=99, injected_at=50.0, run=0))
+    soak.plan = [oom_f, kill_f, hang_f]
+    judge(soak)
+    assert oom_f.evidence is None and not oom_f.recovered  # logged, never counted: not injected
+    assert oom_f.log[1].endswith("degrading")  # but what the trainer said is kept for a person
+    assert kill_f.evidence == f"{restarts} 1 -> 2 by step 64 (3.0s after the injection)"
+    assert kill_f.step == 59 and kill_f.recovered  # injected during step 59; recovered: steps 69.. completed
+    assert kill_f.log == ["WARNING verl.workers.pool: rollout worker 1 (pid 42) died with exit code -9"]
+    assert hang_f.evidence is not None and hang_f.evidence.startswith(f"{timeout} 0 -> 2 by step 100")
+    assert hang_f.step == 99 and hang_f.recovered
+    out = report(soak)
+    assert out["faults_injected"] == 2 and out["faults_reached_without_trainer_evidence"] == ["critic_oom"]
+    # recovery counts from the step by which the counter was seen: 5 steps past 100 must complete
+    r.active.step_times = {s: t for s, t in r.steps.items() if s <= 104}
+    judge(soak)
+    assert hang_f.evidence is not None and not hang_f.recovered and kill_f.recovered
+    # a process first scraped after the injection counts from zero; one never seen rising is no evidence
+    fresh = Run(ActiveProcess(2, 0.0, {}, 0), FakeTrainer())  # type: ignore[arg-type]
+    fresh.scrapes = [Scrape(5.0, 3, {oom: 1.0})]
+    acted = fresh.acted(oom, after=4.0)
+    assert acted is not None and (acted.before, acted.after, acted.seen.step) == (0.0, 1.0, 3)
+    assert fresh.acted(oom, after=5.0) is None and fresh.acted(timeout, after=0.0) is None
 
 
 class FakeTrainer:
@@ -64,8 +116,11 @@ class FakeTrainer:
 
 
 def soak_with(tmp_path: Path, runs: list[Run], end_t: float, t0: float = 0.0) -> Soak:
-    soak = Soak(argparse.Namespace(duration=end_t - t0, fault_interval=20, seed=0, correlation_window="20s",
-                                   quiet=True), tmp_path)
+    parser = argparse.ArgumentParser()
+    soak_args(parser)
+    args = parser.parse_args(["--duration", str(end_t - t0), "--fault-interval", "20", "--output", "r.json",
+                              "--no-hot-standby", "--quiet"])
+    soak = Soak(args, tmp_path)
     soak.runs, soak.t0, soak.end_t, soak.wall = runs, t0, end_t, end_t - t0
     soak.trainers = list({id(r.trainer): r.trainer for r in runs}.values())
     return soak
@@ -122,17 +177,20 @@ def test_report_breaks_down_seconds_lost_per_fault_and_sums_to_the_ettr_compleme
     second = {s: 48.0 + 0.25 * (s - 111) for s in range(111, 160)}
     runs = [run(first, trainer=warn, killed_at=38.1), run(second, resumed=110, since=39.0)]
     soak = soak_with(tmp_path, runs, end_t=60.0)
-    hang = Fault("reward_hang", 24.5, injected_at=24.9, run=0)
+    hang = Fault("reward_hang", 24.5, step=80, injected_at=24.9, run=0)  # step 79 done at 24.75
     kill = Fault("trainer_kill", 38.0, step=121, injected_at=38.1, run=0, target_pid=1)
     soak.plan = [hang, kill]
     runs[0].exit_code = -9
-    from harness.soak_report import report
-
+    timeout = ACTED_ON["reward_hang"]
+    # the trigger acts from step 81's start; its first timeout is counted while step 81 hangs
+    runs[0].scrapes = [Scrape(24.0, 76, {timeout: 0.0}), Scrape(25.1, 80, {timeout: 0.0}),
+                       Scrape(26.2, 80, {timeout: 1.0})]
     out = report(soak)
     rows = {f["kind"]: f for f in out["faults"]}
     assert rows["reward_hang"]["degraded_s"] == pytest.approx(3.0) and rows["reward_hang"]["restart_s"] == 0
-    assert rows["reward_hang"]["step"] == 81 and rows["reward_hang"]["late_s"] == pytest.approx(0.4)
-    assert rows["reward_hang"]["evidence"].endswith("hangs for 60s") and rows["reward_hang"]["recovered"]
+    assert rows["reward_hang"]["step"] == 80 and rows["reward_hang"]["late_s"] == pytest.approx(0.4)
+    assert rows["reward_hang"]["evidence"] == f"{timeout} 0 -> 1 by step 80 (1.3s after the injection)"
+    assert rows["reward_hang"]["log"][1].endswith("hangs for 60s") and rows["reward_hang"]["recovered"]
     k = rows["trainer_kill"]
     assert k["restart_s"] == pytest.approx(48.0 - 0.25 - 38.1)
     assert k["recomputed_s"] == pytest.approx(10 * 0.25 + 0.1)  # steps 111..120 + the one in flight
@@ -156,8 +214,10 @@ def test_a_trigger_without_the_component_acting_is_not_injected(tmp_path: Path) 
     runs = [run({s: 5.0 + 0.25 * s for s in range(1, 150)}, trainer=only_trigger)]
     soak = soak_with(tmp_path, runs, end_t=45.0)
     soak.plan = [Fault("critic_oom", 20.0, injected_at=20.0, run=0)]
-    from harness.soak_report import report
+    oom = ACTED_ON["critic_oom"]  # scraped before and after the trigger, never risen
+    runs[0].scrapes = [Scrape(t, int((t - 5.0) / 0.25), {oom: 0.0}) for t in (19.0, 21.0, 23.0, 44.0)]
 
     out = report(soak)
     assert out["faults_injected"] == 0 and out["faults_reached_without_trainer_evidence"] == ["critic_oom"]
-    assert TRIGGER_LINE.search(only_trigger.warnings[0][1]).groups() == ("critic_oom", "81")  # type: ignore[union-attr]
+    assert out["faults"][0]["evidence"] is None and not out["faults"][0]["recovered"]
+    assert out["faults"][0]["log"] == [only_trigger.warnings[0][1]]  # the trigger line, for a person only

@@ -20,9 +20,11 @@ from alerting.durable import StorageHealth, classify
 from alerting.engine import AlertEngine
 from harness.crashpoint import RULES, T0, engine_config
 from harness.standin import WebhookStandIn
-from harness.storagefault import FULL, READ_ONLY, Faulty, inject
+from harness.storagefault import FULL, Faulty, inject
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rules
+
+READ_ONLY = sqlite3.OperationalError("attempt to write a readonly database")
 
 
 class Monitor:

@@ -1,0 +1,60 @@
+"""``make demo`` fails loudly: a fault the summary shows as MISSED makes the demo exit 1 (last round it printed
+MISSED for the memory leak and exited 0). The demo's run is replaced by a summary; the real run is
+tests/e2e/test_demo_smoke.py's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import demo
+from harness.stack import Journal
+
+LEAK = demo.DEMO_PLAN[0]
+
+
+def _summary(journal: Journal) -> dict[str, Any]:
+    return demo.summarize(journal, [LEAK], {1: 10.0}, trainer_started=5.0)
+
+
+def _run_with(monkeypatch: pytest.MonkeyPatch, summary: dict[str, Any], tmp_path: Path) -> tuple[int, dict]:
+    def fake_run(args: argparse.Namespace) -> dict[str, Any]:
+        return {**summary, "expected_alerts": list(LEAK.expects), "last_step": 90, "wall_seconds": 1.0,
+                "workdir": str(tmp_path)}
+
+    monkeypatch.setattr(demo, "run_demo", fake_run)
+    out = tmp_path / "summary.json"
+    code = demo.main(["--faults", "leak", "--quiet", "--summary-json", str(out)])
+    return code, json.loads(out.read_text())
+
+
+def test_a_missed_fault_exits_1_and_a_caught_one_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    journal = Journal(t0=time.time() - 100.0, echo=False)  # events land ~100 s after the start
+    missed = _summary(journal)  # the leak never fired
+    code, written = _run_with(monkeypatch, missed, tmp_path)
+    assert code == 1 and not written["all_detected_and_delivered"]
+    assert "MISSED" in capsys.readouterr().out
+
+    journal.add("alert", None, status="firing", alertname="MemoryLeakSuspected", fingerprint="fp1")
+    journal.add("notification", None, status="delivered", fingerprints=["fp1"], notification_status="firing")
+    detected = _summary(journal)  # fired and delivered, but no page named the cause and fix yet
+    assert detected["all_detected_and_delivered"] and not detected["all_diagnosed"]
+    assert _run_with(monkeypatch, detected, tmp_path)[0] == 1
+
+    journal.add("message", None, text="Root Cause: memory rising 310.0 MB/min, a leak\n"
+                                      "Suggestion: free tensors kept across steps")
+    caught = _summary(journal)
+    assert caught["all_detected_and_delivered"] and caught["all_diagnosed"]
+    code, written = _run_with(monkeypatch, caught, tmp_path)
+    assert code == 0 and written["all_detected_and_delivered"]
+    assert "every injected fault detected and delivered" in capsys.readouterr().out
+
+
+def test_a_healthy_run_misses_nothing() -> None:
+    assert demo.every_fault_caught({"faults": [], "all_detected_and_delivered": True, "all_diagnosed": True})

@@ -21,7 +21,9 @@ from typing import Any
 
 import httpx
 
-from alerting.config import AlertingConfig, ConfigError, ReceiverConfig, load_config, parse_duration
+from alerting.config import AlertingConfig, ReceiverConfig, load_config
+from alerting.durations import parse_duration
+from alerting.errors import ConfigError
 from alerting.model import Alert, Notification, alert_from_json
 from alerting.notifiers import KINDS, build_notifier, redact
 from alerting.silence import SilenceStore

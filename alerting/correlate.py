@@ -22,9 +22,10 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from alerting.config import ConfigError, parse_duration
 from alerting.diagnose import PROCEDURES, TRIGGERS, diagnose
 from alerting.diagnosis import Case
+from alerting.durations import parse_duration
+from alerting.errors import ConfigError
 from alerting.evidence import EvidenceReader, NoEvidence
 from alerting.model import SEVERITIES, Alert, alert_from_json
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key

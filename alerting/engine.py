@@ -29,10 +29,11 @@ import httpx
 import prometheus_client
 
 from alerting.clock import Clock
-from alerting.config import AlertingConfig, ConfigError, load_config
+from alerting.config import AlertingConfig, load_config
 from alerting.correlate import Correlator, load_rules
 from alerting.dispatch import Dispatcher
 from alerting.durable import STORAGE_ERRORS, StorageHealth, StorageUnavailable, committed, reappear
+from alerting.errors import ConfigError
 from alerting.evidence import EvidenceReader
 from alerting.inhibit import Inhibitor
 from alerting.matchers import matcher_from_json

@@ -70,11 +70,11 @@ def test_inhibition_by_equal_labels() -> None:
     inh = Inhibitor([InhibitRule([parse_matcher('severity="P0"')], [parse_matcher('severity=~"P2|P3"')],
                                  ["node"])])
     p0 = alert("TrainingStalled", severity="P0")
-    assert inh.muted(alert("ThroughputDrop", severity="P2"), [p0])
-    assert not inh.muted(alert("ThroughputDrop", severity="P2", node="gpu-01"), [p0])
-    assert not inh.muted(alert("GPUXidError", severity="P1"), [p0])
-    assert not inh.muted(alert("ThroughputDrop", severity="P2"), [alert("TrainingStalled", severity="P0",
-                                                                         status="resolved")])
+    assert inh.muting([p0])(alert("ThroughputDrop", severity="P2"))
+    assert not inh.muting([p0])(alert("ThroughputDrop", severity="P2", node="gpu-01"))
+    assert not inh.muting([p0])(alert("GPUXidError", severity="P1"))
+    resolved_p0 = alert("TrainingStalled", severity="P0", status="resolved")
+    assert not inh.muting([resolved_p0])(alert("ThroughputDrop", severity="P2"))
 
 
 def test_router_state_round_trip() -> None:

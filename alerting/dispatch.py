@@ -67,6 +67,16 @@ class Dispatcher:
                                                  next_flush=now + route.group_wait_s)
             group.alerts[alert.fingerprint] = alert
 
+    def unpaged(self, fp: str, muted: Callable[[Alert], bool]) -> bool:
+        """True while ``fp`` fires unmuted in a group whose notification log has not sent it yet."""
+        for g in self.groups.values():
+            a = g.alerts.get(fp)
+            if a is not None and a.status == "firing" and not muted(a):
+                log = self.nflog.get(g.key)
+                if log is None or fp not in log.firing:
+                    return True
+        return False
+
     def active_alerts(self) -> list[Alert]:
         return [a for g in self.groups.values() for a in g.alerts.values()]
 
@@ -119,6 +129,10 @@ class Dispatcher:
                 del self.groups[key]
                 self.nflog.pop(key, None)
         return out
+
+    def next_flush(self) -> float | None:
+        """Earliest flush of any group (repeats included): when the dispatcher's timer must next run."""
+        return min((g.next_flush for g in self.groups.values()), default=None)
 
     def next_due(self, muted: Callable[[Alert], bool]) -> float | None:
         """Earliest flush that would send something new (repeats excluded), for ``drain``."""

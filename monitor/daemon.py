@@ -37,14 +37,13 @@ from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.logsafe import setup_logging
 from alerting.model import Alert
+from monitor import alerting_stage
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
-from monitor.evaluator import Candidate
 from monitor.metrics import MonitorMetrics
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.pipeline import Pipeline
-from monitor.plotlinks import PlotLinks
 from monitor.rules import RuleError, load_rule_files
 from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
@@ -81,20 +80,16 @@ class Daemon:
         self.engine: Any = None
         rules = load_rule_files(config.rules or None)
         config.state_db.parent.mkdir(parents=True, exist_ok=True)
-        if config.notify_config is not None:
-            from alerting.engine import AlertEngine  # only needed when notifying
-
-            self.engine = AlertEngine.from_file(config.notify_config, config.state_db.with_name("alerting.db"),
-                                                self.clock, registry=self.metrics.registry, health=self.storage)
+        self.engine = alerting_stage.build_engine(config, self.clock, self.metrics, self.storage)
+        outliers = alerting_stage.reward_outliers(config)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
-                                 engine=self.engine, enrich=self._enrich if config.reward_outliers else None,
+                                 engine=self.engine, outliers=outliers,
                                  limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None,
                                  health=self.storage)
-        if self.engine is not None:
-            self.engine.retention_s = config.retention
         self._want_outliers = config.reward_outliers and any(r.alert == "RewardDistributionDrift" for r in rules)
-        self._outliers: dict[str, list[str]] = {}  # target name -> top prompt lines, filled by _outliers_loop
+        # target name -> top prompt lines, filled by _outliers_loop; the annotate stage reads the same value
+        self._outliers: dict[str, list[str]] = outliers.lines if outliers is not None else {}
         self.api: MonitorAPI | None = None
         self._stop = asyncio.Event()
         self.started = time.time()
@@ -210,23 +205,7 @@ class Daemon:
                 f"; the source holds {self.pipeline.store.held_by(src)} series, its fair share is "
                 f"{self.pipeline.store.fair_share(src)}" if reason == "series_limit" else ""))
 
-    # -- enrichment: RewardDistributionDrift gets the trainer's top-3 anomalous prompts -------------
-
-    def _enrich(self, c: Candidate, ann: dict[str, str]) -> dict[str, str]:
-        """Runs inside the evaluation tick, so it only reads the cache ``_outliers_loop`` fills."""
-        if c.rule.alert != "RewardDistributionDrift":
-            return ann
-        node = c.labels.get("node")
-        for tg in self.config.targets:
-            if tg.job != "verl" or (tg.node and tg.node != node):
-                continue
-            lines = self._outliers.get(tg.name)
-            if lines:
-                ann["top_prompts"] = "\n".join(lines)
-                ann["description"] = (ann.get("description", "") + "\nTop anomalous prompts:\n"
-                                      + "\n".join(f"{i + 1}. {x}" for i, x in enumerate(lines))).strip()
-                break
-        return ann
+    # -- the trainer's top anomalous prompts, for RewardDistributionDrift (monitor/annotate.py) ------
 
     async def _fetch_outliers(self, client: httpx.AsyncClient, tg: Target) -> None:
         url = str(httpx.URL(tg.url).copy_with(path="/api/v1/reward_outliers", query=b"k=3"))
@@ -459,16 +438,9 @@ class Daemon:
             self.api = self.listen()
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
-        self.pipeline.set_base_url(base)  # plots and alert links are served by our API
-        if self.config.plots_dir:  # links that work for people with a token set; notifiers read the files
-            self.pipeline.plot_links = PlotLinks(self.config.plots_dir, f"{base.rstrip('/')}/api/v1/plots",
-                                                 self.config.bearer_token)
-            if self.engine is not None:
-                self.engine.set_plot_store(self.pipeline.plot_links.read)
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
         self.pipeline.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
-        if self.engine is not None:
-            self.engine.start_delivery()
+        alerting_stage.start(self.pipeline, self.engine, self.config, base)
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))
         async with httpx.AsyncClient(limits=limits) as client:
             tasks = [asyncio.create_task(self._scrape_loop(client, t)) for t in self.config.targets]

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from alerting.clock import SimulatedClock
 from alerting.engine import AlertEngine
+from alerting.evidence import Evidence
 from tests.alerting.helpers import T0, Harness, alert, make_config, receiver
 
 MEMBERS = ["RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"]
@@ -24,7 +25,7 @@ def fan_out(kinds: list[str], fakes: dict[str, Any], **route: Any):  # noqa: ANN
 def test_dataflow_collapse_once_per_receiver(tmp_path: Path, clock: SimulatedClock, fakes: dict[str, Any]) -> None:
     kinds = ["dingtalk", "wecom", "feishu"]
     h = Harness(tmp_path, fan_out(kinds, fakes), clock)
-    h.engine.set_config_info("gpu-08", {"reward_batch_size": "64", "offload_reward_to_cpu": "false"})
+    h.engine.submit([], Evidence(config={"gpu-08": {"reward_batch_size": "64", "offload_reward_to_cpu": "false"}}))
     member_fps = []
     for i, name in enumerate(MEMBERS):
         clock.set(T0 + 40 * i)  # within the 2 min window
@@ -149,7 +150,7 @@ def test_restart_with_non_empty_outbox(tmp_path: Path, clock: SimulatedClock, fa
 
 def test_restart_keeps_held_members(tmp_path: Path, clock: SimulatedClock, fakes: dict[str, Any]) -> None:
     h = Harness(tmp_path, fan_out(["feishu"], fakes), clock)
-    h.engine.set_config_info("gpu-08", {"reward_batch_size": "48"})
+    h.engine.submit([], Evidence(config={"gpu-08": {"reward_batch_size": "48"}}))
     h.engine.submit([alert(MEMBERS[0]), alert(MEMBERS[1])])
     h.restart()
     clock.advance(30)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from alerting.clock import SimulatedClock
-from alerting.diagnose import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
-from alerting.diagnosis import Case
-from alerting.evidence import NoEvidence
+from alerting.evidence import Evidence
+from alerting.findings import Case
 from alerting.model import Alert
-from monitor.evidence import StoreEvidence
+from alerting.procedures import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
+from monitor.evidence import EvidenceCapture
 from monitor.store import SeriesStore
 
 T0 = 1_767_225_600.0
@@ -19,12 +19,12 @@ NODE = "gpu-01"
 
 
 class World:
-    """A series store and clock to write series into, and the reader over them."""
+    """A series store and clock to write series into, and the capture of what the procedures read."""
 
     def __init__(self, now: float = T0 + 3600) -> None:
         self.store = SeriesStore()
         self.clock = SimulatedClock(now)
-        self.ev = StoreEvidence(self.store, self.clock)
+        self.ev = EvidenceCapture(self.store)
 
     def put(self, name: str, t: np.ndarray, v: np.ndarray, **labels: str) -> None:
         s = self.store.get_or_create(name, {"node": NODE, **labels})
@@ -36,7 +36,8 @@ class World:
                 self.ev.nonfinite_log.add(s, ti)
 
     def case(self, *alerts: Alert, **config: str) -> Case:
-        return Case(list(alerts), dict(config), self.ev)
+        nodes = {a.labels["node"] for a in alerts}  # as the pipeline captures: the firing alerts' nodes
+        return Case(list(alerts), dict(config), self.ev.capture(self.clock.now(), nodes))
 
 
 def alert(name: str, starts: float, value: float | None = None, **labels: str) -> Alert:
@@ -77,7 +78,7 @@ def test_reward_model_must_not_claim_with_healthy_rewards() -> None:
 
 
 def test_reward_model_missing_evidence_is_said() -> None:
-    f = reward_model(Case([alert("RewardVarianceSpike", T0)], {}, NoEvidence(T0)))
+    f = reward_model(Case([alert("RewardVarianceSpike", T0)], {}, Evidence(T0)))
     assert f is not None and not f.cause and f.missing == ["reward mean not measured (no verl_reward_mean samples)"]
 
 
@@ -110,7 +111,7 @@ def test_kl_coef_must_not_claim_when_live_value_is_in_range_even_if_config_says_
 
 
 def test_kl_coef_missing_live_value() -> None:
-    f = kl_coef(Case([alert("KLDriftDetected", T0)], {"kl_coef": "0.2"}, NoEvidence(T0)))
+    f = kl_coef(Case([alert("KLDriftDetected", T0)], {"kl_coef": "0.2"}, Evidence(T0)))
     assert f is not None and not f.cause
     assert f.missing == ["live kl_coef not measured (no verl_kl_coef samples); config says 0.2 (verl_config_info)"]
 

@@ -1,21 +1,25 @@
-"""Diagnosis stage: the article's §4 paths as small decision procedures over live evidence.
+"""The diagnosis procedures: one small decision procedure per failure path (reward cliff, KL penalty off,
+rollout backlog, memory growth, data loading), each over the evidence the monitor handed forward.
 
-Each procedure runs when its trigger alert is among a case's members, reads the live series it needs
-through the ``EvidenceReader`` plus the ``verl_config_info`` labels, and returns a ``Finding``
-(``alerting/diagnosis.py``): a cause only when it *measured* one, every sentence citing its value and
+Each procedure runs when one of its trigger alerts is among a case's members, reads the series it needs
+from the case's ``Evidence`` plus the ``verl_config_info`` labels, and returns a ``Finding``
+(``alerting/findings.py``): a cause only when it *measured* one, every sentence citing its value and
 source, and otherwise the facts that rule a cause out and the evidence that was missing.
 
 Adding a path: write ``def my_path(case: Case) -> Finding | None`` (None when its trigger is absent),
-register it in ``PROCEDURES`` and list it under ``diagnose:`` of a correlation rule (alerting/README.md).
+decorate it with ``@procedure(triggers=...)``, add the series it reads to ``EVIDENCE_SERIES`` and list it
+under ``diagnose:`` of a correlation rule (alerting/README.md). ``TRIGGERS`` and ``EXPLAINS`` are derived
+from the decorations, so the table cannot disagree with the procedures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from alerting.diagnosis import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, key, when
+from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, key, when
 
-# The article's thresholds (§4), named once.
+# Thresholds of the failure paths, named once.
 REWARD_NEAR_ZERO = 0.05   # |reward mean| at or below this is "~0"
 REWARD_CLIFF = 0.1        # ... or at most this fraction of its level before the alerts
 KL_COEF_RANGE = (0.1, 0.5)
@@ -26,6 +30,35 @@ LOADER_RISE = 2.0         # the dataloader's time per step at least doubled ...
 LOADER_MIN_RISE_S = 0.02  # ... by at least 20 ms
 GPU_BUSY = 0.6            # utilisation at or above this is "normal" for a training GPU
 LOOKBACK_S = 600.0        # "before the alerts" = the 10 min before the earliest member's start
+
+# Every series a procedure reads: the monitor captures these (on the firing alerts' nodes) and hands them
+# forward as ``Evidence``; a series missing here is "not measured" to the procedure.
+EVIDENCE_SERIES = frozenset({
+    "verl_reward_mean", "verl_kl_coef", "verl_kl_divergence", "verl_nonfinite_steps_total", "verl_global_step",
+    "verl_rollout_buffer_age_seconds", "verl_rollout_workers_alive", "verl_rollout_buffer_size",
+    "verl_gpu_memory_total_bytes", "verl_gpu_memory_used_bytes", "verl_actor_tokens_per_second",
+    "verl_dataloader_wait_seconds", "verl_stage_seconds", "verl_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL",
+})
+
+
+@dataclass(frozen=True)
+class Procedure:
+    run: Callable[[Case], Finding | None]
+    triggers: frozenset[str]  # it runs when one of these alerts is among the members
+    explains: frozenset[str]  # the alerts its measured cause accounts for: its triggers and the ones it reads
+
+
+PROCEDURES: dict[str, Procedure] = {}
+
+
+def procedure(triggers: tuple[str, ...], also_explains: tuple[str, ...] = ()) -> Callable[
+        [Callable[[Case], Finding | None]], Callable[[Case], Finding | None]]:
+    """Register a decision procedure under its function name with the alerts that trigger it."""
+    def register(fn: Callable[[Case], Finding | None]) -> Callable[[Case], Finding | None]:
+        PROCEDURES[fn.__name__] = Procedure(fn, frozenset(triggers), frozenset(triggers) | frozenset(also_explains))
+        return fn
+    return register
+
 
 REWARD_CHECK = ("python -c \"from verl.models.reward import load_reward_model; "
                 "print(load_reward_model('<{}>').score(['Q: What is RL? A: ...']))\"")
@@ -39,9 +72,10 @@ def _before(case: Case, name: str, node: str | None, match: dict[str, str] | Non
 
 # ---- loss diverges / reward cliff -------------------------------------------------------------------
 
+@procedure(triggers=("NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"))
 def reward_model(case: Case) -> Finding | None:
     """Reward mean ~0 or NaN -> the reward model's loading or input format."""
-    trig = case.names & {"NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"}
+    trig = case.names & PROCEDURES["reward_model"].triggers
     if not trig:
         return None
     node = case.node(sorted(trig)[0])
@@ -101,6 +135,7 @@ def reward_model(case: Case) -> Finding | None:
     return f
 
 
+@procedure(triggers=("KLDriftDetected",))
 def kl_coef(case: Case) -> Finding | None:
     """KL rising with the live kl_coef at 0 or outside 0.1-0.5 -> kl_coef."""
     if "KLDriftDetected" not in case.names:
@@ -148,6 +183,7 @@ def kl_coef(case: Case) -> Finding | None:
     return f
 
 
+@procedure(triggers=("RolloutBacklog",))
 def rollout_backlog(case: Case) -> Finding | None:
     """Buffer age > 30 min -> rollout_worker_num."""
     alert = case.member("RolloutBacklog")
@@ -185,6 +221,7 @@ def rollout_backlog(case: Case) -> Finding | None:
 
 # ---- GPU memory keeps rising -----------------------------------------------------------------------
 
+@procedure(triggers=("MemoryLeakSuspected",))
 def memory_growth(case: Case) -> Finding | None:
     """Buffer growing with rollout_buffer_max_size unbounded -> bound it; otherwise a leak with its slope."""
     alert = case.member("MemoryLeakSuspected")
@@ -252,6 +289,7 @@ def memory_growth(case: Case) -> Finding | None:
 LOADER_SERIES = (("verl_dataloader_wait_seconds", None), ("verl_stage_seconds", {"stage": "dataloader"}))
 
 
+@procedure(triggers=("ThroughputDrop",), also_explains=("CPUBoundBottleneck",))
 def data_loading(case: Case) -> Finding | None:
     """Throughput down with the dataloader's time up (or num_workers 0 / CPU-bound) -> data loading."""
     if "ThroughputDrop" not in case.names:
@@ -337,24 +375,14 @@ def _num(text: str | None, default):  # noqa: ANN001, ANN202 - float or the give
         return default
 
 
+TRIGGERS: dict[str, frozenset[str]] = {name: p.triggers for name, p in PROCEDURES.items()}
 # the alerts each procedure explains when it found a cause: a later member outside them still pages alone
-TRIGGERS: dict[str, frozenset[str]] = {
-    "reward_model": frozenset({"NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"}),
-    "kl_coef": frozenset({"KLDriftDetected"}),
-    "rollout_backlog": frozenset({"RolloutBacklog"}),
-    "memory_growth": frozenset({"MemoryLeakSuspected"}),
-    "data_loading": frozenset({"ThroughputDrop", "CPUBoundBottleneck"}),
-}
-
-PROCEDURES: dict[str, Callable[[Case], Finding | None]] = {
-    "reward_model": reward_model,
-    "kl_coef": kl_coef,
-    "rollout_backlog": rollout_backlog,
-    "memory_growth": memory_growth,
-    "data_loading": data_loading,
-}
+EXPLAINS: dict[str, frozenset[str]] = {name: p.explains for name, p in PROCEDURES.items()}
+TRIGGER_ALERTS = frozenset().union(*TRIGGERS.values())  # alerts whose diagnosis needs evidence captured
 
 
 def diagnose(paths: list[str], case: Case) -> Diagnosis:
     """Run the named procedures on one case (unknown names are refused when the rules load)."""
-    return Diagnosis([f for name in paths if (f := PROCEDURES[name](case)) is not None])
+    names = case.names
+    return Diagnosis([f for name in paths if names & PROCEDURES[name].triggers
+                      and (f := PROCEDURES[name].run(case)) is not None])

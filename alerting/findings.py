@@ -1,8 +1,9 @@
-"""Diagnosis records and helpers shared by the decision procedures in ``alerting/diagnose.py``.
+"""Diagnosis records (``Case``, ``Finding``, ``Diagnosis``) and the helpers the decision procedures in
+``alerting/procedures.py`` share.
 
 A correlation rule names its procedures (``diagnose: [reward_model, kl_coef, ...]``). When alerts that
 belong to the rule fire, each procedure whose trigger alert is present reads what it needs through an
-``EvidenceReader`` (the monitor's series store) and the live ``verl_config_info`` labels, and returns a
+``EvidenceReader`` (the ``Evidence`` the monitor captured and handed forward) and the live ``verl_config_info`` labels, and returns a
 ``Finding``: whether it *measured* a cause, root-cause and suggestion sentences that each cite the value
 and its source ("kl_coef = 0.0 since step 1200 (verl_kl_coef; config says 0.2)"), the facts it checked
 that rule a cause out, and what evidence was missing. A cause that was not measured is never stated.
@@ -15,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from alerting.evidence import EvidenceReader, NoEvidence, Reading
+from alerting.evidence import Evidence, EvidenceReader, Reading
 from alerting.model import Alert
 
 # Every config key a diagnosis prints, in ONE place: key -> (spelling printed, verl_config_info label).
@@ -64,7 +65,7 @@ class Case:
 
     members: list[Alert]
     config: dict[str, str] = field(default_factory=dict)
-    evidence: EvidenceReader = field(default_factory=NoEvidence)
+    evidence: EvidenceReader = field(default_factory=Evidence)
 
     @property
     def names(self) -> set[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, key, when
+from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, when
 
 # Thresholds of the failure paths, named once.
 REWARD_NEAR_ZERO = 0.05   # |reward mean| at or below this is "~0"
@@ -113,7 +113,7 @@ def reward_model(case: Case) -> Finding | None:
         f.cause = True
         f.summary = "Reward model is not scoring: reward mean " + ("NaN" if "NaN" in facts[0] else "~0")
         f.root_cause.append("; ".join(facts) + ": the reward model fails to load or gets malformed input")
-        where = f"{key('reward.path')} = {path} ({CONFIG_SOURCE})" if path else key("reward.path")
+        where = f"{case.key('reward.path')} = {path} ({CONFIG_SOURCE})" if path else case.key("reward.path")
         if case.config.get("trainer") == "verl":  # volcengine verl has no load_reward_model: its own words
             f.suggestion.append("Check that the reward function scores one sample: call it on one (prompt, response) "
                                 "of the last batch (custom_reward_function.path / reward.custom_reward_function.path, "
@@ -122,7 +122,7 @@ def reward_model(case: Case) -> Finding | None:
         else:
             f.suggestion.append(f"Check that the reward model loads and scores one sample: "
                                 f"load_reward_model({where}).score([...]), e.g. "
-                                f"{REWARD_CHECK.format(path or key('reward.path'))}; "
+                                f"{REWARD_CHECK.format(path or case.key('reward.path'))}; "
                                 "then check the prompt/response format fed to it")
         return f
     if mean is None:
@@ -162,21 +162,21 @@ def kl_coef(case: Case) -> Finding | None:
             since = case.since_text(held, node)
             state = "the KL penalty is off" if live.value == 0 else f"outside the expected {lo}-{hi}"
             f.cause, f.summary = True, f"KL penalty {'off' if live.value == 0 else 'mis-set'}: kl_coef = {coef(live.value)}"
-            f.root_cause.append(f"{key('kl_coef')} = {coef(live.value)} {since} (verl_kl_coef{says}): {state}, "
+            f.root_cause.append(f"{case.key('kl_coef')} = {coef(live.value)} {since} (verl_kl_coef{says}): {state}, "
                                 f"and {rise}")
             target = conf if conf is not None and lo <= float(_num(conf, -1)) <= hi else "0.2"
-            f.suggestion.append(f"Set {key('kl_coef')} back to {target} (live {coef(live.value)}, expected {lo}-{hi}) "
+            f.suggestion.append(f"Set {case.key('kl_coef')} back to {target} (live {coef(live.value)}, expected {lo}-{hi}) "
                                 f"and find what changed it {since} (adaptive KL controller target, an override)")
             return f
-        f.checked.append(f"{key('kl_coef')} = {coef(live.value)} is within {lo}-{hi} (verl_kl_coef{says})")
+        f.checked.append(f"{case.key('kl_coef')} = {coef(live.value)} is within {lo}-{hi} (verl_kl_coef{says})")
         f.missing.append(f"{rise} with the penalty on; the learning rate and reward scale are not exported")
         return f
     c = _num(conf, None)
     if c is not None and (c == 0 or not lo <= c <= hi):
         f.cause, f.summary = True, f"KL penalty {'off' if c == 0 else 'mis-set'}: kl_coef = {coef(c)} in config"
-        f.root_cause.append(f"{key('kl_coef')} = {coef(c)} ({CONFIG_SOURCE}; the live verl_kl_coef is not measured), "
+        f.root_cause.append(f"{case.key('kl_coef')} = {coef(c)} ({CONFIG_SOURCE}; the live verl_kl_coef is not measured), "
                             f"and {rise}")
-        f.suggestion.append(f"Set {key('kl_coef')} to 0.1-0.5 (now {coef(c)})")
+        f.suggestion.append(f"Set {case.key('kl_coef')} to 0.1-0.5 (now {coef(c)})")
         return f
     f.missing.append("live kl_coef not measured (no verl_kl_coef samples)"
                      + (f"; config says {conf} ({CONFIG_SOURCE})" if conf is not None else ""))
@@ -207,15 +207,15 @@ def rollout_backlog(case: Case) -> Finding | None:
     alive = ev.latest("verl_rollout_workers_alive", node)
     parts = [f"oldest rollout sample is {fmt(round(value / 60, 1))} min old ({src} > 30 min)"]
     if workers is not None:
-        parts.append(f"{key('rollout_worker_num')} = {fmt(workers)} ({CONFIG_SOURCE})")
+        parts.append(f"{case.key('rollout_worker_num')} = {fmt(workers)} ({CONFIG_SOURCE})")
     if alive is not None:
         parts.append(f"{fmt(alive.value)} worker(s) alive (verl_rollout_workers_alive)")
     f.cause, f.summary = True, "Rollout backlog: buffer samples older than 30 min"
     f.root_cause.append("Rollouts back up: " + ", ".join(parts))
     if workers is not None:
-        f.suggestion.append(f"Raise {key('rollout_worker_num')} from {fmt(workers)} to {fmt(workers * 2)}")
+        f.suggestion.append(f"Raise {case.key('rollout_worker_num')} from {fmt(workers)} to {fmt(workers * 2)}")
     else:
-        f.suggestion.append(f"Raise {key('rollout_worker_num')} (live value not reported: no {CONFIG_SOURCE})")
+        f.suggestion.append(f"Raise {case.key('rollout_worker_num')} (live value not reported: no {CONFIG_SOURCE})")
     return f
 
 
@@ -237,10 +237,10 @@ def memory_growth(case: Case) -> Finding | None:
     max_size = case.cfg_num("rollout_buffer_max_size")
     policy = case.cfg("rollout_buffer_eviction_policy")
     unbounded = max_size is not None and max_size < 0
-    bound = (f"{key('rollout_buffer_max_size')} = {fmt(max_size)} ({'unbounded, ' if unbounded else ''}{CONFIG_SOURCE})"
+    bound = (f"{case.key('rollout_buffer_max_size')} = {fmt(max_size)} ({'unbounded, ' if unbounded else ''}{CONFIG_SOURCE})"
              if max_size is not None else None)
-    fix = (f"Set {key('rollout_buffer_max_size')}: 50000 (now {fmt(max_size) if max_size is not None else 'not reported'}) "
-           f"and {key('rollout_buffer_eviction_policy')}: fifo or priority"
+    fix = (f"Set {case.key('rollout_buffer_max_size')}: 50000 (now {fmt(max_size) if max_size is not None else 'not reported'}) "
+           f"and {case.key('rollout_buffer_eviction_policy')}: fifo or priority"
            + (f" (now {policy})" if policy else ""))
     growing = buf is not None and buf.rising and buf.last - buf.first >= max(10.0, BUFFER_MIN_GROWTH * abs(buf.first))
     grew = (f"the rollout buffer grew {fmt(round(buf.first))} -> {fmt(round(buf.last))} samples "
@@ -254,7 +254,7 @@ def memory_growth(case: Case) -> Finding | None:
         f.cause, f.summary = True, "GPU memory grows with the rollout buffer"
         f.root_cause.append(f"{mem} while {grew}" + (f", bounded by {bound}" if bound else
                                                     f"; its bound is not reported (no {CONFIG_SOURCE})"))
-        f.suggestion.append(f"Lower {key('rollout_buffer_max_size')}" + (f" from {fmt(max_size)}" if max_size else "")
+        f.suggestion.append(f"Lower {case.key('rollout_buffer_max_size')}" + (f" from {fmt(max_size)}" if max_size else "")
                             + " if memory runs out before the buffer fills; otherwise it levels off at the bound")
         return f
     if buf is not None:
@@ -328,14 +328,14 @@ def data_loading(case: Case) -> Finding | None:
         facts.append("host CPU-bound (CPUBoundBottleneck)")
     settings = []
     if workers is not None:
-        settings.append(f"{key('data.num_workers')} = {fmt(workers)}")
+        settings.append(f"{case.key('data.num_workers')} = {fmt(workers)}")
     if persistent is not None:
-        settings.append(f"{key('data.persistent_workers')} = {persistent}")
+        settings.append(f"{case.key('data.persistent_workers')} = {persistent}")
     if pin is not None:
-        settings.append(f"{key('data.pin_memory')} = {pin}")
+        settings.append(f"{case.key('data.pin_memory')} = {pin}")
     dataset = case.cfg("data.prompt_dataset")
     if dataset is not None:
-        settings.append(f"{key('data.prompt_dataset')} = {dataset}")
+        settings.append(f"{case.key('data.prompt_dataset')} = {dataset}")
     # num_workers 0 is the cause only while the loader's time is not measured: measured steady, it is not
     if not (rose or cpu or (workers == 0 and loader is None)):
         f.checked.append("; ".join(facts) + ": not the data path")
@@ -345,17 +345,17 @@ def data_loading(case: Case) -> Finding | None:
     f.root_cause.append("; ".join(facts) + f": data loading starves the trainer{conf}")
     fixes = []
     if workers is None or workers < 8:
-        fixes.append(f"{key('data.num_workers')}: 8" + (f" (now {fmt(workers)})" if workers is not None else ""))
+        fixes.append(f"{case.key('data.num_workers')}: 8" + (f" (now {fmt(workers)})" if workers is not None else ""))
     if persistent != "true":
-        fixes.append(f"{key('data.persistent_workers')}: true" + (f" (now {persistent})" if persistent else ""))
+        fixes.append(f"{case.key('data.persistent_workers')}: true" + (f" (now {persistent})" if persistent else ""))
     if pin != "true":
-        fixes.append(f"{key('data.pin_memory')}: true" + (f" (now {pin})" if pin else ""))
+        fixes.append(f"{case.key('data.pin_memory')}: true" + (f" (now {pin})" if pin else ""))
     remote = dataset is not None and "://" in dataset and not dataset.startswith("file://")
     text = ("Set " + ", ".join(fixes)) if fixes else "The loader settings are already 8+ workers, persistent, pinned"
     if remote:
-        text += f"; {key('data.prompt_dataset')} is network-backed ({dataset}): cache it locally"
+        text += f"; {case.key('data.prompt_dataset')} is network-backed ({dataset}): cache it locally"
     elif dataset is None:
-        text += f"; if {key('data.prompt_dataset')} is on NFS/S3 (location not reported), cache it locally"
+        text += f"; if {case.key('data.prompt_dataset')} is on NFS/S3 (location not reported), cache it locally"
     f.suggestion.append(text)
     return f
 

@@ -103,3 +103,17 @@ def test_a_late_member_the_sent_page_does_not_explain_pages_on_its_own() -> None
     another_gpu = alert("MemoryLeakSuspected", gpu="1")
     another_gpu.value = 300e6
     assert c.observe(another_gpu, 210)[0] == []  # explained by the page already sent: travels inside only
+
+
+def test_the_trigger_table_is_what_each_procedure_runs_on() -> None:
+    """TRIGGERS is derived from the procedures: each runs on each of its triggers alone and on no other."""
+    from alerting.findings import Case
+    from alerting.procedures import EXPLAINS, PROCEDURES, TRIGGER_ALERTS, TRIGGERS
+
+    assert set(TRIGGERS) == set(PROCEDURES) == set(EXPLAINS)
+    for name, proc in PROCEDURES.items():
+        assert TRIGGERS[name] == proc.triggers <= EXPLAINS[name]
+        for trigger in proc.triggers:
+            assert proc.run(Case([alert(trigger)], {}, Evidence(T0))) is not None, (name, trigger)
+        others = [alert(n) for n in sorted(TRIGGER_ALERTS - proc.triggers)]
+        assert proc.run(Case(others, {}, Evidence(T0))) is None, name

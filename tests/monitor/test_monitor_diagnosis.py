@@ -194,3 +194,54 @@ def test_undetermined_diagnosis_reports_what_it_checked() -> None:
     d = diagnose(["data_loading", "kl_coef"], w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="8"))
     assert not d.cause and d.root_cause.startswith("Not determined from the evidence: tokens/s fell")
     assert d.annotations()["diagnosis"] == "undetermined"
+
+
+def test_captured_evidence_is_a_copy_for_the_alerts_nodes_only() -> None:
+    w = World()
+    t = grid()
+    w.put("verl_kl_coef", t, np.zeros(len(t)))
+    other = w.store.get_or_create("verl_kl_coef", {"node": "gpu-99"})
+    assert other is not None
+    other.append(T0, 0.5)
+    ev = w.ev.capture(w.clock.now(), {NODE}, {NODE: {"kl_coef": "0.2"}})
+    assert [s.labels["node"] for s in ev.series] == [NODE] and ev.config == {NODE: {"kl_coef": "0.2"}}
+    live = w.store.get_or_create("verl_kl_coef", {"node": NODE})
+    assert live is not None
+    live.append(T0 + 7200, 0.3)  # the store moves on; what was handed forward does not
+    latest = ev.latest("verl_kl_coef", NODE)
+    assert latest is not None and latest.value == 0.0 and ev.latest("verl_kl_coef", "gpu-99") is None
+
+
+def test_the_pipeline_hands_evidence_forward_with_alerts_and_refreshes_it_while_they_fire(tmp_path) -> None:  # noqa: ANN001
+    from monitor.pipeline import Pipeline
+    from monitor.rules import load_rules
+
+    class Engine:
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[str], Evidence | None]] = []
+
+        def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None:
+            self.calls.append(([a.name for a in alerts], evidence))
+
+    rules = tmp_path / "r.yaml"
+    rules.write_text("rules:\n  - {alert: KLDriftDetected, severity: P2, select: verl_kl_divergence,\n"
+                     "     detector: {type: threshold, op: '>', value: 1}}\n")
+    clock, engine = SimulatedClock(T0), Engine()
+    pipe = Pipeline(load_rules(rules), clock, engine=engine)
+    kl = pipe.series("verl_kl_divergence", {"node": NODE, "job": "verl"})
+    coef_series = pipe.series("verl_kl_coef", {"node": NODE, "job": "verl"})
+    info = pipe.series("verl_config_info", {"node": NODE, "job": "verl", "kl_coef": "0.2"})
+    assert kl is not None and coef_series is not None and info is not None
+    for i in range(6):
+        clock.advance(2.0)
+        pipe.observe(kl, clock.now(), 5.0)
+        pipe.observe(coef_series, clock.now(), 0.0 if i < 3 else 0.1)
+        pipe.tick()
+    (names, first), *refreshes = engine.calls
+    assert names == ["KLDriftDetected"] and first is not None
+    assert first.config[NODE]["kl_coef"] == "0.2"  # config labels travel with the evidence, not pushed
+    assert first.latest("verl_kl_coef", NODE).value == 0.0
+    # while it fires, fresh evidence follows every REDIAGNOSE_S (5 s) with no alert in it
+    assert refreshes and all(n == [] for n, _ in refreshes)
+    assert refreshes[-1][1].latest("verl_kl_coef", NODE).value == 0.1
+    pipe.close()

@@ -41,6 +41,7 @@ from alerting.notifiers import Notifier, build_notifier
 from alerting.notify import DeliveryWorkers, NotifyStage
 from alerting.outbox import Outbox
 from alerting.silence import SilenceStore
+from alerting.stages import DedupStage, Flush, MuteStage
 from alerting.store import EngineState, open_db
 
 HISTORY = 5000  # alerts kept for the JSON API; older resolved ones are dropped first
@@ -79,10 +80,10 @@ class AlertEngine:
                               "pass a writable path") from None
         self._rules = load_rules(config.correlation_files)
         self.correlator = Correlator(self._rules)
-        self.dispatcher = Dispatcher(config.route, config.receivers)
         self.inhibitor = Inhibitor(config.inhibit_rules)
         snapshot = None if str(db_path) == ":memory:" else self.db_path.with_name("silences.json")
         self.silences_store = SilenceStore(self.conn, snapshot)
+        self._build_routing()
         self.outbox = Outbox(self.conn, config.outbox)
         self.notifiers: dict[str, Notifier] = {
             name: build_notifier(rc, sign_clock=sign_clock, transport=transport)
@@ -141,7 +142,7 @@ class AlertEngine:
         evidence = self.correlator.evidence
         self.correlator = Correlator(self._rules)
         self.correlator.evidence = evidence
-        self.dispatcher = Dispatcher(self.config.route, self.config.receivers)
+        self._build_routing()
         self.state = EngineState()
         try:
             self._restore(with_limiters=False)  # the robots' budgets are real spending: kept as they are
@@ -163,7 +164,7 @@ class AlertEngine:
         """True while ``fp`` fires but its page has not flushed into the outbox yet (held for correlation,
         or in a group that has not flushed since it arrived); False once paged or when it is muted."""
         with self.lock:
-            return self.correlator.holds(fp) or self.dispatcher.unpaged(fp, self._muted_fn(self.clock.now()))
+            return self.correlator.holds(fp) or self.flush.unpaged(fp, self.clock.now())
 
     def firing_alerts(self) -> list[Alert]:
         """The alerts the engine holds firing (the monitor reconciles its alert book against them)."""
@@ -197,6 +198,14 @@ class AlertEngine:
         self._timer_wake.set()
         self.delivery.wake()
 
+    def _build_routing(self) -> None:
+        """Route/group, then the flush stages: inhibit -> silence -> dedup (built once from config;
+        rebuilt empty when a failed write reloads the committed state)."""
+        self.dispatcher = Dispatcher(self.config.route, self.config.receivers)
+        self.flush = Flush(self.dispatcher, [
+            MuteStage("inhibit", lambda now: self.inhibitor.muting(self.dispatcher.active_alerts())),
+            MuteStage("silence", self.silences_store.muting)], DedupStage(self.config.route, self.config.receivers))
+
     def _muted_fn(self, now: float) -> Callable[[Alert], bool]:
         inhibited = self.inhibitor.muting(self.dispatcher.active_alerts())
         silenced = self.silences_store.muting(now)
@@ -212,7 +221,7 @@ class AlertEngine:
         released = self.correlator.expire(now)
         for a in released:
             self.dispatcher.add(a, now)
-        notes = self.dispatcher.flush_due(now, self._muted_fn(now), self.correlator.expand)
+        notes = self.flush.due(now, self.correlator.expand)
         for n in notes:
             self.outbox.put(n, now)
         self.metrics.outbox_depth.set(self.outbox.depth())
@@ -315,7 +324,7 @@ class AlertEngine:
         """Anything still to be sent: held alerts, groups with news, or queued notifications."""
         with self.lock:
             now = self.clock.now()
-            return bool(self.correlator.held or self.dispatcher.next_due(self._muted_fn(now)) is not None
+            return bool(self.correlator.next_due() is not None or self.flush.next_news(now) is not None
                         or self.outbox.depth())
 
     def drain(self, max_wait_s: float) -> bool:
@@ -326,7 +335,7 @@ class AlertEngine:
             self.tick()
             with self.lock:
                 now = self.clock.now()
-                times = [t for t in (self.correlator.next_due(), self.dispatcher.next_due(self._muted_fn(now)),
+                times = [t for t in (self.correlator.next_due(), self.flush.next_news(now),
                                      self.notify.next_due(now)) if t is not None]
             if not times:
                 return True
@@ -399,14 +408,14 @@ class AlertEngine:
     # -- durability --------------------------------------------------------------------------------------
     def _save(self) -> None:
         """Write the parts of the state that changed since the last save (and only those)."""
-        self.state.save(self.conn, self.correlator, self.dispatcher)
+        self.state.save(self.conn, self.correlator, self.dispatcher, self.flush.dedup)
         self._save_limiters()
 
     def _save_limiters(self) -> None:
         self.state.save_limiters(self.conn, {k: v.to_state() for k, v in self.notify.limiters.items()})
 
     def _restore(self, with_limiters: bool = True) -> None:
-        self.history = self.state.restore(self.conn, self.correlator, self.dispatcher)
+        self.history = self.state.restore(self.conn, self.correlator, self.dispatcher, self.flush.dedup)
         if not with_limiters:
             return
         for k, v in self.state.limiters(self.conn).items():

@@ -13,6 +13,7 @@ from alerting.correlate import Correlator, incident_row
 from alerting.dispatch import Dispatcher
 from alerting.durable import StorageHealth, open_sqlite
 from alerting.model import Alert, alert_from_json
+from alerting.stages import DedupStage
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -70,8 +71,10 @@ class EngineState:
         self.incident_sigs: dict[str, tuple[Any, ...]] = {}
         self.legacy_limiters: dict[str, Any] = {}  # older files kept the budgets inside the "engine" row
 
-    def save(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher) -> None:
-        snapshot = {"correlator": correlator.to_state(with_incidents=False), "router": dispatcher.to_state()}
+    def save(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher,
+             dedup: DedupStage) -> None:
+        router = {**dispatcher.to_state(), "nflog": dedup.to_state()}
+        snapshot = {"correlator": correlator.to_state(with_incidents=False), "router": router}
         text = json.dumps(snapshot, sort_keys=True)
         if self.written.get("engine") != text:
             save_state(conn, "engine", snapshot)
@@ -105,7 +108,8 @@ class EngineState:
             save_state(conn, "limiters", limiters)
             self.written["limiters"] = text
 
-    def restore(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher) -> dict[str, Alert]:
+    def restore(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher,
+                dedup: DedupStage) -> dict[str, Alert]:
         """Load the stages as last committed; returns the alert table (fingerprint -> alert)."""
         state = load_state(conn, "engine")
         rows = conn.execute("SELECT value FROM alerts ORDER BY seen_at").fetchall()
@@ -122,6 +126,7 @@ class EngineState:
             inc = correlator.incident(fp)
             return inc.alert if inc else history.get(fp)
         dispatcher.load_state(state.get("router", {}), resolve)
+        dedup.load_state(state.get("router", {}).get("nflog", {}))
         self.legacy_limiters = state.get("limiters", {})
         return history
 

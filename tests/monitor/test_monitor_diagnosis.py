@@ -1,5 +1,5 @@
-"""Each §4 decision procedure on its own (alerting/diagnose.py) over the monitor's evidence reader
-(monitor/evidence.py): the positive case names the cause with live values and sources, the "must not
+"""Each decision procedure on its own (alerting/procedures.py) over the evidence the monitor captures
+(monitor/evidence.py) for the alerts' nodes: the positive case names the cause with live values and sources, the "must not
 claim" negatives name nothing unmeasured, and missing evidence is said to be missing."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def start(pipeline: Any, engine: Any, config: MonitorConfig, base_url: str) -> N
     set), and the engine starts its own timers and one delivery worker per receiver."""
     pipeline.set_base_url(base_url)
     if config.plots_dir:
-        pipeline.plot_links = PlotLinks(config.plots_dir, f"{base_url.rstrip('/')}/api/v1/plots",
+        pipeline.annotator.plot_links = PlotLinks(config.plots_dir, f"{base_url.rstrip('/')}/api/v1/plots",
                                         config.bearer_token)
     if engine is not None:
         engine.start()

@@ -161,7 +161,7 @@ class MonitorAPI:
 
     def _signed_plot(self, h: BaseHTTPRequestHandler) -> bool:
         """A plot link the monitor signed (monitor.plotlinks): people open it from chat without a token."""
-        links = getattr(self.daemon.pipeline, "plot_links", None)
+        links = getattr(self.daemon.pipeline.annotator, "plot_links", None)
         path, _, query = h.path.partition("?")
         m = _PLOT_RE.match(path)
         if links is None or m is None or h.command != "GET":

@@ -257,22 +257,6 @@ class Pipeline:
         with contextlib.suppress(StorageUnavailable):  # counted and logged by the engine; the next refresh retries
             self.engine.submit([], self._capture([]))
 
-    @property
-    def plot_links(self) -> Any:
-        return self.annotator.plot_links
-
-    @plot_links.setter
-    def plot_links(self, links: Any) -> None:
-        self.annotator.plot_links = links
-
-    @property
-    def plot_executor(self) -> Any:
-        return self.annotator.plot_executor
-
-    @plot_executor.setter
-    def plot_executor(self, executor: Any) -> None:
-        self.annotator.plot_executor = executor
-
     def set_base_url(self, base: str) -> None:
         """Where the monitor's API is reachable: plot links and each alert's generatorURL point there."""
         self.annotator.plot_prefix = f"{base.rstrip('/')}/api/v1/plots"

@@ -27,7 +27,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 def test_signed_plot_links_open_without_the_token_until_they_expire(tmp_path: Path) -> None:
     (tmp_path / "p.png").write_bytes(PNG)
     links = PlotLinks(tmp_path, "http://127.0.0.1:1/api/v1/plots", "s3cret")
-    daemon = SimpleNamespace(pipeline=SimpleNamespace(plot_links=links), config=SimpleNamespace(plots_dir=tmp_path))
+    daemon = SimpleNamespace(pipeline=SimpleNamespace(annotator=SimpleNamespace(plot_links=links)), config=SimpleNamespace(plots_dir=tmp_path))
     api = MonitorAPI(daemon, "127.0.0.1", 0, "s3cret")
     api.start()
     try:
@@ -81,7 +81,7 @@ def test_the_annotate_stage_puts_the_signed_link_and_the_png_path_on_the_alert(t
     clock, engine = SimulatedClock(T0), Recorder()
     pipe = Pipeline(load_rules(rules), clock, plots_dir=tmp_path / "plots", engine=engine)
     (tmp_path / "plots").mkdir()
-    pipe.plot_links = PlotLinks(tmp_path / "plots", "http://127.0.0.1:9105/api/v1/plots", "s3cret")
+    pipe.annotator.plot_links = PlotLinks(tmp_path / "plots", "http://127.0.0.1:9105/api/v1/plots", "s3cret")
     series = pipe.series("temp", {"node": "n1", "job": "x"})
     assert series is not None
     for v in (0.0, 0.0, 5.0):
@@ -108,13 +108,12 @@ def test_the_daemon_signs_plot_links(tmp_path: Path) -> None:
         "notify_config": "alerting.yaml", "reward_outliers": False, "targets": []}))
     d = RunningDaemon(tmp_path / "monitor.yaml")
     try:
-        links = d.daemon.pipeline.plot_links
+        links = d.daemon.pipeline.annotator.plot_links  # the annotate stage signs the alerts' links
         plots = Path(d.daemon.config.plots_dir)
         plots.mkdir(parents=True, exist_ok=True)
         (plots / "p.png").write_bytes(PNG)
         url = links.url("p.png")
         assert url.startswith(f"{d.url}/api/v1/plots/p.png?exp=") and httpx.get(url).content == PNG
-        assert d.daemon.pipeline.annotator.plot_links is links  # the annotate stage signs the alerts' links
     finally:
         d.stop()
         robot.close()

@@ -36,6 +36,7 @@ class Annotated:
     annotations: dict[str, str]
     plot_file: str = ""
 
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
   fingerprint TEXT PRIMARY KEY, labels TEXT NOT NULL, annotations TEXT NOT NULL, status TEXT NOT NULL,

@@ -168,7 +168,7 @@ class Pipeline:
                 if name == "verl_config_info":
                     info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
                 if node in self.verl_nodes:
-                    info["trainer"] = "verl"  # diagnoses speak verl's words for this run (alerting/diagnose.py)
+                    info["trainer"] = "verl"  # diagnoses speak verl's key names for this run (alerting/findings.py)
                 self.config_info[node] = info  # travels forward with the next evidence
         return series
 

@@ -128,6 +128,7 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from types import SimpleNamespace
 
+    from monitor import alerting_stage
     from monitor.daemon import Daemon
 
     seen: list[str] = []
@@ -151,8 +152,9 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
         monkeypatch.setenv("I13_TRAINER_TOKEN", "t0k")
         cfg = load_config(write(tmp_path, BASE + f"targets: [{{name: trainer, url: 'http://127.0.0.1:{server.server_address[1]}"
                                                  "/metrics', api_token_env: I13_TRAINER_TOKEN}]\n"))
-        candidate = SimpleNamespace(rule=SimpleNamespace(alert="RewardDistributionDrift"), labels={})
-        daemon = SimpleNamespace(config=cfg, _outliers={})
+        outliers = alerting_stage.reward_outliers(cfg)  # the value the annotate stage reads
+        assert outliers is not None
+        daemon = SimpleNamespace(config=cfg, _outliers=outliers.lines)
 
         async def fetch() -> None:  # the outliers loop fills a cache; the evaluation tick only reads it
             import httpx
@@ -163,8 +165,16 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
         import asyncio
 
         asyncio.run(fetch())
-        ann = Daemon._enrich(daemon, candidate, {})  # type: ignore[arg-type]
-        assert seen == ["Bearer t0k"] and ann["top_prompts"] == "9.5: p1"
+        assert seen == ["Bearer t0k"] and outliers.for_node("any-node") == ["9.5: p1"]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_nodes_reward_outliers_come_from_its_own_target_else_one_without_a_node() -> None:
+    from monitor.annotate import RewardOutliers
+
+    outliers = RewardOutliers([("a", "n1"), ("b", None)], {"a": ["pa"], "b": ["pb"]})
+    assert outliers.for_node("n1") == ["pa"] and outliers.for_node("n2") == ["pb"]
+    outliers.lines["a"] = []  # its own trainer had none this round
+    assert outliers.for_node("n1") == ["pb"] and RewardOutliers().for_node("n1") == []

@@ -56,7 +56,7 @@ class EvidenceCapture:
     def capture(self, now: float, nodes: set[str] | None,
                 config: dict[str, dict[str, str]] | None = None) -> Evidence:
         windows = []
-        for name in sorted(self.names):
+        for name in sorted(self.names) if nodes is None or nodes else ():  # no diagnosable alert: config only
             for s in self._series(name):
                 if len(s) and not s.gone and (nodes is None or _node(s) in nodes):
                     t, v = s.window()

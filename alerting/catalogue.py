@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from alerting.config import parse_duration
+from alerting.durations import parse_duration
 
 PATH = Path(__file__).with_name("catalogue.yaml")
 README_BEGIN = "<!-- alert catalogue: generated from alerting/catalogue.yaml -->"

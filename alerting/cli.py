@@ -15,22 +15,26 @@ import argparse
 import json
 import sqlite3
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from alerting.config import AlertingConfig, ConfigError, ReceiverConfig, load_config, parse_duration
+from alerting.clock import SystemClock
+from alerting.config import AlertingConfig, ReceiverConfig, load_config
+from alerting.durations import parse_duration
+from alerting.errors import ConfigError
 from alerting.model import Alert, Notification, alert_from_json
 from alerting.notifiers import KINDS, build_notifier, redact
 from alerting.silence import SilenceStore
 from alerting.store import open_db
 from alerting.templates import render
 
+_WALL = SystemClock()  # the CLI acts now, on wall time: the one clock interface, not time.time()
 
-class UsageError(Exception):
-    pass
+
+class UsageError(ConfigError):
+    """A bad command line: one line naming the option and the fix (a ConfigError like every input error)."""
 
 
 
@@ -54,7 +58,7 @@ def _receiver(cfg: AlertingConfig, name: str) -> ReceiverConfig:
 def _test_alert() -> Alert:
     return Alert(labels={"alertname": "VerlAlertTest", "severity": "P3", "cluster": "test", "node": "verl-alert"},
                  annotations={"summary": "Test message from verl-alert: this receiver works."},
-                 starts_at=time.time())
+                 starts_at=_WALL.now())
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -62,7 +66,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     rc = _receiver(cfg, args.receiver)
     notifier = build_notifier(rc)
     a = _test_alert()
-    note = Notification(rc.name, "verl-alert-test", {}, "firing", [a], [a.fingerprint], time.time())
+    note = Notification(rc.name, "verl-alert-test", {}, "firing", [a], [a.fingerprint], _WALL.now())
     rendered = render([note], template=rc.template, lang=rc.lang, link=cfg.monitor_url, receiver=rc.name,
                       max_bytes=notifier.max_bytes)
     try:
@@ -102,7 +106,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     else:
         template, lang, link, max_bytes, runbook_base = None, args.lang or "en", "", 4096, ""
     status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"
-    note = Notification(args.receiver, "render", {}, status, alerts, [a.fingerprint for a in alerts], time.time())
+    note = Notification(args.receiver, "render", {}, status, alerts, [a.fingerprint for a in alerts], _WALL.now())
     out = render([note], template=template, lang=lang, link=link, receiver=args.receiver, max_bytes=max_bytes,
                  runbook_base=runbook_base)
     if out.fell_back:
@@ -126,7 +130,7 @@ def _api(args: argparse.Namespace, method: str, path: str, body: Any = None) -> 
 def cmd_silence(args: argparse.Namespace) -> int:
     if bool(args.db) == bool(args.api):
         raise UsageError("silence: give exactly one of --db STATE.db or --api MONITOR_URL")
-    now = time.time()
+    now = _WALL.now()
     if args.action == "add":
         if not args.matchers:
             raise UsageError('silence add: give at least one matcher, e.g. \'alertname="GPUOverTemperature"\'')

@@ -2,7 +2,7 @@
 on simulated time and the daemon on wall time, through the same code.
 
 This file is the model of the project's one clock interface. ``verl/utils/clock.py`` is a checked copy
-(``verl`` may not import ``alerting``, SPEC §2): ``tests/test_boundaries.py`` fails when the two differ in
+(``verl`` may not import ``alerting``: the package boundary): ``tests/test_boundaries.py`` fails when the two differ in
 anything but their module docstrings.
 """
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from alerting.durations import parse_duration, positive_duration
+from alerting.errors import ConfigError
 from alerting.matchers import Matcher, parse_matcher
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 
 RECEIVER_TYPES = ("dingtalk", "wecom", "feishu", "webhook", "alertmanager")
 LANGS = ("en", "zh-CN")
 DEFAULT_RULES = Path(__file__).parent / "rules" / "correlation.yaml"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # allowed keys per section: anything else is an error with a did-you-mean (a typo such as `routes:`
 # for `route:` would otherwise be ignored silently)
@@ -29,38 +29,6 @@ ROUTE_KEYS = {"receiver", "group_by", "group_wait", "group_interval", "repeat_in
 INHIBIT_KEYS = {"source_matchers", "target_matchers", "equal"}
 CORRELATION_KEYS = {"rules_files", "include_defaults"}
 OUTBOX_KEYS = {"backoff_initial", "backoff_max", "jitter", "seed"}
-
-
-class ConfigError(Exception):
-    """One line: which file/key is wrong and how to fix it."""
-
-
-def parse_duration(value: Any, key: str) -> float:
-    """Prometheus-style durations (``30s``, ``5m``, ``1h30m``) or plain seconds."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {value!r}")
-    if isinstance(value, (int, float)):
-        if not 0 <= value < float("inf"):
-            raise ConfigError(f"{key}: duration must be finite and not negative, got {short(value)}")
-        return float(value)
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {short(value)}")
-    text = value.strip()
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 4h, got {short(value)}")
-    total = sum(float(n) * _UNIT_S[u] for n, u in parts)
-    if total == float("inf"):
-        raise ConfigError(f"{key}: duration too large, got {short(value)}")
-    return total
-
-
-def positive_duration(value: Any, key: str) -> float:
-    """A duration > 0: a zero interval makes a loop spin."""
-    seconds = parse_duration(value, key)
-    if seconds <= 0:
-        raise ConfigError(f"{key}: must be a duration > 0 (e.g. 30s), got {short(value)}")
-    return seconds
 
 
 def _mapping(value: Any, key: str, allowed: set[str], hint: str) -> dict[str, Any]:

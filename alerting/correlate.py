@@ -7,144 +7,27 @@ annotations carry ``root_cause`` and ``suggestion`` rendered from the members an
 incident are released to routing when their window ends, but stay candidates for as long as they fire:
 members that arrive minutes apart still correlate.
 
-A rule that names diagnosis procedures (``diagnose:``, see ``alerting/diagnose.py``) gets its root cause
-and suggestion from them, read from live evidence (``set_evidence``), instead of its templates; and when
-a procedure measured a cause, one member alert is enough to form the incident."""
+A rule that names diagnosis procedures (``diagnose:``, see ``alerting/procedures.py``) gets its root cause
+and suggestion from them, read from the ``Evidence`` the monitor hands forward with the alerts (``take``),
+instead of its templates; and when a procedure measured a cause, one member alert is enough to form the
+incident."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
 
-from alerting.config import ConfigError, parse_duration
-from alerting.diagnose import PROCEDURES, TRIGGERS, diagnose
-from alerting.diagnosis import Case
-from alerting.evidence import EvidenceReader, NoEvidence
-from alerting.model import SEVERITIES, Alert, alert_from_json
-from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
-from alerting.templates import sandbox
+from alerting.correlation_rules import CorrelationRule, compiled_template, load_rules
+from alerting.evidence import Evidence, EvidenceReader
+from alerting.findings import Case
+from alerting.model import Alert, alert_from_json
+from alerting.procedures import EXPLAINS, TRIGGERS, diagnose
 
-_ENV = sandbox()
-
-
-@dataclass
-class CorrelationRule:
-    name: str
-    severity: str
-    window_s: float
-    all_of: list[str]
-    any_of: list[str]
-    min_any: int
-    join: list[str]
-    summary: str = ""
-    root_cause: str = ""
-    suggestion: str = ""
-    runbook: str = ""
-    when: str = ""
-    diagnose: list[str] = field(default_factory=list)
-    require_cause: bool = False  # form only when a procedure measured a cause (the name claims one)
-
-    @property
-    def members(self) -> set[str]:
-        return set(self.all_of) | set(self.any_of)
-
-    def satisfied(self, present: set[str], ctx: dict[str, Any]) -> bool:
-        if not set(self.all_of) <= present or len(present & set(self.any_of)) < self.min_any:
-            return False
-        if not self.when:
-            return True
-        try:
-            return bool(_compiled_expression(self.when)(**ctx))
-        except TemplateError:
-            return False
-
-
-RULE_KEYS = {"name", "severity", "window", "all_of", "any_of", "min_any", "join", "summary", "root_cause",
-             "suggestion", "runbook", "when", "diagnose", "require_cause"}
-
-
-def _names(value: Any, key: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{key}: expected a list of names, got {short(value)}")
-    return list(value)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled_expression(text: str) -> Any:
-    """Compiling a Jinja expression costs ~5 ms; a 5000-alert webhook used to compile one per alert."""
-    return _ENV.compile_expression(text)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled_template(text: str) -> Any:
-    return _ENV.from_string(text)
-
-
-def load_rules(paths: list[Path]) -> list[CorrelationRule]:
-    rules: dict[str, CorrelationRule] = {}
-    for path in paths:
-        try:
-            raw = load_yaml_file(path, "correlation rules") or {}
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read correlation rules ({exc.strerror}); fix the path") from None
-        except UnsafeYAML as exc:
-            raise ConfigError(str(exc)) from None
-        if not isinstance(raw, dict) or not isinstance(raw.get("rules") or [], list):
-            raise ConfigError(f"{path}: correlation rules must be a mapping with a 'rules:' list "
-                              "(rules: [{name: ..., all_of: [...]}]), got a top-level " + type(raw).__name__)
-        bad = unknown_key(raw, {"rules"})
-        if bad:
-            raise ConfigError(f"{path}: unknown key {bad[0]!r}; {bad[1]}")
-        for i, r in enumerate(raw.get("rules") or []):
-            key = f"{path}: rules[{i}]"
-            if not isinstance(r, dict) or not r.get("name"):
-                raise ConfigError(f"{key}.name: required key is missing")
-            bad = unknown_key(r, RULE_KEYS)
-            if bad:
-                raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
-            sev = str(r.get("severity", "P1"))
-            if sev not in SEVERITIES:
-                raise ConfigError(f"{key}.severity: {short(sev)!r} is not one of {', '.join(SEVERITIES)}")
-            all_of, any_of = _names(r.get("all_of"), f"{key}.all_of"), _names(r.get("any_of"), f"{key}.any_of")
-            paths = _names(r.get("diagnose"), f"{key}.diagnose")
-            unknown = [p for p in paths if p not in PROCEDURES]
-            if unknown:
-                raise ConfigError(f"{key}.diagnose: unknown procedure {short(unknown[0])!r}; use one of "
-                                  + ", ".join(sorted(PROCEDURES)))
-            if not isinstance(r.get("require_cause", False), bool):
-                raise ConfigError(f"{key}.require_cause: expected true or false, got {short(r.get('require_cause'))}")
-            if not all_of and not any_of:
-                raise ConfigError(f"{key}: give all_of and/or any_of member alertnames")
-            try:
-                min_any = int(number(r.get("min_any", 1 if any_of else 0), f"{key}.min_any", integer=True,
-                                     lo=0, hi=len(any_of)))
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
-            window_s = parse_duration(r.get("window", "2m"), f"{key}.window")
-            if not 0 < window_s < float("inf"):
-                raise ConfigError(f"{key}.window: must be a duration > 0, got {short(r.get('window'))}")
-            rule = CorrelationRule(
-                name=str(r["name"]), severity=sev, window_s=window_s,
-                all_of=all_of, any_of=any_of, min_any=min_any,
-                join=_names(r.get("join"), f"{key}.join") or ["cluster", "node"], diagnose=paths,
-                require_cause=bool(r.get("require_cause", False)),
-                **{k: str(r.get(k) or "") for k in ("summary", "root_cause", "suggestion", "runbook", "when")},
-            )
-            for k in ("root_cause", "suggestion"):
-                try:
-                    _ENV.from_string(getattr(rule, k))
-                except TemplateError as exc:
-                    raise ConfigError(f"{key}.{k}: template error: {short(str(exc), 120)}") from None
-            rules[rule.name] = rule  # a later file overrides a default rule of the same name
-    return list(rules.values())
+__all__ = ["REDIAGNOSE_S", "CorrelationRule", "Correlator", "Held", "Incident", "load_rules"]  # rules load here too
 
 
 @dataclass
@@ -177,7 +60,7 @@ def _view(a: Alert) -> dict[str, Any]:
 
 def _render(text: str, ctx: dict[str, Any]) -> str:
     try:
-        return " ".join(_compiled_template(text).render(**ctx).split())
+        return " ".join(compiled_template(text).render(**ctx).split())
     except TemplateError as exc:
         return f"(template failed: {exc})"
 
@@ -223,6 +106,11 @@ class _NamedMap(dict[str, Any]):
             self.names.pop(name, None)
 
 
+def incident_row(inc: Incident) -> dict[str, Any]:
+    """One incident as saved: its alert, rule, join key and member fingerprints."""
+    return {"rule": inc.rule, "alert": inc.alert.to_json(), "join_key": inc.join_key, "members": sorted(inc.members)}
+
+
 REDIAGNOSE_S = 5.0  # how often members still waiting for evidence are diagnosed again
 
 
@@ -235,8 +123,47 @@ class Correlator:
         self.incidents: dict[str, Incident] = {}
         self.member_of: dict[str, str] = {}  # member fingerprint -> incident fingerprint (open incidents)
         self.config_info: dict[str, dict[str, str]] = {}
-        self.evidence: EvidenceReader = NoEvidence()
+        self.evidence: EvidenceReader = Evidence()
         self._next_diagnosis = -math.inf
+
+    # -- what the engine may ask (it never reaches into the dictionaries below) ------------------------
+    def state_of(self, fp: str) -> str | None:
+        """``held`` (waiting out its window), ``in_incident`` (travels inside one), or None."""
+        if fp in self.held:
+            return "held"
+        return "in_incident" if fp in self.member_of else None
+
+    def holds(self, fp: str) -> bool:
+        return fp in self.held
+
+    def incident_records(self) -> list[dict[str, Any]]:
+        return [inc.record() for inc in self.incidents.values()]
+
+    def incident(self, fp: str) -> Incident | None:
+        return self.incidents.get(fp)
+
+    def all_incidents(self) -> dict[str, Incident]:
+        """The incidents by fingerprint (a copy: for saving each in its own row)."""
+        return dict(self.incidents)
+
+    def forget_incidents(self, cutoff: float, keep: set[str]) -> bool:
+        """Drop incidents resolved before ``cutoff`` (except ``keep``: still routed); True when any went."""
+        gone = [fp for fp, inc in self.incidents.items()
+                if not inc.open and (inc.alert.ends_at or inc.alert.starts_at) < cutoff and fp not in keep]
+        for fp in gone:
+            del self.incidents[fp]
+        return bool(gone)
+
+    def take(self, evidence: Evidence) -> bool:
+        """The monitor's newest measurements: diagnosed against on the next flush (members still
+        waiting are diagnosed again at once, as their evidence may just have arrived). True when the
+        config labels changed (they are part of the saved state)."""
+        self.evidence = evidence
+        self._next_diagnosis = -math.inf
+        config = {node: dict(info) for node, info in evidence.config.items()}
+        changed = any(self.config_info.get(node) != info for node, info in config.items())
+        self.config_info.update(config)
+        return changed
 
     def _rules_for(self, name: str) -> list[CorrelationRule]:
         return [r for r in self.rules if name in r.members]
@@ -278,7 +205,7 @@ class Correlator:
                     paged = inc.alert.annotations.get("diagnosis", "").split(",")  # causes the page named
                     self._absorb(inc, alert)
                     changed = self._update(inc, rule)
-                    if rule.diagnose and not alone and not any(alert.name in TRIGGERS.get(c, ()) for c in paged):
+                    if rule.diagnose and not alone and not any(alert.name in EXPLAINS.get(c, ()) for c in paged):
                         # the page already sent does not explain this member: it pages on its own as well
                         self.released.add(fp)
                         alone = [alert]
@@ -385,15 +312,17 @@ class Correlator:
         return [alert.fingerprint] + (sorted(inc.members) if inc else [])
 
     # -- durable state -------------------------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
-        """Member and held alerts by fingerprint (they live in the engine's alert table)."""
-        return {
+    def to_state(self, with_incidents: bool = True) -> dict[str, Any]:
+        """Member and held alerts by fingerprint (they live in the engine's alert table); without the
+        incidents when the engine saves each in a row of its own (``incident_row``)."""
+        state: dict[str, Any] = {
             "held": {fp: h.until for fp, h in self.held.items()},
             "live": sorted(self.live), "released": sorted(self.released),
-            "incidents": {fp: {"rule": i.rule, "alert": i.alert.to_json(), "join_key": i.join_key,
-                               "members": sorted(i.members)} for fp, i in self.incidents.items()},
             "config_info": self.config_info,
         }
+        if with_incidents:
+            state["incidents"] = {fp: incident_row(i) for fp, i in self.incidents.items()}
+        return state
 
     def load_state(self, state: dict[str, Any], resolve: Callable[[str], Alert | None]) -> None:
         self.held = _NamedMap()

@@ -1,8 +1,8 @@
 """Dispatch stage, named as in Alertmanager (its ``dispatch`` package: route tree + aggregation groups):
-match alerts down the route tree, keep them in
-aggregation groups by ``group_by``, and flush each group on its timers -- first after ``group_wait``,
-then every ``group_interval`` when something changed, and again after ``repeat_interval`` when nothing
-did. A notification log per group decides what is new, so a restart does not notify twice."""
+match alerts down the route tree on their labels alone, keep them in aggregation groups by
+``group_by``, and say which groups are due on their timers -- first after ``group_wait``, then every
+``group_interval``. A due group's alerts then pass the flush stages (``alerting.stages``: inhibit ->
+silence -> dedup with its notification log and repeat interval)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from alerting.config import ReceiverConfig, RouteConfig
 from alerting.matchers import all_match
-from alerting.model import Alert, Notification
+from alerting.model import Alert
 
 
 def match_routes(route: RouteConfig, labels: dict[str, str]) -> list[RouteConfig]:
@@ -39,20 +39,12 @@ class Group:
     next_flush: float = 0.0
 
 
-@dataclass
-class NotifyLog:
-    firing: list[str]
-    resolved: list[str]
-    at: float
-
-
 class Dispatcher:
     def __init__(self, route: RouteConfig, receivers: dict[str, ReceiverConfig]) -> None:
         self.root = route
         self.receivers = receivers
-        self.routes = {r.path: r for r in _walk(route)}
+        self.routes = {r.path: r for r in walk(route)}
         self.groups: dict[str, Group] = {}
-        self.nflog: dict[str, NotifyLog] = {}
 
     def add(self, alert: Alert, now: float) -> None:
         for route in match_routes(self.root, alert.labels):
@@ -70,68 +62,27 @@ class Dispatcher:
     def active_alerts(self) -> list[Alert]:
         return [a for g in self.groups.values() for a in g.alerts.values()]
 
-    def _plan(self, group: Group, now: float, muted: Callable[[Alert], bool]) -> tuple[list[Alert], bool]:
-        log = self.nflog.get(group.key)
-        notified_firing = set(log.firing) if log else set()
-        notified_resolved = set(log.resolved) if log else set()
-        live = [a for a in group.alerts.values() if not muted(a)]
-        firing = [a for a in live if a.status == "firing"]
-        # A resolve goes out only for a page that went out (Alertmanager's notification log does the same):
-        # an alert that fired and cleared inside group_wait, or whose page was never sent, stays quiet.
-        resolved = [a for a in live if a.status == "resolved" and a.fingerprint in notified_firing
-                    and a.fingerprint not in notified_resolved]
-        if not self.receivers[group.receiver].send_resolved:
-            resolved = []
-        repeat = self._repeat_s(group)
-        needs = bool({a.fingerprint for a in firing} - notified_firing) or bool(resolved) or (
-            bool(firing) and log is not None and now >= log.at + repeat)
-        return firing + resolved, needs
+    def due(self, now: float) -> list[Group]:
+        """The groups whose flush timer has fired, earliest first."""
+        return [self.groups[k] for k in sorted(self.groups, key=lambda k: (self.groups[k].next_flush, k))
+                if self.groups[k].next_flush <= now]
 
-    def _repeat_s(self, group: Group) -> float:
-        """An Alertmanager receiver gets its firing alerts again every ``resend_interval`` (as from
-        Prometheus), or Alertmanager would resolve them while they still fire; others every repeat_interval."""
-        repeat = self.routes[group.route_path].repeat_interval_s
+    def flushed(self, group: Group, now: float) -> bool:
+        """After ``group``'s flush: its next timer, its resolved alerts dropped; True when it emptied
+        and is gone (its notification log entry goes with it)."""
+        interval = self.routes[group.route_path].group_interval_s
         resend = self.receivers[group.receiver].resend_interval_s
-        return min(repeat, resend) if resend else repeat
+        group.next_flush = now + (min(interval, resend) if resend else interval)
+        for fp in [fp for fp, a in group.alerts.items() if a.status == "resolved"]:
+            del group.alerts[fp]
+        if group.alerts:
+            return False
+        del self.groups[group.key]
+        return True
 
-    def flush_due(self, now: float, muted: Callable[[Alert], bool],
-                  expand: Callable[[Alert], list[str]]) -> list[Notification]:
-        out: list[Notification] = []
-        for key in sorted(self.groups, key=lambda k: (self.groups[k].next_flush, k)):
-            group = self.groups[key]
-            if group.next_flush > now:
-                continue
-            alerts, needs = self._plan(group, now, muted)
-            if needs:
-                firing = [a.fingerprint for a in alerts if a.status == "firing"]
-                old = self.nflog.get(key)
-                self.nflog[key] = NotifyLog(firing, sorted(set(old.resolved if old else []) |
-                                                           {a.fingerprint for a in alerts if a.status == "resolved"}), now)
-                fps = [fp for a in alerts for fp in expand(a)]
-                out.append(Notification(group.receiver, key, dict(group.labels),
-                                        "firing" if firing else "resolved", list(alerts), fps, now))
-            interval = self.routes[group.route_path].group_interval_s
-            resend = self.receivers[group.receiver].resend_interval_s
-            group.next_flush = now + (min(interval, resend) if resend else interval)
-            for fp in [fp for fp, a in group.alerts.items() if a.status == "resolved"]:
-                del group.alerts[fp]
-            if not group.alerts:
-                del self.groups[key]
-                self.nflog.pop(key, None)
-        return out
-
-    def next_due(self, muted: Callable[[Alert], bool]) -> float | None:
-        """Earliest flush that would send something new (repeats excluded), for ``drain``."""
-        return min((g.next_flush for g in self.groups.values() if self._has_news(g, muted)), default=None)
-
-    def _has_news(self, group: Group, muted: Callable[[Alert], bool]) -> bool:
-        log = self.nflog.get(group.key)
-        firing, resolved = (set(log.firing), set(log.resolved)) if log else (set(), set())
-        send_resolved = self.receivers[group.receiver].send_resolved
-        return any(not muted(a) and ((a.status == "firing" and a.fingerprint not in firing) or
-                                     (a.status == "resolved" and send_resolved and a.fingerprint in firing
-                                      and a.fingerprint not in resolved))
-                   for a in group.alerts.values())
+    def next_flush(self) -> float | None:
+        """Earliest flush of any group (repeats included): when the dispatcher's timer must next run."""
+        return min((g.next_flush for g in self.groups.values()), default=None)
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -139,7 +90,6 @@ class Dispatcher:
                            "next_flush": g.next_flush,
                            "alerts": list(g.alerts)}
                        for k, g in self.groups.items()},
-            "nflog": {k: {"firing": v.firing, "resolved": v.resolved, "at": v.at} for k, v in self.nflog.items()},
         }
 
     def load_state(self, state: dict[str, Any], resolve: Callable[[str], Alert | None]) -> None:
@@ -152,9 +102,8 @@ class Dispatcher:
             alerts = [a for a in map(resolve, g["alerts"]) if a is not None]
             self.groups[k] = Group(k, g["route_path"], g["receiver"], dict(g["labels"]),
                                    {a.fingerprint: a for a in alerts}, float(g["next_flush"]))
-        self.nflog = {k: NotifyLog(list(v["firing"]), list(v["resolved"]), float(v["at"]))
-                      for k, v in state.get("nflog", {}).items()}
 
 
-def _walk(route: RouteConfig) -> list[RouteConfig]:
-    return [route] + [r for c in route.routes for r in _walk(c)]
+def walk(route: RouteConfig) -> list[RouteConfig]:
+    """The route and all routes below it."""
+    return [route] + [r for c in route.routes for r in walk(c)]

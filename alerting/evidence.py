@@ -1,10 +1,12 @@
-"""What the diagnosis stage may read about the present: an evidence-reader protocol.
+"""The measured evidence a diagnosis reads, as data: captured by the monitor where the series are and
+handed forward with the alerts (``AlertEngine.submit(alerts, evidence)``), so alerting never reads the
+monitor's store or its API.
 
-``alerting`` never imports ``monitor``, yet the diagnosis (``alerting/diagnose.py``) needs the live series
-(``verl_kl_coef`` now, reward mean 10 minutes ago, the buffer's trend). The monitor implements
-``EvidenceReader`` over its series store (``monitor/evidence.py``) and hands it to the engine with
-``AlertEngine.set_evidence``; tests implement it over a dict. Every answer carries the series name and
-labels it came from, so a sentence can cite its source.
+``Evidence`` holds copies of the recent windows of the series the diagnosis procedures name
+(``alerting.procedures.EVIDENCE_SERIES``) on the nodes of the firing alerts, the NaN/Inf sample times the
+store refused, and each node's ``verl_config_info`` labels, all as of ``taken_at``. Its questions
+(``EvidenceReader``) are answered from those copies; tests build one from arrays. Every answer carries
+the series name and labels it came from, so a sentence can cite its source.
 
 ``match`` selects series by exact label values; ``node`` is matched against the series' ``node`` label
 (the one the alert carries). Where several series match, the reader answers for the most recently
@@ -15,6 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import numpy as np
+from scipy.stats import theilslopes
+
+MAX_TREND_POINTS = 240  # Theil-Sen is O(n^2): a long window is thinned evenly to this many samples
 
 
 @dataclass(frozen=True)
@@ -107,38 +114,115 @@ class EvidenceReader(Protocol):
         """NaN/Inf samples of the series since ``since`` (None when there were none)."""
 
 
-class NoEvidence:
-    """The reader when nothing was wired in: every question is answered 'not measured', so a diagnosis
-    says what is missing instead of guessing."""
+@dataclass(frozen=True)
+class SeriesWindow:
+    """A copy of one series' recent samples (times ascending)."""
 
-    def __init__(self, now: float = 0.0) -> None:
-        self._now = now
+    name: str
+    labels: dict[str, str]
+    t: np.ndarray
+    v: np.ndarray
+
+    @property
+    def node(self) -> str:
+        return self.labels.get("node", "unknown")
+
+
+@dataclass(frozen=True)
+class NonFiniteTimes:
+    """When one series' samples were NaN/Inf (the store never keeps them, yet "reward mean is NaN" is
+    evidence)."""
+
+    name: str
+    labels: dict[str, str]
+    times: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the monitor measured at ``taken_at`` (``Evidence(t)`` alone: nothing measured, so a diagnosis
+    says what is missing instead of guessing); answers ``EvidenceReader``'s questions from its copies."""
+
+    taken_at: float = 0.0
+    series: tuple[SeriesWindow, ...] = ()
+    nonfinite_times: tuple[NonFiniteTimes, ...] = ()
+    config: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> verl_config_info labels
 
     def now(self) -> float:
-        return self._now
+        return self.taken_at
+
+    def _series(self, name: str, node: str | None, match: dict[str, str] | None) -> list[SeriesWindow]:
+        found = [s for s in self.series if s.name == name and len(s.t) and (node is None or s.node == node)
+                 and all(s.labels.get(k) == v for k, v in (match or {}).items())]
+        return sorted(found, key=lambda s: -float(s.t[-1]))
+
+    @staticmethod
+    def _reading(s: SeriesWindow, value: float, t: float) -> Reading:
+        return Reading(s.name, dict(s.labels), float(value), float(t))
 
     def latest(self, name: str, node: str | None = None, match: dict[str, str] | None = None) -> Reading | None:
-        return None
+        found = self._series(name, node, match)
+        return self._reading(found[0], found[0].v[-1], found[0].t[-1]) if found else None
 
     def readings(self, name: str, node: str | None = None,
                  match: dict[str, str] | None = None) -> list[Reading]:
-        return []
+        return [self._reading(s, s.v[-1], s.t[-1]) for s in self._series(name, node, match)]
 
     def at(self, name: str, t: float, node: str | None = None,
-           match: dict[str, str] | None = None) -> Reading | None:
+                match: dict[str, str] | None = None) -> Reading | None:
+        for s in self._series(name, node, match):
+            i = int(np.searchsorted(s.t, t, side="right")) - 1
+            if i >= 0:
+                return self._reading(s, s.v[i], s.t[i])
         return None
 
     def median(self, name: str, t0: float, t1: float, node: str | None = None,
                match: dict[str, str] | None = None) -> Reading | None:
+        for s in self._series(name, node, match):
+            vs = s.v[(s.t >= t0) & (s.t <= t1)]
+            if vs.size:
+                return self._reading(s, float(np.median(vs)), t1)
         return None
 
     def held_since(self, name: str, node: str | None = None, match: dict[str, str] | None = None,
                    tolerance: float = 1e-9) -> Reading | None:
-        return None
+        found = self._series(name, node, match)
+        if not found:
+            return None
+        ts, vs = found[0].t, found[0].v
+        last = vs[-1]
+        differs = np.flatnonzero(np.abs(vs - last) > tolerance * max(1.0, abs(last)))
+        i = int(differs[-1]) + 1 if differs.size else 0
+        return self._reading(found[0], vs[i], ts[i])
 
     def trend(self, name: str, window_s: float, node: str | None = None,
               match: dict[str, str] | None = None) -> Trend | None:
-        return None
+        found = self._series(name, node, match)
+        if not found:
+            return None
+        s = found[0]
+        keep_from = s.t >= s.t[-1] - window_s
+        ts, vs = s.t[keep_from], s.v[keep_from]
+        if ts.size < 5:
+            return None
+        if ts.size > MAX_TREND_POINTS:
+            keep = np.linspace(0, ts.size - 1, MAX_TREND_POINTS).astype(int)
+            ts, vs = ts[keep], vs[keep]
+        x = ts - ts[0]
+        if np.ptp(vs) == 0:  # a flat series: theilslopes' interval would be degenerate anyway
+            slope = lo = hi = 0.0
+            intercept = float(vs[0])
+        else:
+            slope, intercept, lo, hi = (float(v) for v in theilslopes(vs, x, 0.95))
+        return Trend(s.name, dict(s.labels), slope, lo, hi, int(ts.size), float(ts[0]), float(ts[-1]),
+                     intercept, intercept + slope * float(x[-1]))
 
     def nonfinite(self, name: str, since: float, node: str | None = None) -> NonFinite | None:
+        for nf in self.nonfinite_times:
+            if nf.name != name or (node is not None and nf.labels.get("node", "unknown") != node):
+                continue
+            recent = [t for t in nf.times if t >= since]
+            if recent:
+                return NonFinite(name, dict(nf.labels), len(recent), recent[0], recent[-1])
         return None
+

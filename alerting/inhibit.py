@@ -49,6 +49,3 @@ class Inhibitor:
                         return True
             return False
         return muted
-
-    def muted(self, target: Alert, active: Iterable[Alert]) -> bool:
-        return self.muting(active)(target)

@@ -1,4 +1,4 @@
-"""Data passed between pipeline stages (SPEC §5/§6): alerts in Alertmanager's shape, incidents, and
+"""Data passed between pipeline stages: alerts in Alertmanager's shape, incidents, and
 notification records. The monitor produces ``Alert``s; everything in ``alerting`` consumes them.
 
 Times are float Unix seconds taken from the injected clock (the data's own timestamps in replay);
@@ -67,6 +67,9 @@ class Alert:
     status: Status = "firing"
     value: float | None = None  # the observed value that triggered it, for templates and suggestions
     generator_url: str = ""
+    # The PNG the monitor rendered for it (a local path): notifiers that send images read it from here,
+    # so the plot travels with the alert. Not part of Alertmanager's shape (``to_json``).
+    plot_file: str = ""
 
     @property
     def name(self) -> str:
@@ -90,6 +93,10 @@ class Alert:
             "generatorURL": self.generator_url,
             "fingerprint": self.fingerprint,
         }
+
+    def to_state(self) -> dict[str, Any]:
+        """``to_json`` plus what only this process needs back after a restart (``alert_from_json`` reads it)."""
+        return dict(self.to_json(), value=self.value, plotFile=self.plot_file)
 
 
 def parse_rfc3339(text: str | None) -> float | None:
@@ -120,6 +127,7 @@ def alert_from_json(data: dict[str, Any]) -> Alert:
         status="resolved" if status == "resolved" else "firing",
         value=value,
         generator_url=str(data.get("generatorURL") or ""),
+        plot_file=str(data.get("plotFile") or ""),
     )
 
 

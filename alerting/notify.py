@@ -1,16 +1,22 @@
 """Notify stage, named as in Alertmanager (its ``notify`` pipeline: rate limits, retries, integrations):
 take due outbox rows, respect each robot's send budget, render, send, and record
 the outcome. When a receiver has more due notifications than its robot accepts right now, they are
-folded into one digest message -- never dropped."""
+folded into one digest message -- never dropped. ``DeliveryWorkers`` runs the sends: in line, or one
+worker thread per receiver."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from time import monotonic as _monotonic
 from typing import Any
 
+from alerting.clock import Clock
 from alerting.config import AlertingConfig
+from alerting.durable import StorageUnavailable
 from alerting.metrics import AlertingMetrics
 from alerting.model import Notification
 from alerting.notifiers import Delivery, Notifier
@@ -175,3 +181,153 @@ class NotifyStage:
             t = max(row.next_attempt_at, now)
             times.append(max(t, limiter.next_free(t)) if limiter else t)
         return min(times, default=None)
+
+
+Transaction = Callable[[str], AbstractContextManager[None]]  # the engine's commit: op name -> context
+
+
+class DeliveryWorkers:
+    """Commit the attempt, send, commit the outcome -- in line (``deliver``, simulated time) or, once
+    ``start`` ran (the daemon), in one worker thread per receiver (Alertmanager's notify stage), making
+    HTTP calls without holding the engine's lock. A hanging robot then delays only its own messages. A
+    row is marked delivered only after its robot answered, so a kill -9 re-sends at most the message
+    that was in flight (at-least-once).
+
+    ``commit(op)`` is the engine's transaction (no in-memory reload on failure: an attempt or outcome
+    changes only the outbox rows); ``save_limiters`` writes the robots' budgets inside it."""
+
+    def __init__(self, stage: NotifyStage, lock: threading.RLock, commit: Transaction, clock: Clock,
+                 save_limiters: Callable[[], None], db_name: str) -> None:
+        self.stage = stage
+        self.lock = lock
+        self.commit = commit
+        self.clock = clock
+        self.save_limiters = save_limiters
+        self.db_name = db_name
+        # Outcomes of messages already sent whose write failed: committed on the next chance, in order.
+        self.held_outcomes: list[tuple[Job, Delivery, float]] = []
+        self._beats: dict[str, float] = {}  # worker -> monotonic time of its last completed round
+        self._workers: dict[str, threading.Thread] = {}
+        self._wake: dict[str, threading.Event] = {}
+        self._stopping = threading.Event()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._workers)
+
+    def wake(self) -> None:
+        """New rows in the outbox: the workers plan at once instead of at their next round."""
+        for wake in list(self._wake.values()):
+            wake.set()
+
+    def deliver(self, jobs: list[Job], worker: bool = False) -> bool:
+        """Send ``jobs``. An attempt that cannot be recorded is not sent; an outcome that cannot be
+        recorded is held in memory (its rows are not planned again) and written when the disk takes it.
+        A worker stops between jobs when asked to. True when every job was sent and recorded (a worker
+        then plans again at once; otherwise it waits its round, so a full disk is not retried in a
+        tight loop)."""
+        if not self.write_outcomes():
+            return False
+        for job in jobs:
+            if worker and self._stopping.is_set():
+                return False
+            try:
+                with self.lock, self.commit("claim"):
+                    self.stage.outbox.claim(job.rows)
+            except StorageUnavailable:
+                return False
+            result = self.stage.send(job)  # no lock held by a worker: only this receiver waits
+            with self.lock:
+                self.held_outcomes.append((job, result, self.clock.now()))
+                self.stage.held.update(r.id for r in job.rows)
+            if not self.write_outcomes():
+                return False
+        return True
+
+    def write_outcomes(self) -> bool:
+        """Commit the held outcomes; True when none is left."""
+        with self.lock:
+            todo = list(self.held_outcomes)
+            if not todo:
+                return True
+            try:
+                with self.commit("outcome"):
+                    for job, result, at in todo:
+                        self.stage.write_outcome(job, result, at)
+                    self.save_limiters()  # an outcome changes only the outbox row and the budgets
+            except StorageUnavailable:
+                return False
+            del self.held_outcomes[:len(todo)]
+            for job, result, _ in todo:
+                self.stage.held.difference_update(r.id for r in job.rows)
+                self.stage.report(job, result)
+            self.stage.metrics.outbox_depth.set(self.stage.outbox.depth())
+            return not self.held_outcomes
+
+    def start(self) -> None:
+        """One delivery thread per receiver from now on."""
+        with self.lock:
+            if self._workers:
+                return
+            self._stopping.clear()
+            for name in self.stage.notifiers:
+                self._wake[name] = threading.Event()
+                self._workers[name] = threading.Thread(target=self._loop, args=(name,),
+                                                       name=f"deliver-{name}", daemon=True)
+            for t in self._workers.values():
+                t.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Ask the workers to stop and wait up to ``timeout`` in total; a worker stuck in a hanging HTTP
+        call is left behind (a daemon thread): its row stays pending and is sent again later."""
+        self._stopping.set()
+        self.wake()
+        deadline = _monotonic() + timeout
+        for t in self._workers.values():
+            t.join(max(0.0, deadline - _monotonic()))
+        with self.lock:
+            self._workers, self._wake = {}, {}
+            self._beats = {}
+
+    def problems(self, stuck_after_s: float = 120.0) -> list[str]:
+        """/healthz reasons: a worker that died or has not finished a round for ``stuck_after_s``
+        (longer than any receiver's timeout plus its retries within one round)."""
+        out = []
+        mono = _monotonic()
+        for name, t in list(self._workers.items()):
+            if not t.is_alive() and not self._stopping.is_set():
+                out.append(f"delivery worker {name}: stopped")
+            elif mono - self._beats.get(name, mono) > stuck_after_s:
+                out.append(f"delivery worker {name}: stuck, no round finished for {mono - self._beats[name]:.0f}s")
+        if self.held_outcomes:
+            out.append(f"{self.db_name}: {len(self.held_outcomes)} delivery outcome(s) held in memory, not yet written")
+        return out
+
+    def _loop(self, receiver: str) -> None:
+        wake = self._wake[receiver]
+        failed_before = False
+        while not self._stopping.is_set():
+            wait = 1.0
+            self._beats[receiver] = _monotonic()
+            try:
+                with self.lock:
+                    jobs = self.stage.plan(self.clock.now(), receiver)
+                sent = self.deliver(jobs, worker=True)
+                if sent and jobs:
+                    continue
+                if sent:  # a write that failed waits out the round (1 s): no tight loop on a full disk
+                    with self.lock:
+                        now = self.clock.now()
+                        nxt = self.stage.next_due(now, receiver)
+                    if nxt is not None:
+                        wait = min(1.0, max(0.01, nxt - now))
+                failed_before = False
+            except Exception as exc:  # the worker must outlive any one failure (e.g. a locked database)
+                if self._stopping.is_set():
+                    return
+                if not failed_before:
+                    log.error("receiver %s: delivery worker error (%s: %s); retrying", receiver,
+                              type(exc).__name__, str(exc)[:200])
+                failed_before = True
+            wake.wait(wait)
+            wake.clear()

@@ -9,7 +9,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from alerting.correlate import Correlator, incident_row
+from alerting.dispatch import Dispatcher
 from alerting.durable import StorageHealth, open_sqlite
+from alerting.model import Alert, alert_from_json
+from alerting.stages import DedupStage
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -55,3 +59,77 @@ def load_state(conn: sqlite3.Connection, key: str) -> dict[str, Any]:
 def save_state(conn: sqlite3.Connection, key: str, value: dict[str, Any]) -> None:
     conn.execute("INSERT INTO state(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
                  (key, json.dumps(value, sort_keys=True)))
+
+
+class EngineState:
+    """Saves the engine's stages into the ``state``, ``incidents`` and ``alerts`` tables, rewriting only
+    what changed since the last save (what each row holds is remembered), and loads them back."""
+
+    def __init__(self) -> None:
+        self.written: dict[str, str] = {}
+        self.written_incidents: dict[str, str] = {}
+        self.incident_sigs: dict[str, tuple[Any, ...]] = {}
+        self.legacy_limiters: dict[str, Any] = {}  # older files kept the budgets inside the "engine" row
+
+    def save(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher,
+             dedup: DedupStage) -> None:
+        router = {**dispatcher.to_state(), "nflog": dedup.to_state()}
+        snapshot = {"correlator": correlator.to_state(with_incidents=False), "router": router}
+        text = json.dumps(snapshot, sort_keys=True)
+        if self.written.get("engine") != text:
+            save_state(conn, "engine", snapshot)
+            self.written["engine"] = text
+        incidents = correlator.all_incidents()
+        upserts = []
+        for fp, inc in incidents.items():
+            # An incident changes by resolving or by gaining members (they are never removed): this
+            # signature spares re-serialising thousands of unchanged incidents on every save.
+            sig = (id(inc.alert), inc.alert.status, inc.alert.ends_at, len(inc.members))
+            if self.incident_sigs.get(fp) == sig:
+                continue
+            self.incident_sigs[fp] = sig
+            row = json.dumps(incident_row(inc), sort_keys=True)
+            if self.written_incidents.get(fp) != row:
+                upserts.append((fp, row))
+                self.written_incidents[fp] = row
+        gone = [fp for fp in self.written_incidents if fp not in incidents]
+        for fp in gone:
+            del self.written_incidents[fp]
+            self.incident_sigs.pop(fp, None)
+        if upserts:
+            conn.executemany("INSERT INTO incidents(fingerprint, value) VALUES(?,?) ON CONFLICT(fingerprint) "
+                             "DO UPDATE SET value=excluded.value", upserts)
+        if gone:
+            conn.executemany("DELETE FROM incidents WHERE fingerprint=?", [(fp,) for fp in gone])
+
+    def save_limiters(self, conn: sqlite3.Connection, limiters: dict[str, Any]) -> None:
+        text = json.dumps(limiters, sort_keys=True)
+        if self.written.get("limiters") != text:
+            save_state(conn, "limiters", limiters)
+            self.written["limiters"] = text
+
+    def restore(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher,
+                dedup: DedupStage) -> dict[str, Alert]:
+        """Load the stages as last committed; returns the alert table (fingerprint -> alert)."""
+        state = load_state(conn, "engine")
+        rows = conn.execute("SELECT value FROM alerts ORDER BY seen_at").fetchall()
+        history = {a.fingerprint: a for a in (alert_from_json(json.loads(r[0])) for r in rows)}
+        corr = dict(state.get("correlator", {}))
+        incidents = dict(corr.get("incidents", {}))  # snapshots before the incidents table held them inline
+        for fp, value in conn.execute("SELECT fingerprint, value FROM incidents"):
+            incidents[fp] = json.loads(value)
+            self.written_incidents[fp] = value
+        corr["incidents"] = incidents
+        correlator.load_state(corr, history.get)
+
+        def resolve(fp: str) -> Alert | None:
+            inc = correlator.incident(fp)
+            return inc.alert if inc else history.get(fp)
+        dispatcher.load_state(state.get("router", {}), resolve)
+        dedup.load_state(state.get("router", {}).get("nflog", {}))
+        self.legacy_limiters = state.get("limiters", {})
+        return history
+
+    def limiters(self, conn: sqlite3.Connection) -> dict[str, Any]:
+        """The robots' saved budgets (older files kept them inside the ``engine`` row)."""
+        return load_state(conn, "limiters") or self.legacy_limiters

@@ -79,6 +79,7 @@ def run_scenario(state: Path, url: str) -> int:
             assert series is not None
             pipe.observe(series, clock.now(), 1.0 if hot <= k < cool else 0.0)
         pipe.tick()
+        engine.tick()  # simulated time: whoever moves the clock runs the engine's timers
     progress.write_text(json.dumps({"step": STEPS}))
     end = T0 + STEPS * STEP_S + AFTER_S
     while clock.now() < end:

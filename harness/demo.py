@@ -62,7 +62,7 @@ DEMO_PLAN: tuple[Injection, ...] = (
 )
 
 
-# Root-cause phrases of each diagnosis path (alerting/diagnose.py): a message of the demo may use one only
+# Root-cause phrases of each diagnosis path (alerting/procedures.py): a message of the demo may use one only
 # when the fault behind it was injected; otherwise it names something that was not measured.
 CLAIMS: dict[str, str] = {
     "reward model fails to load": "",  # the demo injects no reward-scoring fault

@@ -19,7 +19,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,15 @@ from typing import Any
 from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, open_sqlite, reappear
 from alerting.model import Alert
 from monitor.evaluator import Candidate
+
+
+@dataclass(frozen=True)
+class Annotated:
+    """What the annotate stage rendered for an alert that starts firing."""
+
+    annotations: dict[str, str]
+    plot_file: str = ""
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
@@ -38,7 +47,8 @@ CREATE TABLE IF NOT EXISTS alert_events (
   UNIQUE (fingerprint, status, starts_at));
 """
 # Added after the first release; databases from before get them by ALTER TABLE on open.
-_LATER_COLUMNS = {"generator_url": "TEXT NOT NULL DEFAULT ''", "external": "INTEGER NOT NULL DEFAULT 0"}
+_LATER_COLUMNS = {"generator_url": "TEXT NOT NULL DEFAULT ''", "external": "INTEGER NOT NULL DEFAULT 0",
+                  "plot_file": "TEXT NOT NULL DEFAULT ''"}
 
 
 @dataclass
@@ -65,11 +75,12 @@ class AlertState:
     generator_url: str = ""
     external: bool = False  # held firing by an alert that came through Alertmanager, until it resolves
     own_active: bool = False  # the monitor's own rules hold it (as of the last evaluation)
+    plot_file: str = ""  # the PNG rendered when it started firing: travels with the alert
 
     def to_alert(self) -> Alert:
         return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
                      ends_at=self.ends_at, status="resolved" if self.status == "resolved" else "firing",
-                     value=self.value, generator_url=self.generator_url)
+                     value=self.value, generator_url=self.generator_url, plot_file=self.plot_file)
 
 
 class AlertBook:
@@ -108,36 +119,53 @@ class AlertBook:
 
     def _restore(self) -> None:
         assert self._db is not None
-        for fp, labels, ann, starts, value, url, external in self._db.execute(
-                "SELECT fingerprint, labels, annotations, starts_at, value, generator_url, external FROM alerts "
-                "WHERE status='firing'"):
+        for fp, labels, ann, starts, value, url, external, plot in self._db.execute(
+                "SELECT fingerprint, labels, annotations, starts_at, value, generator_url, external, plot_file "
+                "FROM alerts WHERE status='firing'"):
             # A restored alert waits for its detectors to warm up again before it may resolve.
             self.states[fp] = AlertState(json.loads(labels), json.loads(ann), "firing", starts, value=value,
                                          restored=True, keep_firing_for=self.restore_grace_s,
-                                         generator_url=url or "", external=bool(external))
+                                         generator_url=url or "", external=bool(external), plot_file=plot or "")
 
     def resolved_record(self, fp: str) -> Alert | None:
         """The committed resolve of ``fp`` (for the restart reconcile), None when it has none."""
         if self._db is None:
             return None
         with self._lock:
-            row = self._db.execute("SELECT labels, annotations, starts_at, ends_at, value, generator_url "
+            row = self._db.execute("SELECT labels, annotations, starts_at, ends_at, value, generator_url, plot_file "
                                    "FROM alerts WHERE fingerprint=? AND status='resolved'", (fp,)).fetchone()
         if row is None:
             return None
         return Alert(labels=json.loads(row[0]), annotations=json.loads(row[1]), starts_at=row[2], ends_at=row[3],
-                     status="resolved", value=row[4], generator_url=row[5] or "")
+                     status="resolved", value=row[4], generator_url=row[5] or "", plot_file=row[6] or "")
 
     def _url(self, fp: str) -> str:
         return f"{self.url_prefix.rstrip('/')}/{fp}" if self.url_prefix else ""
 
-    def update(self, now: float, candidates: list[Candidate],
-               annotate: Callable[[Candidate], dict[str, str]] | None = None) -> list[Alert]:
-        """``annotate(candidate) -> dict`` renders annotations when an alert starts firing."""
+    @staticmethod
+    def _by_fp(candidates: list[Candidate]) -> dict[str, list[Candidate]]:
+        by_fp: dict[str, list[Candidate]] = {}
+        for c in candidates:
+            by_fp.setdefault(c.fp, []).append(c)
+        return by_fp
+
+    def starting(self, candidates: list[Candidate]) -> list[Candidate]:
+        """The candidates that start firing on the next ``update`` with them (one per fingerprint):
+        the ones the annotate stage renders before the book commits them."""
         with self._lock:
-            by_fp: dict[str, list[Candidate]] = {}
-            for c in candidates:
-                by_fp.setdefault(c.fp, []).append(c)
+            out = []
+            for fp, group in self._by_fp(candidates).items():
+                ready = [c for c in group if c.ready]
+                st = self.states.get(fp)
+                if ready and (st is None or st.status != "firing"):
+                    out.append(min(ready, key=lambda c: c.since))
+            return out
+
+    def update(self, now: float, candidates: list[Candidate],
+               annotations: Mapping[str, Annotated] | None = None) -> list[Alert]:
+        """``annotations``: fingerprint -> what the annotate stage rendered for the ``starting`` ones."""
+        with self._lock:
+            by_fp = self._by_fp(candidates)
             for fp, group in by_fp.items():
                 ready = [c for c in group if c.ready]
                 st = self.states.get(fp)
@@ -156,9 +184,10 @@ class AlertBook:
                     if st.restored or st.external:
                         st.restored, st.keep_firing_for = False, keep
                     continue
-                annotations = annotate(c) if annotate else {}
-                st = AlertState(dict(c.labels), annotations, "firing", c.since, value=c.value,
-                                keep_firing_for=keep, generator_url=self._url(fp), own_active=True)
+                done = (annotations or {}).get(fp) or Annotated({})
+                st = AlertState(dict(c.labels), dict(done.annotations), "firing", c.since, value=c.value,
+                                keep_firing_for=keep, generator_url=self._url(fp), own_active=True,
+                                plot_file=done.plot_file)
                 self.states[fp] = st
                 self._transition(fp, st, now)
             for fp, st in list(self.states.items()):
@@ -223,7 +252,7 @@ class AlertBook:
         """Queue the transition; ``_commit`` writes it and only then returns it."""
         alert = st.to_alert()
         row = (fp, json.dumps(st.labels), json.dumps(st.annotations), alert.status, st.starts_at,
-               st.ends_at, st.value, now, st.generator_url, int(st.external))
+               st.ends_at, st.value, now, st.generator_url, int(st.external), st.plot_file)
         self._unwritten.append(_Write(fp, alert, row, now))
 
     def _commit(self, now: float) -> list[Alert]:
@@ -273,7 +302,7 @@ class AlertBook:
             "VALUES (?,?,?,?,?)", (w.fp, w.alert.status, w.alert.starts_at, w.at, json.dumps(w.alert.to_json())))
         self._db.execute(
             "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
-            "value, updated_at, generator_url, external) VALUES (?,?,?,?,?,?,?,?,?,?)", w.row)
+            "value, updated_at, generator_url, external, plot_file) VALUES (?,?,?,?,?,?,?,?,?,?,?)", w.row)
         return cur.rowcount > 0
 
     def unwritten(self) -> int:

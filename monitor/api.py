@@ -161,7 +161,7 @@ class MonitorAPI:
 
     def _signed_plot(self, h: BaseHTTPRequestHandler) -> bool:
         """A plot link the monitor signed (monitor.plotlinks): people open it from chat without a token."""
-        links = getattr(self.daemon.pipeline, "plot_links", None)
+        links = getattr(self.daemon.pipeline.annotator, "plot_links", None)
         path, _, query = h.path.partition("?")
         m = _PLOT_RE.match(path)
         if links is None or m is None or h.command != "GET":
@@ -205,9 +205,13 @@ class MonitorAPI:
             return self._json(h, 200, {"status": "success", "data": d.alerts()})
         m = _ALERT_RE.match(path)
         if m and method == "GET":
-            found = [a for a in d.alerts() if a["fingerprint"] == m.group(1)]
-            if not found and d.engine is not None:  # resolved ones live on in the engine's history
-                found = [a for a in d.engine.alerts() + d.engine.incidents() if a.get("fingerprint") == m.group(1)]
+            fp = m.group(1)
+            found = [a for a in d.alerts() if a["fingerprint"] == fp]
+            resolved = None if found else d.pipeline.book.resolved_record(fp)  # the alert book: the one alert store
+            if resolved is not None:
+                found = [dict(resolved.to_json(), state="resolved")]
+            if not found and d.engine is not None:  # an incident: built by the alerting engine
+                found = [i for i in d.engine.incidents() if i.get("fingerprint") == fp]
             if not found:
                 return self._json(h, 404, {"error": f"no alert with fingerprint {m.group(1)}"})
             return self._json(h, 200, {"status": "success", "data": found[0]})

@@ -26,16 +26,14 @@ import httpx
 from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
-from monitor import health
+from monitor import alerting_stage, health
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
-from monitor.evaluator import Candidate
 from monitor.intake import Intake
 from monitor.metrics import MonitorMetrics
 from monitor.model import SourceBatch
 from monitor.pipeline import Pipeline
-from monitor.plotlinks import PlotLinks
 from monitor.rules import load_rule_files
 from monitor.sources.base import Round, Source
 from monitor.sources.configured import build_sources
@@ -56,20 +54,16 @@ class Daemon:
         self.engine: Any = None
         rules = load_rule_files(config.rules or None)
         config.state_db.parent.mkdir(parents=True, exist_ok=True)
-        if config.notify_config is not None:
-            from alerting.engine import AlertEngine  # only needed when notifying
-
-            self.engine = AlertEngine.from_file(config.notify_config, config.state_db.with_name("alerting.db"),
-                                                self.clock, registry=self.metrics.registry, health=self.storage)
+        self.engine = alerting_stage.build_engine(config, self.clock, self.metrics, self.storage)
+        outliers = alerting_stage.reward_outliers(config)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
-                                 engine=self.engine, enrich=self._enrich if config.reward_outliers else None,
+                                 engine=self.engine, outliers=outliers,
                                  limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None,
                                  health=self.storage)
-        if self.engine is not None:
-            self.engine.retention_s = config.retention
         self._want_outliers = config.reward_outliers and any(r.alert == "RewardDistributionDrift" for r in rules)
-        self._outliers: dict[str, list[str]] = {}  # target name -> its top prompts, from the outliers source
+        # target name -> its top prompt lines, filled from the outliers source; the annotate stage reads the same value
+        self._outliers: dict[str, list[str]] = outliers.lines if outliers is not None else {}
         self.api: MonitorAPI | None = None
         self._stop = asyncio.Event()
         self.started = time.time()
@@ -98,23 +92,7 @@ class Daemon:
         """``seen``: the scrape's time, for scraped batches (liveness from the scrape, not the stamps)."""
         self.intake.ingest(batch, target, seen)
 
-    # -- enrichment: RewardDistributionDrift gets the trainer's top-3 anomalous prompts -------------
-
-    def _enrich(self, c: Candidate, ann: dict[str, str]) -> dict[str, str]:
-        """Runs inside the evaluation tick, so it only reads the cache ``_outliers_loop`` fills."""
-        if c.rule.alert != "RewardDistributionDrift":
-            return ann
-        node = c.labels.get("node")
-        for tg in self.config.targets:
-            if tg.job != "verl" or (tg.node and tg.node != node):
-                continue
-            lines = self._outliers.get(tg.name)
-            if lines:
-                ann["top_prompts"] = "\n".join(lines)
-                ann["description"] = (ann.get("description", "") + "\nTop anomalous prompts:\n"
-                                      + "\n".join(f"{i + 1}. {x}" for i, x in enumerate(lines))).strip()
-                break
-        return ann
+    # -- the trainer's top anomalous prompts, for RewardDistributionDrift (monitor/annotate.py) ------
 
     # -- the one source loop -----------------------------------------------------------------------
 
@@ -204,16 +182,9 @@ class Daemon:
             self.api = self.listen()
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
-        self.pipeline.set_base_url(base)  # plots and alert links are served by our API
-        if self.config.plots_dir:  # links that work for people with a token set; notifiers read the files
-            self.pipeline.plot_links = PlotLinks(self.config.plots_dir, f"{base.rstrip('/')}/api/v1/plots",
-                                                 self.config.bearer_token)
-            if self.engine is not None:
-                self.engine.set_plot_store(self.pipeline.plot_links.read)
         log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
-        self.pipeline.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
-        if self.engine is not None:
-            self.engine.start_delivery()
+        self.pipeline.annotator.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
+        alerting_stage.start(self.pipeline, self.engine, self.config, base)
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))
         async with httpx.AsyncClient(limits=limits) as client:
             sources = build_sources(self.config, client, self.metrics.registry, self._want_outliers)

@@ -1,24 +1,27 @@
-"""Durations as Prometheus writes them (30s, 5m, 1h, 1d) or plain seconds."""
+"""The monitor reads durations with alerting's parser (``alerting/durations.py``, the project's one):
+``1h30m`` means the same in a monitor rule as in a correlation rule. ``DurationError`` is the error the
+monitor's callers catch (a ``ConfigError``: one line naming the key)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+from alerting import durations
+from alerting.errors import ConfigError
+
+is_duration = durations.is_duration
 
 
-class DurationError(ValueError):
+class DurationError(ConfigError):
     pass
 
 
 def parse_duration(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise DurationError(f"{where}: expected a duration like 30s, 5m, 1h, got {value!r}")
-    if isinstance(value, int | float):
+    """Plain numbers pass through unchecked: each monitor caller states its own range (``> 0``,
+    ``>= 1 step``) in its message, so a NaN or negative reaches the check that names the bound."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    m = DURATION_RE.match(str(value))
-    if not m:
-        raise DurationError(f"{where}: expected a duration like 30s, 5m, 1h, got {value!r}")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return durations.parse_duration(value, where)
+    except ConfigError as exc:
+        raise DurationError(str(exc)) from None

@@ -1,16 +1,18 @@
-"""The monitor's pipeline, shared by the daemon and replay:
+"""The monitor's pipeline, shared by the daemon and replay, forward only:
 
-samples -> SeriesStore -> Evaluator (detectors per rule binding) -> AlertBook (state machine, SQLite)
-        -> annotate (templates, plots, enrichment) -> records + alerting.engine.AlertEngine
+samples -> SeriesStore -> Evaluator (detectors per rule binding) -> annotate (templates, plots, prompts)
+        -> AlertBook (state machine, SQLite) -> records + alerting.engine.AlertEngine.submit(alerts, evidence)
 
-The engine's diagnosis stage reads the same store through ``monitor.evidence.StoreEvidence``.
+The evidence a diagnosis needs is captured here, where the series are (``monitor.evidence``), and handed
+to the engine with the alerts: on every transition, and every ``REDIAGNOSE_S`` while an alert that a
+diagnosis procedure explains is firing (its cause may be scraped a few seconds after it fired).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,15 +20,18 @@ from typing import Any, Protocol
 
 from alerting import vocabulary
 from alerting.clock import Clock
+from alerting.correlate import REDIAGNOSE_S
 from alerting.durable import StorageHealth, StorageUnavailable
+from alerting.evidence import Evidence
 from alerting.model import Alert
+from alerting.procedures import TRIGGER_ALERTS
 from alerting.vocabulary import Vocabulary
 from monitor.alerts import AlertBook
-from monitor.evaluator import Candidate, Evaluator
-from monitor.evidence import NonFiniteLog, StoreEvidence
+from monitor.annotate import Annotator, RewardOutliers
+from monitor.evaluator import Evaluator
+from monitor.evidence import EvidenceCapture, NonFiniteLog
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
-from monitor.plots import render_fit
 from monitor.reconcile import reconcile
 from monitor.rules import Rule
 from monitor.sources import verl_jsonl
@@ -36,12 +41,10 @@ log = logging.getLogger("monitor.pipeline")
 
 Record = dict[str, Any]
 EVICT_EVERY_S = 60.0
-Enricher = Callable[[Candidate, dict[str, str]], dict[str, str]]
 
 
 class Engine(Protocol):
-    def submit(self, alerts: list[Alert]) -> None: ...
-    def tick(self) -> None: ...
+    def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None: ...
 
 
 class Pipeline:
@@ -49,7 +52,7 @@ class Pipeline:
                  db_path: str | Path | None = None, plots_dir: str | Path | None = None,
                  plot_prefix: str | None = None, metrics: MonitorMetrics | None = None,
                  engine: Engine | None = None, on_record: Callable[[Record], None] | None = None,
-                 enrich: Enricher | None = None, limits: StoreLimits | None = None,
+                 outliers: RewardOutliers | None = None, limits: StoreLimits | None = None,
                  restore_grace_s: float = 600.0, health: StorageHealth | None = None) -> None:
         self.clock = clock
         self.metrics = metrics or MonitorMetrics()
@@ -62,25 +65,18 @@ class Pipeline:
         self._evicted_at = -math.inf
         self.book = AlertBook(db_path, restore_grace_s, health=self.health, monotonic=clock.monotonic)
         self.cluster = cluster
-        self.plots_dir = Path(plots_dir) if plots_dir else None
-        self.plot_prefix = plot_prefix
+        self.annotator = Annotator(clock, self.vocabulary, Path(plots_dir) if plots_dir else None, outliers)
+        self.annotator.plot_prefix = plot_prefix
         self.engine = engine
         self.on_record = on_record
-        self.enrich = enrich
         self.rejected: dict[str, int] = {}
         self.rejects: dict[tuple[str, str], int] = {}  # (source, reason) since the caller last cleared it
         self._newest = -math.inf
         self.config_info: dict[str, dict[str, str]] = {}  # node -> the run's settings (verl_config_info)
         self.verl_nodes: set[str] = set()  # nodes whose series came from volcengine verl (vocabulary)
-        # The daemon sets an executor so PNGs are rendered off the evaluation tick (the link is final at
-        # once; the file follows within a second, long before a notification leaves group_wait).
-        self.plot_executor: Any = None
-        self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
         self.nonfinite = NonFiniteLog()
-        self.evidence = StoreEvidence(self.store, clock, self.nonfinite)
-        set_evidence = getattr(engine, "set_evidence", None)
-        if set_evidence is not None:
-            set_evidence(self.evidence)
+        self.evidence = EvidenceCapture(self.store, self.nonfinite)
+        self._evidence_due = -math.inf  # next refresh of the evidence handed forward while diagnosable alerts fire
         # Committed in the book, not yet accepted by the engine (its database failed): sent again, in
         # order, on every tick until the engine takes them.
         self.unsubmitted: list[Alert] = []
@@ -161,11 +157,8 @@ class Pipeline:
                 if name == "verl_config_info":
                     info = {k: v for k, v in labels.items() if k not in PLUMBING_LABELS and k != "node"}
                 if node in self.verl_nodes:
-                    info["trainer"] = "verl"  # diagnoses speak verl's words for this run (alerting/diagnose.py)
-                self.config_info[node] = info
-                set_info = getattr(self.engine, "set_config_info", None) if self.engine else None
-                if set_info is not None:
-                    set_info(node, info)
+                    info["trainer"] = "verl"  # diagnoses speak verl's key names for this run (alerting/findings.py)
+                self.config_info[node] = info  # travels forward with the next evidence
         return series
 
     def _unfillable(self, b: Any, reason: str) -> None:
@@ -214,7 +207,8 @@ class Pipeline:
             self._evicted_at = now
             self.store.evict_stale(now, self.evaluator.evict_horizon)
         candidates = self.evaluator.tick(now)
-        transitions = self.book.update(now, candidates, self._annotate)
+        annotations = self.annotator.annotate(self.book.starting(candidates))
+        transitions = self.book.update(now, candidates, annotations)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         if math.isfinite(self._newest):
             self.metrics.eval_lag.set(max(0.0, now - self._newest))
@@ -223,13 +217,38 @@ class Pipeline:
             self._emit(transitions)
         elif self.unsubmitted:
             self._submit([])
-        if self.engine is not None:
-            self.engine.tick()
+        elif self.engine is not None and now >= self._evidence_due:
+            self._refresh_evidence(now)
         return transitions
+
+    def _diagnosable_nodes(self, alerts: list[Alert]) -> set[str] | None:
+        """Nodes of the firing alerts a diagnosis procedure explains (None: one has no node, so all)."""
+        nodes: set[str] = set()
+        for a in alerts:
+            if a.status == "firing" and a.name in TRIGGER_ALERTS:
+                if "node" not in a.labels:
+                    return None
+                nodes.add(a.labels["node"])
+        return nodes
+
+    def _capture(self, alerts: list[Alert]) -> Evidence:
+        now = self.clock.now()
+        self._evidence_due = now + REDIAGNOSE_S
+        nodes = self._diagnosable_nodes(self.book.firing() + alerts)
+        return self.evidence.capture(now, nodes, self.config_info)
+
+    def _refresh_evidence(self, now: float) -> None:
+        """While a diagnosable alert fires, its evidence is measured again and handed forward."""
+        self._evidence_due = now + REDIAGNOSE_S
+        if self._diagnosable_nodes(self.book.firing()) == set():
+            return
+        assert self.engine is not None
+        with contextlib.suppress(StorageUnavailable):  # counted and logged by the engine; the next refresh retries
+            self.engine.submit([], self._capture([]))
 
     def set_base_url(self, base: str) -> None:
         """Where the monitor's API is reachable: plot links and each alert's generatorURL point there."""
-        self.plot_prefix = f"{base.rstrip('/')}/api/v1/plots"
+        self.annotator.plot_prefix = f"{base.rstrip('/')}/api/v1/plots"
         self.book.url_prefix = f"{base.rstrip('/')}/api/v1/alerts"
 
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
@@ -270,7 +289,7 @@ class Pipeline:
                 self._awaiting.discard(fp)
         if cut:
             try:
-                self.engine.submit(todo[:cut])
+                self.engine.submit(todo[:cut], self._capture(todo[:cut]))
             except StorageUnavailable:  # already counted and logged by the engine; retried next tick
                 self.unsubmitted = todo
                 return
@@ -282,50 +301,6 @@ class Pipeline:
         for a in self.book.firing():
             g.labels(a.name, a.severity).inc()
 
-    def _annotate(self, c: Candidate) -> dict[str, str]:
-        ctx = {"labels": c.labels, "value": c.value if c.value is not None else float("nan"),
-               "details": c.details, "alertname": c.rule.alert, "severity": c.rule.severity,
-               "series": c.binding.series.labels,  # all source labels, incl. instance/target
-               "vocab": self.vocabulary(c.labels.get("node", "unknown"))}
-        ann = c.rule.render(ctx)
-        if c.value is not None:
-            ann["value"] = f"{c.value:.6g}"
-        if not ann.get("description"):  # Alertmanager's UIs and receivers show `description`
-            ann["description"] = " ".join(x.rstrip(".") + "." for x in (ann.get("summary"), ann.get("runbook")) if x)
-        if c.rule.plot and self.plots_dir is not None:
-            plot = self._plot(c)
-            if plot:
-                ann["plot"] = plot
-        if self.enrich is not None:
-            try:
-                ann = self.enrich(c, ann)
-            except Exception as exc:  # enrichment is best effort; the alert goes out regardless
-                log.warning("enrichment of %s failed: %s", c.rule.alert, exc)
-        return ann
-
-    def _plot(self, c: Candidate) -> str | None:
-        assert self.plots_dir is not None
-        t, v = c.binding.series.window()
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{c.rule.alert}-{c.fp}-{int(self.clock.now())}") + ".png"
-        if len(t) == 0:
-            return None
-        args = (self.plots_dir / name, t, v, dict(c.details),
-                f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}", c.rule.alert)
-        if self.plot_executor is not None:
-            self.plot_executor.submit(_render_quietly, *args)
-        elif _render_quietly(*args) is None:
-            return None
-        if self.plot_links is not None:
-            return str(self.plot_links.url(name))
-        return f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(args[0])
-
     def close(self) -> None:
         self.book.close()
 
-
-def _render_quietly(path: Path, t: Any, v: Any, details: dict[str, float], title: str, alert: str) -> Path | None:
-    try:
-        return render_fit(path, t, v, details, title)
-    except Exception as exc:  # a plot failure must not lose the alert
-        log.warning("plot for %s failed: %s", alert, exc)
-        return None

@@ -42,13 +42,19 @@ def feed(pipe: Pipeline, rec: Recording, clock: SimulatedClock, tick_s: float = 
         if t > current:
             if current >= next_tick:
                 clock.set(current)
-                pipe.tick()
+                _tick(pipe)
                 next_tick = current + tick_s
             current = t
         if handles[sid] is not None:
             pipe.observe(handles[sid], t, v)
     clock.set(max(current, clock.now()))
+    _tick(pipe)
+
+
+def _tick(pipe: Pipeline) -> None:
     pipe.tick()
+    if pipe.engine is not None:  # simulated time: the replay moves the clock, so it runs the engine's timers
+        pipe.engine.tick()  # type: ignore[attr-defined]  # the AlertEngine run_recording opened
 
 
 def stamp(record: dict[str, Any], now: float, fired_at: dict[str, str]) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def _condition(raw: Any, where: str) -> Condition:
     for k, v in list(params.items()):
         if k not in allowed:
             raise RuleError(f"{where}.detector.{k}: not a parameter of {kind}; use one of {', '.join(sorted(allowed))}")
-        if isinstance(v, str) and durations.DURATION_RE.match(v):
+        if isinstance(v, str) and durations.is_duration(v):
             params[k] = parse_duration(v, f"{where}.detector.{k}")
     spike = det.get("spike_filter", 0)
     if not isinstance(spike, int) or spike < 0:

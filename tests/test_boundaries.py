@@ -16,7 +16,7 @@ FORBIDDEN = {"verl": {"monitor", "alerting", "harness"}, "alerting": {"monitor",
              "monitor": {"verl", "harness"}, "harness": set()}
 PRODUCTS = ("verl", "monitor", "alerting")
 # Text written for a person, never run by the package that holds it (file -> the one package it may name).
-HUMAN_TEXT = {"alerting/diagnose.py": "verl"}  # REWARD_CHECK: a command the chat message suggests to the operator
+HUMAN_TEXT = {"alerting/procedures.py": "verl"}  # REWARD_CHECK: a command the chat message suggests to the operator
 MODULE_NAME = re.compile(r"(?<![\w./-])(verl|monitor|alerting|harness)\.[a-z_]\w*")
 
 

@@ -74,7 +74,6 @@ class Notifier:
         # Signatures carry wall time even in replay: the robot checks them against its own clock.
         self.sign_clock = sign_clock or SystemClock()
         self.client = httpx.Client(timeout=cfg.timeout_s, transport=transport, follow_redirects=False)
-        self.plot_store: Callable[[str], bytes | None] | None = None  # plot link -> PNG, no HTTP round trip
 
     @property
     def robot_id(self) -> str:

@@ -9,8 +9,6 @@ import base64
 import hashlib
 from pathlib import Path
 
-import httpx
-
 from alerting.model import Notification
 from alerting.notifiers.base import Delivery, Notifier
 from alerting.templates import Rendered
@@ -20,8 +18,14 @@ MAX_IMAGE_BYTES = 2 * 1024 * 1024
 
 
 def _plot_ref(notes: list[Notification]) -> str:
-    """The first alert's ``plot`` annotation: a local file or an http(s) URL (the monitor's plot API)."""
-    return next((a.annotations["plot"] for n in notes for a in n.alerts if a.annotations.get("plot")), "")
+    """The first alert's plot as a local file: the PNG the monitor rendered for it (``Alert.plot_file``),
+    or a ``plot`` annotation that names a file. A plot given only as a URL stays a link in the text: the
+    image travels with the alert, it is never fetched back over HTTP."""
+    for a in (a for n in notes for a in n.alerts):
+        ref = a.plot_file or a.annotations.get("plot", "")
+        if ref and "://" not in ref:
+            return ref
+    return ""
 
 
 class WeComNotifier(Notifier):
@@ -35,15 +39,7 @@ class WeComNotifier(Notifier):
         return 1 if digest or not _plot_ref(notes) else 2
 
     def _load_plot(self, ref: str) -> bytes:
-        # the monitor's own plot comes from its plot directory, no HTTP (with a token set, a GET
-        # without it was a 401 and no image); other references are fetched or read as given
-        raw = self.plot_store(ref) if self.plot_store is not None else None
-        if raw is None and ref.startswith(("http://", "https://")):
-            resp = self.client.get(ref)
-            resp.raise_for_status()
-            raw = resp.content
-        elif raw is None:
-            raw = Path(ref).read_bytes()
+        raw = Path(ref).read_bytes()
         if len(raw) > MAX_IMAGE_BYTES or not raw.startswith((b"\x89PNG", b"\xff\xd8")):
             raise ValueError("plot is not a PNG/JPEG of at most 2 MB")
         return raw
@@ -76,7 +72,7 @@ class WeComNotifier(Notifier):
             return result
         try:
             raw = self._load_plot(ref)
-        except (OSError, ValueError, httpx.HTTPError) as exc:
+        except (OSError, ValueError) as exc:
             return Delivery(True, error=f"plot not sent: {type(exc).__name__}: {str(exc)[:120]}")
         image = {"base64": base64.b64encode(raw).decode(), "md5": hashlib.md5(raw).hexdigest()}
         img = self._check(self.post(self.cfg.url, {"msgtype": "image", "image": image}))

@@ -1,6 +1,6 @@
 """Message rendering: Jinja2 in a ``SandboxedEnvironment`` so user templates cannot reach Python
-internals. Built-in layouts ``default.en.j2`` / ``default.zh-CN.j2`` follow the article's message
-(``【verl-alert】P0: Dataflow Collapse`` then Cluster / Time / Root Cause / Suggestion lines).
+internals. Built-in layouts ``default.en.j2`` / ``default.zh-CN.j2`` put the page's title first
+(``【verl-alert】P0: Dataflow Collapse``), then Cluster / Time / Root Cause / Suggestion lines.
 
 A receiver's own template that fails (syntax error, sandbox violation, runtime error) falls back to the
 built-in one; the caller counts it. Oversize messages are shortened by UTF-8 bytes: alert lines are

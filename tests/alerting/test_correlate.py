@@ -87,6 +87,22 @@ def test_training_divergence_names_kl_coef_and_workers() -> None:
     assert "Raise rollout_worker_num from 4 to 8" in ann["suggestion"]
 
 
+def test_a_verl_runs_incident_suggests_verls_key_names() -> None:
+    """The monitor marks a volcengine verl run's config labels (trainer=verl): the diagnosis then names
+    the keys a verl user writes, not ours."""
+    c = Correlator(load_rules([DEFAULT_RULES]))
+    c.config_info["trainer"] = {"trainer": "verl", "kl_coef": "0.0", "rollout_worker_num": "4"}
+    _, incs = c.observe(alert("KLDriftDetected", severity="P2"), 0)
+    ann = incs[0].alert.annotations
+    assert "Set algorithm.kl_ctrl.kl_coef / actor_rollout_ref.actor.kl_loss_coef to 0.1-0.5" in ann["suggestion"]
+    backlog = alert("RolloutBacklog", severity="P2")
+    backlog.value = 2400.0
+    _, incs = c.observe(backlog, 5)
+    suggestion = incs[0].alert.annotations["suggestion"]
+    assert "Raise actor_rollout_ref.rollout.agent.num_workers from 4 to 8" in suggestion
+    assert "rollout_worker_num" not in suggestion and "Set kl_coef" not in suggestion
+
+
 def test_data_loading_rule_uses_config_condition() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
     c.config_info["n"] = {"data_num_workers": "0", "data_persistent_workers": "false", "data_pin_memory": "false"}

@@ -6,29 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from alerting.config import DEFAULT_RULES, ConfigError
 from alerting.correlate import REDIAGNOSE_S, Correlator, load_rules
-from alerting.evidence import NoEvidence, Reading
+from alerting.evidence import Evidence, SeriesWindow
 from tests.alerting.helpers import T0, alert
 
 
-class KLCoefGauge(NoEvidence):
-    """Evidence with one series: verl_kl_coef, once it has been 'scraped'."""
-
-    def __init__(self) -> None:
-        super().__init__(T0)
-        self.value: float | None = None
-
-    def latest(self, name: str, node: str | None = None, match: dict[str, str] | None = None) -> Reading | None:
-        if name == "verl_kl_coef" and self.value is not None:
-            return Reading(name, {"node": node or ""}, self.value, T0)
-        return None
-
-    def held_since(self, name: str, node: str | None = None, match: dict[str, str] | None = None,
-                   tolerance: float = 1e-9) -> Reading | None:
-        return self.latest(name, node, match)
+def kl_coef_gauge(value: float, node: str = "gpu-08") -> Evidence:
+    """What the monitor hands forward once it has scraped verl_kl_coef (one sample, at T0)."""
+    window = SeriesWindow("verl_kl_coef", {"node": node}, np.array([T0]), np.array([value]))
+    return Evidence(T0, (window,))
 
 
 def test_members_six_minutes_apart_still_form_the_incident_and_resolution_is_routed() -> None:
@@ -50,9 +40,7 @@ def test_members_six_minutes_apart_still_form_the_incident_and_resolution_is_rou
 
 def test_one_alert_with_a_measured_cause_forms_the_incident_at_once() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
-    ev = KLCoefGauge()
-    ev.value = 0.0
-    c.evidence = ev
+    c.take(kl_coef_gauge(0.0))
     c.config_info["trainer"] = {"kl_coef": "0.2"}
     routed, incs = c.observe(alert("KLDriftDetected", severity="P2"), 0)
     assert [i.rule for i in incs] == ["TrainingDivergence"] and routed == [incs[0].alert] and not c.held
@@ -63,21 +51,19 @@ def test_one_alert_with_a_measured_cause_forms_the_incident_at_once() -> None:
 
 def test_evidence_arriving_after_the_alert_still_pages_by_rediagnosis() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
-    ev = KLCoefGauge()
-    c.evidence = ev
+    c.take(Evidence(T0))  # nothing measured yet
     assert c.observe(alert("KLDriftDetected", severity="P2"), 0) == ([], [])  # gauge not scraped yet
     assert c.rediagnose(1) == []
-    ev.value = 0.0  # the next scrape brings verl_kl_coef
-    assert c.rediagnose(2) == []  # at most every REDIAGNOSE_S
-    incs = c.rediagnose(1 + REDIAGNOSE_S)
+    assert c.rediagnose(2) == []  # no new evidence: at most every REDIAGNOSE_S
+    assert c.rediagnose(1 + REDIAGNOSE_S) == []  # again, still nothing measured
+    c.take(kl_coef_gauge(0.0))  # the next scrape brings verl_kl_coef, handed forward by the monitor
+    incs = c.rediagnose(2 + REDIAGNOSE_S)  # diagnosed again as soon as it arrived
     assert [i.rule for i in incs] == ["TrainingDivergence"] and not c.live and not c.held
 
 
 def test_live_value_in_range_claims_nothing_and_alert_goes_alone() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
-    ev = KLCoefGauge()
-    ev.value = 0.2
-    c.evidence = ev
+    c.take(kl_coef_gauge(0.2))
     c.config_info["trainer"] = {"kl_coef": "0.0"}  # a stale config label must not win over the live gauge
     assert c.observe(alert("KLDriftDetected", severity="P2"), 0) == ([], [])
     assert c.rediagnose(10) == [] and [a.name for a in c.expire(120)] == ["KLDriftDetected"]
@@ -117,3 +103,17 @@ def test_a_late_member_the_sent_page_does_not_explain_pages_on_its_own() -> None
     another_gpu = alert("MemoryLeakSuspected", gpu="1")
     another_gpu.value = 300e6
     assert c.observe(another_gpu, 210)[0] == []  # explained by the page already sent: travels inside only
+
+
+def test_the_trigger_table_is_what_each_procedure_runs_on() -> None:
+    """TRIGGERS is derived from the procedures: each runs on each of its triggers alone and on no other."""
+    from alerting.findings import Case
+    from alerting.procedures import EXPLAINS, PROCEDURES, TRIGGER_ALERTS, TRIGGERS
+
+    assert set(TRIGGERS) == set(PROCEDURES) == set(EXPLAINS)
+    for name, proc in PROCEDURES.items():
+        assert TRIGGERS[name] == proc.triggers <= EXPLAINS[name]
+        for trigger in proc.triggers:
+            assert proc.run(Case([alert(trigger)], {}, Evidence(T0))) is not None, (name, trigger)
+        others = [alert(n) for n in sorted(TRIGGER_ALERTS - proc.triggers)]
+        assert proc.run(Case(others, {}, Evidence(T0))) is None, name

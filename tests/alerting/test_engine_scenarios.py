@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from alerting.clock import SimulatedClock
 from alerting.engine import AlertEngine
+from alerting.evidence import Evidence
+from alerting.model import Alert
 from tests.alerting.helpers import T0, Harness, alert, make_config, receiver
 
 MEMBERS = ["RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"]
@@ -24,7 +26,7 @@ def fan_out(kinds: list[str], fakes: dict[str, Any], **route: Any):  # noqa: ANN
 def test_dataflow_collapse_once_per_receiver(tmp_path: Path, clock: SimulatedClock, fakes: dict[str, Any]) -> None:
     kinds = ["dingtalk", "wecom", "feishu"]
     h = Harness(tmp_path, fan_out(kinds, fakes), clock)
-    h.engine.set_config_info("gpu-08", {"reward_batch_size": "64", "offload_reward_to_cpu": "false"})
+    h.engine.submit([], Evidence(config={"gpu-08": {"reward_batch_size": "64", "offload_reward_to_cpu": "false"}}))
     member_fps = []
     for i, name in enumerate(MEMBERS):
         clock.set(T0 + 40 * i)  # within the 2 min window
@@ -151,7 +153,7 @@ def test_restart_with_non_empty_outbox(tmp_path: Path, clock: SimulatedClock, fa
 
 def test_restart_keeps_held_members(tmp_path: Path, clock: SimulatedClock, fakes: dict[str, Any]) -> None:
     h = Harness(tmp_path, fan_out(["feishu"], fakes), clock)
-    h.engine.set_config_info("gpu-08", {"reward_batch_size": "48"})
+    h.engine.submit([], Evidence(config={"gpu-08": {"reward_batch_size": "48"}}))
     h.engine.submit([alert(MEMBERS[0]), alert(MEMBERS[1])])
     h.restart()
     clock.advance(30)
@@ -233,3 +235,30 @@ def test_drain_on_wall_clock_sleeps_through_a_retry(tmp_path: Path, fakes: dict[
     assert engine.drain(10)
     assert wh.attempts == 2 and len(wh.received) == 1
     engine.close()
+
+
+def test_the_engine_runs_its_own_timers_once_started(tmp_path: Path, fakes: dict[str, Any]) -> None:
+    """Daemon mode: after ``start`` nobody calls ``tick``; group_wait and group_interval still pass and
+    the page and its resolution go out (on wall time, with short intervals)."""
+    import time
+
+    from alerting.clock import SystemClock
+
+    wh = fakes["webhook"]
+    config = make_config([receiver("webhook", wh)], group_wait="0.2s", group_interval="0.3s")
+    engine = AlertEngine(config, tmp_path / "alerting.db", SystemClock())
+    engine.start()
+    try:
+        a = alert("TrainerDown", severity="P0")
+        a.starts_at = time.time()
+        engine.submit([a])
+        deadline = time.monotonic() + 10
+        while not wh.received and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [r.body["status"] for r in wh.received] == ["firing"]
+        engine.submit([Alert(dict(a.labels), starts_at=a.starts_at, ends_at=time.time(), status="resolved")])
+        while len(wh.received) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [r.body["status"] for r in wh.received] == ["firing", "resolved"]
+    finally:
+        engine.close()

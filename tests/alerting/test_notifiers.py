@@ -115,25 +115,35 @@ def test_redact_hides_tokens() -> None:
     assert json.dumps(text)
 
 
-def test_wecom_plot_from_monitor_url(fakes: dict[str, Any], tmp_path: Path) -> None:
+def test_wecom_image_travels_with_the_alert_and_is_never_fetched(fakes: dict[str, Any], tmp_path: Path) -> None:
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
     (tmp_path / "leak.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    requests: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            requests.append(self.path)
+            super().do_GET()
+
+    handler = functools.partial(Handler, directory=str(tmp_path))
     handler.log_message = lambda *a: None  # type: ignore[attr-defined]
     srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         a = alert("MemoryLeakSuspected")
-        a.annotations["plot"] = f"http://127.0.0.1:{srv.server_address[1]}/leak.png"
+        a.annotations["plot"] = f"http://127.0.0.1:{srv.server_address[1]}/leak.png"  # a link: stays a link
         assert send("wecom", fakes["wecom"], [Notification("wecom", "g", {}, "firing", [a], [], T0)]).ok
-        a.annotations["plot"] = f"http://127.0.0.1:{srv.server_address[1]}/missing.png"
+        a.plot_file = str(tmp_path / "leak.png")  # the PNG the monitor rendered, carried by the alert
+        assert send("wecom", fakes["wecom"], [Notification("wecom", "g", {}, "firing", [a], [], T0)]).ok
+        a.plot_file = str(tmp_path / "missing.png")
         res = send("wecom", fakes["wecom"], [Notification("wecom", "g", {}, "firing", [a], [], T0)])
         assert res.ok and "plot not sent" in res.error
     finally:
         srv.shutdown()
         srv.server_close()
+    assert requests == []  # nothing was fetched back over HTTP
     kinds = [r.body["msgtype"] for r in fakes["wecom"].received]
-    assert kinds == ["markdown", "image", "markdown"]
+    assert kinds == ["markdown", "markdown", "image", "markdown"]

@@ -90,3 +90,33 @@ def test_restored_alert_resolves_after_grace_when_condition_gone(tmp_path: Path)
     feed(p2, clock, 220, 50)
     assert [r["status"] for r in recs2] == ["resolved"]
     p2.close()
+
+
+def test_an_alerts_generator_url_answers_from_the_alert_book_after_it_resolved(tmp_path: Path) -> None:
+    """One alert store: /api/v1/alerts/<fingerprint> reads the book (firing, then its committed resolve),
+    never the alerting engine's tables."""
+    from types import SimpleNamespace
+
+    import httpx
+
+    from monitor.api import MonitorAPI
+
+    clock, recs = SimulatedClock(0), []
+    p = make(tmp_path, clock, recs)
+    daemon = SimpleNamespace(pipeline=p, engine=None,
+                             alerts=lambda: [dict(a.to_json(), state="firing") for a in p.book.firing()])
+    api = MonitorAPI(daemon, "127.0.0.1", 0, None)  # type: ignore[arg-type]
+    api.start()
+    try:
+        for t in range(0, 70, 10):
+            feed(p, clock, t, 90)
+        url = f"http://127.0.0.1:{api.port}/api/v1/alerts/{recs[0]['fingerprint']}"
+        assert httpx.get(url).json()["data"]["state"] == "firing"
+        for t in range(70, 110, 10):
+            feed(p, clock, t, 50)
+        got = httpx.get(url).json()["data"]
+        assert got["state"] == "resolved" and got["endsAt"] == "1970-01-01T00:01:40Z"
+        assert httpx.get(url.replace(recs[0]["fingerprint"], "0" * 16)).status_code == 404
+    finally:
+        api.stop()
+        p.close()

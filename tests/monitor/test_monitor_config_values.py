@@ -129,7 +129,7 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
     from types import SimpleNamespace
 
     from alerting.clock import SimulatedClock
-    from monitor.daemon import Daemon
+    from monitor import alerting_stage
     from monitor.sources.base import Round, TopPrompts
     from monitor.sources.reward_outliers import RewardOutlierSource
 
@@ -154,8 +154,9 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
         monkeypatch.setenv("I13_TRAINER_TOKEN", "t0k")
         cfg = load_config(write(tmp_path, BASE + f"targets: [{{name: trainer, url: 'http://127.0.0.1:{server.server_address[1]}"
                                                  "/metrics', api_token_env: I13_TRAINER_TOKEN}]\n"))
-        candidate = SimpleNamespace(rule=SimpleNamespace(alert="RewardDistributionDrift"), labels={})
-        daemon = SimpleNamespace(config=cfg, _outliers={})
+        outliers = alerting_stage.reward_outliers(cfg)  # the value the annotate stage reads
+        assert outliers is not None
+        daemon = SimpleNamespace(config=cfg, _outliers=outliers.lines)
 
         async def fetch() -> Round:  # the outliers source reads; the evaluation tick only reads its records
             import httpx
@@ -168,8 +169,16 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
         (prompts,) = asyncio.run(fetch()).top_prompts
         assert prompts == TopPrompts("trainer", None, ("9.5: p1",), 5.0)
         daemon._outliers[prompts.target] = list(prompts.lines)  # what the daemon files from the round
-        ann = Daemon._enrich(daemon, candidate, {})  # type: ignore[arg-type]
-        assert seen == ["Bearer t0k"] and ann["top_prompts"] == "9.5: p1"
+        assert seen == ["Bearer t0k"] and outliers.for_node("any-node") == ["9.5: p1"]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_nodes_reward_outliers_come_from_its_own_target_else_one_without_a_node() -> None:
+    from monitor.annotate import RewardOutliers
+
+    outliers = RewardOutliers([("a", "n1"), ("b", None)], {"a": ["pa"], "b": ["pb"]})
+    assert outliers.for_node("n1") == ["pa"] and outliers.for_node("n2") == ["pb"]
+    outliers.lines["a"] = []  # its own trainer had none this round
+    assert outliers.for_node("n1") == ["pb"] and RewardOutliers().for_node("n1") == []

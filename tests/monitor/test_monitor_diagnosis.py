@@ -1,5 +1,5 @@
-"""Each §4 decision procedure on its own (alerting/diagnose.py) over the monitor's evidence reader
-(monitor/evidence.py): the positive case names the cause with live values and sources, the "must not
+"""Each decision procedure on its own (alerting/procedures.py) over the evidence the monitor captures
+(monitor/evidence.py) for the alerts' nodes: the positive case names the cause with live values and sources, the "must not
 claim" negatives name nothing unmeasured, and missing evidence is said to be missing."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from alerting.clock import SimulatedClock
-from alerting.diagnose import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
-from alerting.diagnosis import Case
-from alerting.evidence import NoEvidence
+from alerting.evidence import Evidence
+from alerting.findings import Case
 from alerting.model import Alert
-from monitor.evidence import StoreEvidence
+from alerting.procedures import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
+from monitor.evidence import EvidenceCapture
 from monitor.store import SeriesStore
 
 T0 = 1_767_225_600.0
@@ -19,12 +19,12 @@ NODE = "gpu-01"
 
 
 class World:
-    """A series store and clock to write series into, and the reader over them."""
+    """A series store and clock to write series into, and the capture of what the procedures read."""
 
     def __init__(self, now: float = T0 + 3600) -> None:
         self.store = SeriesStore()
         self.clock = SimulatedClock(now)
-        self.ev = StoreEvidence(self.store, self.clock)
+        self.ev = EvidenceCapture(self.store)
 
     def put(self, name: str, t: np.ndarray, v: np.ndarray, **labels: str) -> None:
         s = self.store.get_or_create(name, {"node": NODE, **labels})
@@ -36,7 +36,8 @@ class World:
                 self.ev.nonfinite_log.add(s, ti)
 
     def case(self, *alerts: Alert, **config: str) -> Case:
-        return Case(list(alerts), dict(config), self.ev)
+        nodes = {a.labels["node"] for a in alerts}  # as the pipeline captures: the firing alerts' nodes
+        return Case(list(alerts), dict(config), self.ev.capture(self.clock.now(), nodes))
 
 
 def alert(name: str, starts: float, value: float | None = None, **labels: str) -> Alert:
@@ -77,7 +78,7 @@ def test_reward_model_must_not_claim_with_healthy_rewards() -> None:
 
 
 def test_reward_model_missing_evidence_is_said() -> None:
-    f = reward_model(Case([alert("RewardVarianceSpike", T0)], {}, NoEvidence(T0)))
+    f = reward_model(Case([alert("RewardVarianceSpike", T0)], {}, Evidence(T0)))
     assert f is not None and not f.cause and f.missing == ["reward mean not measured (no verl_reward_mean samples)"]
 
 
@@ -110,7 +111,7 @@ def test_kl_coef_must_not_claim_when_live_value_is_in_range_even_if_config_says_
 
 
 def test_kl_coef_missing_live_value() -> None:
-    f = kl_coef(Case([alert("KLDriftDetected", T0)], {"kl_coef": "0.2"}, NoEvidence(T0)))
+    f = kl_coef(Case([alert("KLDriftDetected", T0)], {"kl_coef": "0.2"}, Evidence(T0)))
     assert f is not None and not f.cause
     assert f.missing == ["live kl_coef not measured (no verl_kl_coef samples); config says 0.2 (verl_config_info)"]
 
@@ -193,3 +194,54 @@ def test_undetermined_diagnosis_reports_what_it_checked() -> None:
     d = diagnose(["data_loading", "kl_coef"], w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="8"))
     assert not d.cause and d.root_cause.startswith("Not determined from the evidence: tokens/s fell")
     assert d.annotations()["diagnosis"] == "undetermined"
+
+
+def test_captured_evidence_is_a_copy_for_the_alerts_nodes_only() -> None:
+    w = World()
+    t = grid()
+    w.put("verl_kl_coef", t, np.zeros(len(t)))
+    other = w.store.get_or_create("verl_kl_coef", {"node": "gpu-99"})
+    assert other is not None
+    other.append(T0, 0.5)
+    ev = w.ev.capture(w.clock.now(), {NODE}, {NODE: {"kl_coef": "0.2"}})
+    assert [s.labels["node"] for s in ev.series] == [NODE] and ev.config == {NODE: {"kl_coef": "0.2"}}
+    live = w.store.get_or_create("verl_kl_coef", {"node": NODE})
+    assert live is not None
+    live.append(T0 + 7200, 0.3)  # the store moves on; what was handed forward does not
+    latest = ev.latest("verl_kl_coef", NODE)
+    assert latest is not None and latest.value == 0.0 and ev.latest("verl_kl_coef", "gpu-99") is None
+
+
+def test_the_pipeline_hands_evidence_forward_with_alerts_and_refreshes_it_while_they_fire(tmp_path) -> None:  # noqa: ANN001
+    from monitor.pipeline import Pipeline
+    from monitor.rules import load_rules
+
+    class Engine:
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[str], Evidence | None]] = []
+
+        def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None:
+            self.calls.append(([a.name for a in alerts], evidence))
+
+    rules = tmp_path / "r.yaml"
+    rules.write_text("rules:\n  - {alert: KLDriftDetected, severity: P2, select: verl_kl_divergence,\n"
+                     "     detector: {type: threshold, op: '>', value: 1}}\n")
+    clock, engine = SimulatedClock(T0), Engine()
+    pipe = Pipeline(load_rules(rules), clock, engine=engine)
+    kl = pipe.series("verl_kl_divergence", {"node": NODE, "job": "verl"})
+    coef_series = pipe.series("verl_kl_coef", {"node": NODE, "job": "verl"})
+    info = pipe.series("verl_config_info", {"node": NODE, "job": "verl", "kl_coef": "0.2"})
+    assert kl is not None and coef_series is not None and info is not None
+    for i in range(6):
+        clock.advance(2.0)
+        pipe.observe(kl, clock.now(), 5.0)
+        pipe.observe(coef_series, clock.now(), 0.0 if i < 3 else 0.1)
+        pipe.tick()
+    (names, first), *refreshes = engine.calls
+    assert names == ["KLDriftDetected"] and first is not None
+    assert first.config[NODE]["kl_coef"] == "0.2"  # config labels travel with the evidence, not pushed
+    assert first.latest("verl_kl_coef", NODE).value == 0.0
+    # while it fires, fresh evidence follows every REDIAGNOSE_S (5 s) with no alert in it
+    assert refreshes and all(n == [] for n, _ in refreshes)
+    assert refreshes[-1][1].latest("verl_kl_coef", NODE).value == 0.1
+    pipe.close()

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from alerting.clock import SimulatedClock
+from alerting.evidence import Evidence
 from alerting.model import Alert
 from monitor.cli import main
 from monitor.config import DEFAULT_TARGET, ConfigError, default_config, target_from_url
@@ -32,11 +33,8 @@ class Recorder:
     def __init__(self) -> None:
         self.submitted: list[Alert] = []
 
-    def submit(self, alerts: list[Alert]) -> None:
+    def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None:
         self.submitted += alerts
-
-    def tick(self) -> None:
-        pass
 
 
 def prometheus_trainer_down(status: str = "firing") -> dict[str, Any]:

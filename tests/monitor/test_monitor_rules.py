@@ -66,6 +66,18 @@ def test_rule_errors_name_the_key(tmp_path: Path, text: str, needle: str) -> Non
     assert needle in str(exc.value) and str(f) in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_compound_durations_mean_the_same_as_in_correlation_rules(tmp_path: Path) -> None:
+    """One parser: `1h30m` in a monitor rule is what it is in alerting's correlation rules."""
+    from alerting.durations import parse_duration as alerting_duration
+
+    f = tmp_path / "r.yaml"
+    f.write_text("rules:\n  - {alert: X, severity: P1, for: 1h30m, keep_firing_for: 2m30s, select: up,\n"
+                 "     detector: {type: threshold, op: '>', value: 1}}\n")
+    (rule,) = load_rules(f)
+    assert rule.for_s == 5400.0 == alerting_duration("1h30m", "window")
+    assert rule.keep_firing_for_s == 150.0
+
+
 def test_selector_matchers() -> None:
     s = parse_selector('verl_oom_events_total{component=~"reward.*", node!="x"}')
     assert s.matches("verl_oom_events_total", {"component": "reward_model", "node": "a"})

@@ -49,6 +49,7 @@ class Monitor:
             assert series is not None
             self.pipe.observe(series, self.clock.now(), 1.0 if hot else 0.0)
             self.pipe.tick()
+            self.engine.tick()  # simulated time: the engine's timers run when the clock moves
 
     def pages(self) -> list[str]:
         return [a["status"] for r in self.robot.received for a in r.body["alerts"]]

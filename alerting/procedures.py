@@ -1,21 +1,25 @@
-"""Diagnosis stage: the article's §4 paths as small decision procedures over live evidence.
+"""The diagnosis procedures: one small decision procedure per failure path (reward cliff, KL penalty off,
+rollout backlog, memory growth, data loading), each over the evidence the monitor handed forward.
 
-Each procedure runs when its trigger alert is among a case's members, reads the live series it needs
-through the ``EvidenceReader`` plus the ``verl_config_info`` labels, and returns a ``Finding``
-(``alerting/diagnosis.py``): a cause only when it *measured* one, every sentence citing its value and
+Each procedure runs when one of its trigger alerts is among a case's members, reads the series it needs
+from the case's ``Evidence`` plus the ``verl_config_info`` labels, and returns a ``Finding``
+(``alerting/findings.py``): a cause only when it *measured* one, every sentence citing its value and
 source, and otherwise the facts that rule a cause out and the evidence that was missing.
 
 Adding a path: write ``def my_path(case: Case) -> Finding | None`` (None when its trigger is absent),
-register it in ``PROCEDURES`` and list it under ``diagnose:`` of a correlation rule (alerting/README.md).
+decorate it with ``@procedure(triggers=...)``, add the series it reads to ``EVIDENCE_SERIES`` and list it
+under ``diagnose:`` of a correlation rule (alerting/README.md). ``TRIGGERS`` and ``EXPLAINS`` are derived
+from the decorations, so the table cannot disagree with the procedures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from alerting.diagnosis import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, key, when
+from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, when
 
-# The article's thresholds (§4), named once.
+# Thresholds of the failure paths, named once.
 REWARD_NEAR_ZERO = 0.05   # |reward mean| at or below this is "~0"
 REWARD_CLIFF = 0.1        # ... or at most this fraction of its level before the alerts
 KL_COEF_RANGE = (0.1, 0.5)
@@ -26,6 +30,35 @@ LOADER_RISE = 2.0         # the dataloader's time per step at least doubled ...
 LOADER_MIN_RISE_S = 0.02  # ... by at least 20 ms
 GPU_BUSY = 0.6            # utilisation at or above this is "normal" for a training GPU
 LOOKBACK_S = 600.0        # "before the alerts" = the 10 min before the earliest member's start
+
+# Every series a procedure reads: the monitor captures these (on the firing alerts' nodes) and hands them
+# forward as ``Evidence``; a series missing here is "not measured" to the procedure.
+EVIDENCE_SERIES = frozenset({
+    "verl_reward_mean", "verl_kl_coef", "verl_kl_divergence", "verl_nonfinite_steps_total", "verl_global_step",
+    "verl_rollout_buffer_age_seconds", "verl_rollout_workers_alive", "verl_rollout_buffer_size",
+    "verl_gpu_memory_total_bytes", "verl_gpu_memory_used_bytes", "verl_actor_tokens_per_second",
+    "verl_dataloader_wait_seconds", "verl_stage_seconds", "verl_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL",
+})
+
+
+@dataclass(frozen=True)
+class Procedure:
+    run: Callable[[Case], Finding | None]
+    triggers: frozenset[str]  # it runs when one of these alerts is among the members
+    explains: frozenset[str]  # the alerts its measured cause accounts for: its triggers and the ones it reads
+
+
+PROCEDURES: dict[str, Procedure] = {}
+
+
+def procedure(triggers: tuple[str, ...], also_explains: tuple[str, ...] = ()) -> Callable[
+        [Callable[[Case], Finding | None]], Callable[[Case], Finding | None]]:
+    """Register a decision procedure under its function name with the alerts that trigger it."""
+    def register(fn: Callable[[Case], Finding | None]) -> Callable[[Case], Finding | None]:
+        PROCEDURES[fn.__name__] = Procedure(fn, frozenset(triggers), frozenset(triggers) | frozenset(also_explains))
+        return fn
+    return register
+
 
 REWARD_CHECK = ("python -c \"from verl.models.reward import load_reward_model; "
                 "print(load_reward_model('<{}>').score(['Q: What is RL? A: ...']))\"")
@@ -39,9 +72,10 @@ def _before(case: Case, name: str, node: str | None, match: dict[str, str] | Non
 
 # ---- loss diverges / reward cliff -------------------------------------------------------------------
 
+@procedure(triggers=("NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"))
 def reward_model(case: Case) -> Finding | None:
     """Reward mean ~0 or NaN -> the reward model's loading or input format."""
-    trig = case.names & {"NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"}
+    trig = case.names & PROCEDURES["reward_model"].triggers
     if not trig:
         return None
     node = case.node(sorted(trig)[0])
@@ -79,7 +113,7 @@ def reward_model(case: Case) -> Finding | None:
         f.cause = True
         f.summary = "Reward model is not scoring: reward mean " + ("NaN" if "NaN" in facts[0] else "~0")
         f.root_cause.append("; ".join(facts) + ": the reward model fails to load or gets malformed input")
-        where = f"{key('reward.path')} = {path} ({CONFIG_SOURCE})" if path else key("reward.path")
+        where = f"{case.key('reward.path')} = {path} ({CONFIG_SOURCE})" if path else case.key("reward.path")
         if case.config.get("trainer") == "verl":  # volcengine verl has no load_reward_model: its own words
             f.suggestion.append("Check that the reward function scores one sample: call it on one (prompt, response) "
                                 "of the last batch (custom_reward_function.path / reward.custom_reward_function.path, "
@@ -88,7 +122,7 @@ def reward_model(case: Case) -> Finding | None:
         else:
             f.suggestion.append(f"Check that the reward model loads and scores one sample: "
                                 f"load_reward_model({where}).score([...]), e.g. "
-                                f"{REWARD_CHECK.format(path or key('reward.path'))}; "
+                                f"{REWARD_CHECK.format(path or case.key('reward.path'))}; "
                                 "then check the prompt/response format fed to it")
         return f
     if mean is None:
@@ -101,6 +135,7 @@ def reward_model(case: Case) -> Finding | None:
     return f
 
 
+@procedure(triggers=("KLDriftDetected",))
 def kl_coef(case: Case) -> Finding | None:
     """KL rising with the live kl_coef at 0 or outside 0.1-0.5 -> kl_coef."""
     if "KLDriftDetected" not in case.names:
@@ -127,27 +162,28 @@ def kl_coef(case: Case) -> Finding | None:
             since = case.since_text(held, node)
             state = "the KL penalty is off" if live.value == 0 else f"outside the expected {lo}-{hi}"
             f.cause, f.summary = True, f"KL penalty {'off' if live.value == 0 else 'mis-set'}: kl_coef = {coef(live.value)}"
-            f.root_cause.append(f"{key('kl_coef')} = {coef(live.value)} {since} (verl_kl_coef{says}): {state}, "
+            f.root_cause.append(f"{case.key('kl_coef')} = {coef(live.value)} {since} (verl_kl_coef{says}): {state}, "
                                 f"and {rise}")
             target = conf if conf is not None and lo <= float(_num(conf, -1)) <= hi else "0.2"
-            f.suggestion.append(f"Set {key('kl_coef')} back to {target} (live {coef(live.value)}, expected {lo}-{hi}) "
+            f.suggestion.append(f"Set {case.key('kl_coef')} back to {target} (live {coef(live.value)}, expected {lo}-{hi}) "
                                 f"and find what changed it {since} (adaptive KL controller target, an override)")
             return f
-        f.checked.append(f"{key('kl_coef')} = {coef(live.value)} is within {lo}-{hi} (verl_kl_coef{says})")
+        f.checked.append(f"{case.key('kl_coef')} = {coef(live.value)} is within {lo}-{hi} (verl_kl_coef{says})")
         f.missing.append(f"{rise} with the penalty on; the learning rate and reward scale are not exported")
         return f
     c = _num(conf, None)
     if c is not None and (c == 0 or not lo <= c <= hi):
         f.cause, f.summary = True, f"KL penalty {'off' if c == 0 else 'mis-set'}: kl_coef = {coef(c)} in config"
-        f.root_cause.append(f"{key('kl_coef')} = {coef(c)} ({CONFIG_SOURCE}; the live verl_kl_coef is not measured), "
+        f.root_cause.append(f"{case.key('kl_coef')} = {coef(c)} ({CONFIG_SOURCE}; the live verl_kl_coef is not measured), "
                             f"and {rise}")
-        f.suggestion.append(f"Set {key('kl_coef')} to 0.1-0.5 (now {coef(c)})")
+        f.suggestion.append(f"Set {case.key('kl_coef')} to 0.1-0.5 (now {coef(c)})")
         return f
     f.missing.append("live kl_coef not measured (no verl_kl_coef samples)"
                      + (f"; config says {conf} ({CONFIG_SOURCE})" if conf is not None else ""))
     return f
 
 
+@procedure(triggers=("RolloutBacklog",))
 def rollout_backlog(case: Case) -> Finding | None:
     """Buffer age > 30 min -> rollout_worker_num."""
     alert = case.member("RolloutBacklog")
@@ -171,20 +207,21 @@ def rollout_backlog(case: Case) -> Finding | None:
     alive = ev.latest("verl_rollout_workers_alive", node)
     parts = [f"oldest rollout sample is {fmt(round(value / 60, 1))} min old ({src} > 30 min)"]
     if workers is not None:
-        parts.append(f"{key('rollout_worker_num')} = {fmt(workers)} ({CONFIG_SOURCE})")
+        parts.append(f"{case.key('rollout_worker_num')} = {fmt(workers)} ({CONFIG_SOURCE})")
     if alive is not None:
         parts.append(f"{fmt(alive.value)} worker(s) alive (verl_rollout_workers_alive)")
     f.cause, f.summary = True, "Rollout backlog: buffer samples older than 30 min"
     f.root_cause.append("Rollouts back up: " + ", ".join(parts))
     if workers is not None:
-        f.suggestion.append(f"Raise {key('rollout_worker_num')} from {fmt(workers)} to {fmt(workers * 2)}")
+        f.suggestion.append(f"Raise {case.key('rollout_worker_num')} from {fmt(workers)} to {fmt(workers * 2)}")
     else:
-        f.suggestion.append(f"Raise {key('rollout_worker_num')} (live value not reported: no {CONFIG_SOURCE})")
+        f.suggestion.append(f"Raise {case.key('rollout_worker_num')} (live value not reported: no {CONFIG_SOURCE})")
     return f
 
 
 # ---- GPU memory keeps rising -----------------------------------------------------------------------
 
+@procedure(triggers=("MemoryLeakSuspected",))
 def memory_growth(case: Case) -> Finding | None:
     """Buffer growing with rollout_buffer_max_size unbounded -> bound it; otherwise a leak with its slope."""
     alert = case.member("MemoryLeakSuspected")
@@ -200,10 +237,10 @@ def memory_growth(case: Case) -> Finding | None:
     max_size = case.cfg_num("rollout_buffer_max_size")
     policy = case.cfg("rollout_buffer_eviction_policy")
     unbounded = max_size is not None and max_size < 0
-    bound = (f"{key('rollout_buffer_max_size')} = {fmt(max_size)} ({'unbounded, ' if unbounded else ''}{CONFIG_SOURCE})"
+    bound = (f"{case.key('rollout_buffer_max_size')} = {fmt(max_size)} ({'unbounded, ' if unbounded else ''}{CONFIG_SOURCE})"
              if max_size is not None else None)
-    fix = (f"Set {key('rollout_buffer_max_size')}: 50000 (now {fmt(max_size) if max_size is not None else 'not reported'}) "
-           f"and {key('rollout_buffer_eviction_policy')}: fifo or priority"
+    fix = (f"Set {case.key('rollout_buffer_max_size')}: 50000 (now {fmt(max_size) if max_size is not None else 'not reported'}) "
+           f"and {case.key('rollout_buffer_eviction_policy')}: fifo or priority"
            + (f" (now {policy})" if policy else ""))
     growing = buf is not None and buf.rising and buf.last - buf.first >= max(10.0, BUFFER_MIN_GROWTH * abs(buf.first))
     grew = (f"the rollout buffer grew {fmt(round(buf.first))} -> {fmt(round(buf.last))} samples "
@@ -217,7 +254,7 @@ def memory_growth(case: Case) -> Finding | None:
         f.cause, f.summary = True, "GPU memory grows with the rollout buffer"
         f.root_cause.append(f"{mem} while {grew}" + (f", bounded by {bound}" if bound else
                                                     f"; its bound is not reported (no {CONFIG_SOURCE})"))
-        f.suggestion.append(f"Lower {key('rollout_buffer_max_size')}" + (f" from {fmt(max_size)}" if max_size else "")
+        f.suggestion.append(f"Lower {case.key('rollout_buffer_max_size')}" + (f" from {fmt(max_size)}" if max_size else "")
                             + " if memory runs out before the buffer fills; otherwise it levels off at the bound")
         return f
     if buf is not None:
@@ -252,6 +289,7 @@ def memory_growth(case: Case) -> Finding | None:
 LOADER_SERIES = (("verl_dataloader_wait_seconds", None), ("verl_stage_seconds", {"stage": "dataloader"}))
 
 
+@procedure(triggers=("ThroughputDrop",), also_explains=("CPUBoundBottleneck",))
 def data_loading(case: Case) -> Finding | None:
     """Throughput down with the dataloader's time up (or num_workers 0 / CPU-bound) -> data loading."""
     if "ThroughputDrop" not in case.names:
@@ -290,14 +328,14 @@ def data_loading(case: Case) -> Finding | None:
         facts.append("host CPU-bound (CPUBoundBottleneck)")
     settings = []
     if workers is not None:
-        settings.append(f"{key('data.num_workers')} = {fmt(workers)}")
+        settings.append(f"{case.key('data.num_workers')} = {fmt(workers)}")
     if persistent is not None:
-        settings.append(f"{key('data.persistent_workers')} = {persistent}")
+        settings.append(f"{case.key('data.persistent_workers')} = {persistent}")
     if pin is not None:
-        settings.append(f"{key('data.pin_memory')} = {pin}")
+        settings.append(f"{case.key('data.pin_memory')} = {pin}")
     dataset = case.cfg("data.prompt_dataset")
     if dataset is not None:
-        settings.append(f"{key('data.prompt_dataset')} = {dataset}")
+        settings.append(f"{case.key('data.prompt_dataset')} = {dataset}")
     # num_workers 0 is the cause only while the loader's time is not measured: measured steady, it is not
     if not (rose or cpu or (workers == 0 and loader is None)):
         f.checked.append("; ".join(facts) + ": not the data path")
@@ -307,17 +345,17 @@ def data_loading(case: Case) -> Finding | None:
     f.root_cause.append("; ".join(facts) + f": data loading starves the trainer{conf}")
     fixes = []
     if workers is None or workers < 8:
-        fixes.append(f"{key('data.num_workers')}: 8" + (f" (now {fmt(workers)})" if workers is not None else ""))
+        fixes.append(f"{case.key('data.num_workers')}: 8" + (f" (now {fmt(workers)})" if workers is not None else ""))
     if persistent != "true":
-        fixes.append(f"{key('data.persistent_workers')}: true" + (f" (now {persistent})" if persistent else ""))
+        fixes.append(f"{case.key('data.persistent_workers')}: true" + (f" (now {persistent})" if persistent else ""))
     if pin != "true":
-        fixes.append(f"{key('data.pin_memory')}: true" + (f" (now {pin})" if pin else ""))
+        fixes.append(f"{case.key('data.pin_memory')}: true" + (f" (now {pin})" if pin else ""))
     remote = dataset is not None and "://" in dataset and not dataset.startswith("file://")
     text = ("Set " + ", ".join(fixes)) if fixes else "The loader settings are already 8+ workers, persistent, pinned"
     if remote:
-        text += f"; {key('data.prompt_dataset')} is network-backed ({dataset}): cache it locally"
+        text += f"; {case.key('data.prompt_dataset')} is network-backed ({dataset}): cache it locally"
     elif dataset is None:
-        text += f"; if {key('data.prompt_dataset')} is on NFS/S3 (location not reported), cache it locally"
+        text += f"; if {case.key('data.prompt_dataset')} is on NFS/S3 (location not reported), cache it locally"
     f.suggestion.append(text)
     return f
 
@@ -337,24 +375,14 @@ def _num(text: str | None, default):  # noqa: ANN001, ANN202 - float or the give
         return default
 
 
+TRIGGERS: dict[str, frozenset[str]] = {name: p.triggers for name, p in PROCEDURES.items()}
 # the alerts each procedure explains when it found a cause: a later member outside them still pages alone
-TRIGGERS: dict[str, frozenset[str]] = {
-    "reward_model": frozenset({"NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"}),
-    "kl_coef": frozenset({"KLDriftDetected"}),
-    "rollout_backlog": frozenset({"RolloutBacklog"}),
-    "memory_growth": frozenset({"MemoryLeakSuspected"}),
-    "data_loading": frozenset({"ThroughputDrop", "CPUBoundBottleneck"}),
-}
-
-PROCEDURES: dict[str, Callable[[Case], Finding | None]] = {
-    "reward_model": reward_model,
-    "kl_coef": kl_coef,
-    "rollout_backlog": rollout_backlog,
-    "memory_growth": memory_growth,
-    "data_loading": data_loading,
-}
+EXPLAINS: dict[str, frozenset[str]] = {name: p.explains for name, p in PROCEDURES.items()}
+TRIGGER_ALERTS = frozenset().union(*TRIGGERS.values())  # alerts whose diagnosis needs evidence captured
 
 
 def diagnose(paths: list[str], case: Case) -> Diagnosis:
     """Run the named procedures on one case (unknown names are refused when the rules load)."""
-    return Diagnosis([f for name in paths if (f := PROCEDURES[name](case)) is not None])
+    names = case.names
+    return Diagnosis([f for name in paths if names & PROCEDURES[name].triggers
+                      and (f := PROCEDURES[name].run(case)) is not None])

@@ -1,8 +1,9 @@
-"""Diagnosis records and helpers shared by the decision procedures in ``alerting/diagnose.py``.
+"""Diagnosis records (``Case``, ``Finding``, ``Diagnosis``) and the helpers the decision procedures in
+``alerting/procedures.py`` share.
 
 A correlation rule names its procedures (``diagnose: [reward_model, kl_coef, ...]``). When alerts that
 belong to the rule fire, each procedure whose trigger alert is present reads what it needs through an
-``EvidenceReader`` (the monitor's series store) and the live ``verl_config_info`` labels, and returns a
+``EvidenceReader`` (the ``Evidence`` the monitor captured and handed forward) and the live ``verl_config_info`` labels, and returns a
 ``Finding``: whether it *measured* a cause, root-cause and suggestion sentences that each cite the value
 and its source ("kl_coef = 0.0 since step 1200 (verl_kl_coef; config says 0.2)"), the facts it checked
 that rule a cause out, and what evidence was missing. A cause that was not measured is never stated.
@@ -15,29 +16,25 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from alerting.evidence import EvidenceReader, NoEvidence, Reading
+from alerting import vocabulary
+from alerting.evidence import Evidence, EvidenceReader, Reading
 from alerting.model import Alert
 
-# Every config key a diagnosis prints, in ONE place: key -> (spelling printed, verl_config_info label).
-# The spelling column is what a vocabulary for other trainers (e.g. volcengine verl) would rewrite.
-CONFIG_KEYS: dict[str, tuple[str, str]] = {
-    "kl_coef": ("kl_coef", "kl_coef"),
-    "rollout_worker_num": ("rollout_worker_num", "rollout_worker_num"),
-    "rollout_buffer_max_size": ("rollout_buffer_max_size", "rollout_buffer_max_size"),
-    "rollout_buffer_eviction_policy": ("rollout_buffer_eviction_policy", "rollout_buffer_eviction_policy"),
-    "data.num_workers": ("data.num_workers", "data_num_workers"),
-    "data.persistent_workers": ("data.persistent_workers", "data_persistent_workers"),
-    "data.pin_memory": ("data.pin_memory", "data_pin_memory"),
-    "data.prompt_dataset": ("data.prompt_dataset", "data_prompt_dataset"),
-    "reward.path": ("reward.path", "reward_path"),
-    "reward_batch_size": ("reward_batch_size", "reward_batch_size"),
+# Every config key a diagnosis reads -> its verl_config_info label. How a key is *printed* is the
+# vocabulary's business (``alerting/vocabulary.py``): our spelling for our trainer, verl's for a verl run.
+CONFIG_LABELS: dict[str, str] = {
+    "kl_coef": "kl_coef",
+    "rollout_worker_num": "rollout_worker_num",
+    "rollout_buffer_max_size": "rollout_buffer_max_size",
+    "rollout_buffer_eviction_policy": "rollout_buffer_eviction_policy",
+    "data.num_workers": "data_num_workers",
+    "data.persistent_workers": "data_persistent_workers",
+    "data.pin_memory": "data_pin_memory",
+    "data.prompt_dataset": "data_prompt_dataset",
+    "reward.path": "reward_path",
+    "reward_batch_size": "reward_batch_size",
 }
 CONFIG_SOURCE = "verl_config_info"
-
-
-def key(name: str) -> str:
-    """The printed spelling of a config key."""
-    return CONFIG_KEYS[name][0]
 
 
 def fmt(v: float) -> str:
@@ -64,7 +61,7 @@ class Case:
 
     members: list[Alert]
     config: dict[str, str] = field(default_factory=dict)
-    evidence: EvidenceReader = field(default_factory=NoEvidence)
+    evidence: EvidenceReader = field(default_factory=Evidence)
 
     @property
     def names(self) -> set[str]:
@@ -85,9 +82,18 @@ class Case:
         starts = [a.starts_at for a in self.members if a.starts_at]
         return min(starts) if starts else self.evidence.now()
 
+    @property
+    def dialect(self) -> str:
+        """``verl`` when the run reports through volcengine verl (the monitor marks its config labels)."""
+        return vocabulary.VERL if self.config.get("trainer") == "verl" else vocabulary.OURS
+
+    def key(self, name: str) -> str:
+        """A config key as this run's user writes it (verl's key names for a verl run)."""
+        return vocabulary.key(name, self.dialect)
+
     def cfg(self, name: str) -> str | None:
         """A live config value from verl_config_info, None when not reported."""
-        v = self.config.get(CONFIG_KEYS[name][1])
+        v = self.config.get(CONFIG_LABELS[name])
         return None if v in (None, "", "None") else str(v)
 
     def cfg_num(self, name: str) -> float | None:

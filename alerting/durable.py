@@ -69,12 +69,12 @@ def _classify(exc: BaseException) -> str:
 
 
 class StorageHealth:
-    """Failed state writes, as the daemon's /healthz and metrics see them. ``on_error(db, op)`` is called
-    per failure (the monitor counts ``verl_monitor_storage_errors_total{db,op}``)."""
+    """Failed state writes, as the daemon's /healthz and metrics see them. ``error_counts()`` is read by
+    whoever exports them (the monitor's ``verl_monitor_storage_errors_total{db,op}``); nothing is called back."""
 
-    def __init__(self, on_error: Callable[[str, str], None] | None = None) -> None:
-        self.on_error = on_error
+    def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._errors: dict[tuple[str, str], int] = {}  # (db, op) -> failed writes since start
         self._failing: dict[str, str] = {}  # db -> reason of the newest failure, until a write lands
         self._logged: dict[tuple[str, str], float] = {}
         self.notes: dict[str, tuple[float, str]] = {}  # db -> (monotonic, event): moved aside, recreated
@@ -83,14 +83,13 @@ class StorageHealth:
     def failed(self, db: str, op: str, exc: BaseException, path: str | Path | None = None) -> None:
         reason = classify(exc, path)
         with self._lock:
+            self._errors[(db, op)] = self._errors.get((db, op), 0) + 1
             self._failing[db] = f"{db}: {op} failed ({reason}: {str(exc)[:120]})"
             mono = time.monotonic()
             if mono - self._logged.get((db, op), -LOG_EVERY_S) >= LOG_EVERY_S:
                 self._logged[(db, op)] = mono
                 log.error("%s: %s failed (%s: %s); kept in memory and retried with backoff, counted in "
                           "verl_monitor_storage_errors_total, logged at most once a minute", db, op, reason, exc)
-        if self.on_error is not None:
-            self.on_error(db, op)
 
     def ok(self, db: str) -> None:
         if db in self._failing:
@@ -101,6 +100,11 @@ class StorageHealth:
     def note(self, db: str, text: str) -> None:
         log.error("%s: %s", db, text)
         self.notes[db] = (time.monotonic(), text)
+
+    def error_counts(self) -> dict[tuple[str, str], int]:
+        """(db, op) -> failed writes since start: a monotone count, exported as a counter."""
+        with self._lock:
+            return dict(self._errors)
 
     def reasons(self) -> list[str]:
         """Databases whose writes are failing now (/healthz answers 503 while there are any)."""

@@ -48,7 +48,8 @@ class Daemon:
         self.config = config
         self.clock = SteadyClock(clock or SystemClock())  # wall-clock steps are absorbed (timeline.py)
         self.metrics = MonitorMetrics()
-        self.storage = StorageHealth(lambda db, op: self.metrics.storage_errors.labels(db, op).inc())
+        self.storage = StorageHealth()
+        self.metrics.export_storage_errors(self.storage.error_counts)
         self.eval_error: str | None = None
         self.lock = threading.RLock()
         self.engine: Any = None

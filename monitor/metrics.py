@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 
 class MonitorMetrics:
@@ -25,9 +29,6 @@ class MonitorMetrics:
         self.alerts_firing = Gauge("verl_monitor_alerts_firing", "Alerts currently firing.",
                                    ["alertname", "severity"], registry=r)
         self.series = Gauge("verl_monitor_series", "Series held in the store.", registry=r)
-        self.storage_errors = Counter("verl_monitor_storage_errors",
-                                      "Failed state writes (disk full, read-only, I/O error) by database and operation.",
-                                      ["db", "op"], registry=r)
         self.clock_steps = Counter("verl_monitor_clock_steps", "Wall-clock steps detected (and absorbed).",
                                    registry=r)
         self.eval_failures = Counter("verl_monitor_eval_failures", "Evaluation ticks that raised.", registry=r)
@@ -37,3 +38,21 @@ class MonitorMetrics:
                                        "1 for a rule whose detector window cannot hold its minimum sample count at "
                                        "the series' sampling interval (it would never test): resize it in steps.",
                                        ["alertname", "detector"], registry=r)
+
+    def export_storage_errors(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
+        """``verl_monitor_storage_errors_total{db,op}``, read from the storage health's own count at scrape
+        time (alerting's writers count their failures; nothing in alerting calls into the monitor)."""
+        self.registry.register(_StorageErrors(counts))
+
+
+class _StorageErrors(Collector):
+    def __init__(self, counts: Callable[[], dict[tuple[str, str], int]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("verl_monitor_storage_errors",
+                                     "Failed state writes (disk full, read-only, I/O error) by database and operation.",
+                                     labels=["db", "op"])
+        for (db, op), n in sorted(self.counts().items()):
+            family.add_metric([db, op], n)
+        yield family

@@ -334,15 +334,14 @@ def _case(check: Callable[..., list[str]], *args: str, pending: tuple[str, str] 
 HOUSE = [
     _case(cycles_in, "verl", pending=("C", "ppo_step/checkpoint_state taking the step's parts, not RLTrainer")),
     _case(cycles_in, "monitor"), _case(cycles_in, "alerting"), _case(cycles_in, "harness"),
-    _case(getattr_hooks, pending=("A", "forward-only evidence (no getattr-found set_evidence / set_config_info)")),
-    _case(monitor_hands_alerting_callbacks,
-          pending=("A and B", "no set_plot_store, no StorageHealth callback from the daemon into alerting")),
-    _case(notifier_fetches, pending=("A", "the plot travelling with the alert (the WeCom notifier's GET goes)")),
+    _case(getattr_hooks),
+    _case(monitor_hands_alerting_callbacks),
+    _case(notifier_fetches),
     _case(step_takes_trainer, pending=("C", "ppo_step taking the step's parts")),
-    _case(daemon_too_long, pending=("B", "the daemon that only schedules")),
+    _case(daemon_too_long),
     _case(long_modules, "verl", pending=("C", "checkpoint/manager.py and data/guards.py split")),
-    _case(long_modules, "monitor", pending=("B", "monitor/daemon.py split into sources and a scheduler")),
-    _case(long_modules, "alerting", pending=("A", "alerting/engine.py split into the stage pipeline")),
+    _case(long_modules, "monitor"),
+    _case(long_modules, "alerting"),
 ]
 
 

@@ -50,6 +50,7 @@ from monitor.sources import prom_api
 from monitor.sources.dmon import DmonParser
 from monitor.sources.prom_text import Target, scrape
 from monitor.sources.scrape_cache import ScrapeCache
+from monitor.sources.scrape_http import ScrapeClient
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, OffsetStore, RunLiveness, writer_holds
 from monitor.store import series_key
@@ -470,7 +471,7 @@ class Daemon:
         if self.engine is not None:
             self.engine.start_delivery()
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))
-        async with httpx.AsyncClient(limits=limits) as client:
+        async with ScrapeClient(limits=limits) as client:  # scrapes on h11, the trainers' API on httpx
             tasks = [asyncio.create_task(self._scrape_loop(client, t)) for t in self.config.targets]
             if self._want_outliers:
                 await self._refresh_outliers(client)  # bounded by each target's 2 s cap

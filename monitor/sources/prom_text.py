@@ -216,7 +216,7 @@ def _families_fast(text: str, batch: SourceBatch, scan: _Scan) -> list[_Family]:
             if fam.name.endswith("_total"):
                 fam.name = fam.name[: -len("_total")]
             else:
-                fam.samples = [(n + "_total", lb, v, ts) for n, lb, v, ts in fam.samples]
+                fam.samples = [(sys.intern(n + "_total"), lb, v, ts) for n, lb, v, ts in fam.samples]
     return families
 
 
@@ -241,7 +241,7 @@ def _parse_line(line: str) -> RawSample | None:
         if ms is None:
             return None
         ts = ms / 1000
-    return name, labels, value, ts
+    return sys.intern(name), labels, value, ts  # one name string for all series of a metric
 
 
 def _unescape(m: re.Match[str]) -> str:

@@ -260,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         "query_range_per_second": round((q1 - q0) / (w1 - w0), 3) if q0 is not None and q1 is not None else None,
         "cpu_count": os.cpu_count(), "loadavg_1m": [round(load0, 2), round(load1, 2)],
     }
+    if not source:  # a starved monitor skips scrapes and then uses less CPU: this shows whether it kept up
+        result["monitor_scrapes_ingested"] = sum(1 for t, _ in stats["ingest_lags"] if w0 <= t <= w1)
+        result["scrapes_due"] = int(info["targets"] * (w1 - w0) / 5.0)
     result.update(lag_breakdown(stats, w0, w1))
     if args.fault_after is not None:  # null: the fault was not shown, or not detected, within the run
         fired = stats["first_fired"].get(FAULT_ALERT)

@@ -199,32 +199,36 @@ class Cluster:
         return server
 
 
-# The injected fault, a trainer counter step: the first node's reward model runs out of memory once
+# The injected fault, a trainer counter step: one node's reward model runs out of memory once
 # (RewardModelOOM: counter_increase, no `for`). A per-job series, so the Prometheus-source mode reads it too.
 FAULT_LINE = 'verl_oom_events_total{component="reward"}'
 
 
-def inject_fault(cluster: Cluster) -> None:
-    (series,) = [s for s in cluster.parts["/gpu-000/trainer"][1] if s.prefix == FAULT_LINE]
+def inject_fault(cluster: Cluster, node: int = 0) -> None:
+    (series,) = [s for s in cluster.parts[f"/gpu-{node:03d}/trainer"][1] if s.prefix == FAULT_LINE]
     series.value += 1
 
 
-def serve_main(nodes: int, gpus: int, fault_at: float | None = None, fault_file: str | None = None) -> int:
-    """``fault_at`` (``time.monotonic()``, system-wide): the first rebuild from then on shows the fault;
-    the moment those bodies are served is written to ``fault_file``."""
+def serve_main(nodes: int, gpus: int, faults: list[float] | None = None, fault_file: str | None = None) -> int:
+    """``faults``: ``time.monotonic()`` instants (system-wide clock); the i-th shows on node ``gpu-<i>`` at
+    the first rebuild from then on, and the moments those bodies are served are written to ``fault_file``
+    (node -> time)."""
     cluster = Cluster(nodes, gpus)
     server = cluster.serve()
     lines = sum(b.count(b"\n") for b in cluster.bodies.values())
     print(json.dumps({"port": server.server_address[1], "targets": len(cluster.bodies), "lines": lines}), flush=True)
+    pending = dict(enumerate(faults or []))
+    shown: dict[str, float] = {}
     while True:
         time.sleep(PERIOD_S)
-        fault = fault_at is not None and time.monotonic() >= fault_at
-        if fault:
-            inject_fault(cluster)
+        due = [n for n, at in pending.items() if time.monotonic() >= at and n < nodes]
+        for n in due:
+            inject_fault(cluster, n)
+            del pending[n]
         cluster.rebuild()
-        if fault and fault_file:
-            Path(fault_file).write_text(json.dumps({"fault_shown_at": time.monotonic()}))
-            fault_at = None
+        if due and fault_file:
+            shown.update({f"gpu-{n:03d}": time.monotonic() for n in due})
+            Path(fault_file).write_text(json.dumps(shown))
 
 
 # ---- the monitor, instrumented ------------------------------------------------------------------------
@@ -248,7 +252,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
     # where each eval lag went: (tick end, scrape = fetch + parse, ingest, wait for the tick, tick)
     lag_parts: list[tuple[float, float, float, float, float]] = []
     loop_lags: list[tuple[float, float]] = []  # how late a 100 ms timer fires: the event loop's backlog
-    first_fired: dict[str, float] = {}  # alert name -> time.monotonic() of its first firing transition
+    first_fired: dict[str, float] = {}  # "alertname node" -> time.monotonic() of its first firing transition
     lock = threading.Lock()
     real_scrape, real_ingest, real_tick = daemon_mod.scrape, d.ingest, d.pipeline.tick
 
@@ -278,7 +282,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
         t1 = time.monotonic()
         for alert in out or ():
             if alert.status == "firing":
-                first_fired.setdefault(alert.name, t1)
+                first_fired.setdefault(f"{alert.name} {alert.labels.get('node', '')}", t1)
         ticks.append((t1, t1 - t0))
         eval_lags.extend((t1, t1 - s) for s, *_ in seen)
         lag_parts.extend((t1, scraped - s, done - begun, t0 - done, t1 - t0) for s, done, scraped, begun in seen)
@@ -355,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-monitor", help=argparse.SUPPRESS)
     p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     p.add_argument("--stats", help=argparse.SUPPRESS)
-    p.add_argument("--fault-at", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--fault-at", type=float, nargs="*", help=argparse.SUPPRESS)
     p.add_argument("--fault-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:

@@ -22,10 +22,12 @@ with ``monitor/examples/prometheus-source.yaml`` every ``--source-interval``. ``
 is the load it puts on Prometheus (Prometheus' own ``prometheus_http_requests_total``);
 ``prometheus_cpu_cores`` then includes answering those queries.
 
-``--fault-after S``: the load generator shows a fault ``S`` seconds into the measured window (node
-``gpu-000``'s ``verl_oom_events_total{component="reward"}`` steps by 1 at its next 5 s rebuild);
-``detection_delay_seconds`` = the monitor's first ``RewardModelOOM`` firing - the moment the generator first
-served the fault, in either mode (scraping the trainer directly, or reading it back from Prometheus).
+``--fault-after S [--faults K --fault-every E]``: the load generator shows a fault ``S`` seconds into the
+measured window and then every ``E`` s, ``K`` in all, each on the next node (``gpu-<i>``'s
+``verl_oom_events_total{component="reward"}`` steps by 1 at its next 5 s rebuild); ``detection_delays_seconds``
+= per fault, the monitor's first ``RewardModelOOM`` firing for that node - the moment the generator first
+served it, in either mode (scraping the trainer directly, or reading it back from Prometheus); the
+faults fall at different phases of the monitor's cycle, so their spread is the delay's distribution.
 """
 
 from __future__ import annotations
@@ -174,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source-interval", default="15s", help="prometheus-source: the monitor's query interval")
     p.add_argument("--fault-after", type=float, metavar="SECONDS",
                    help="inject the load generator's fault (one reward-model OOM on one node) this long into the "
-                        f"measured window; detection_delay_seconds = first {FAULT_ALERT} firing - fault shown")
+                        f"measured window; detection delay = first {FAULT_ALERT} firing - fault shown")
+    p.add_argument("--faults", type=int, default=1, help="faults to inject, each on the next node")
+    p.add_argument("--fault-every", type=float, default=20.0, help="seconds between the faults")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
     args = p.parse_args(argv)
     binary = shutil.which(args.prometheus)
@@ -192,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="verl-monitor-vs-prom-"))
     children: list[subprocess.Popen[Any]] = []
     try:
-        fault = (["--fault-at", str(time.monotonic() + args.warmup + args.fault_after),
+        first = time.monotonic() + args.warmup + (args.fault_after or 0.0)
+        fault = (["--fault-at", *(str(first + i * args.fault_every) for i in range(args.faults)),
                   "--fault-file", str(work / "fault.json")] if args.fault_after is not None else [])
         gen = subprocess.Popen([sys.executable, str(SCALE), "--serve", "--nodes", str(args.nodes),
                                 "--gpus", str(args.gpus), *fault], stdout=subprocess.PIPE, text=True)
@@ -235,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         head = prom_head_series(prom_port)
         mon.wait(timeout=120)
         stats = json.loads((work / "stats.json").read_text())
-        shown = json.loads((work / "fault.json").read_text())["fault_shown_at"] if (work / "fault.json").exists() else None
+        shown = json.loads((work / "fault.json").read_text()) if (work / "fault.json").exists() else {}
     finally:
         for child in reversed(children):
             if child.poll() is None:
@@ -264,11 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         result["monitor_scrapes_ingested"] = sum(1 for t, _ in stats["ingest_lags"] if w0 <= t <= w1)
         result["scrapes_due"] = int(info["targets"] * (w1 - w0) / 5.0)
     result.update(lag_breakdown(stats, w0, w1))
-    if args.fault_after is not None:  # null: the fault was not shown, or not detected, within the run
-        fired = stats["first_fired"].get(FAULT_ALERT)
-        result["fault_shown_after_s"] = round(shown - w0, 1) if shown is not None else None
-        result["detection_delay_seconds"] = (round(fired - shown, 2) if shown is not None and fired is not None
-                                             and fired >= shown else None)
+    if args.fault_after is not None:  # null: shown but not detected within the run
+        fired = {node: stats["first_fired"].get(f"{FAULT_ALERT} {node}") for node in sorted(shown)}
+        result["faults_shown"] = len(shown)
+        result["detection_delays_seconds"] = [round(f - shown[n], 2) if f is not None and f >= shown[n] else None
+                                              for n, f in fired.items()]
+        found = sorted(d for d in result["detection_delays_seconds"] if d is not None)
+        result["detection_delay_median_seconds"] = found[len(found) // 2] if found else None
+        result["detection_delay_max_seconds"] = found[-1] if found else None
     if not args.json:
         for k, v in result.items():
             print(f"{k:28s} {v}")

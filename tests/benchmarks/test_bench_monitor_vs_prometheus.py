@@ -9,7 +9,7 @@ from benchmarks.monitor_vs_prometheus import lag_breakdown
 def test_the_fault_steps_one_counter_of_one_node_and_nothing_else() -> None:
     cluster = Cluster(2, 2)
     before = {p: b.decode().splitlines() for p, b in cluster.bodies.items()}
-    inject_fault(cluster)
+    inject_fault(cluster, 0)
     cluster.rebuild()
     changed = {p: [(a, b) for a, b in zip(before[p], body.decode().splitlines(), strict=True)
                    if a.startswith(FAULT_LINE) or b.startswith(FAULT_LINE)]

@@ -137,9 +137,8 @@ class ScrapeClient(httpx.AsyncClient):
             if u.scheme != "http" or u.userinfo:
                 route = None
             else:
-                port = u.port or 80
-                host_header = u.host if u.port is None else f"{u.host}:{port}"
-                route = (u.host, port, u.raw_path or b"/", host_header.encode("idna"))
+                # the Host header as httpx writes it: the URL's netloc ([::1]:9100 keeps its brackets)
+                route = (u.host, u.port or 80, u.raw_path or b"/", u.netloc)
             self._routes[url] = route
         return route  # type: ignore[return-value]
 

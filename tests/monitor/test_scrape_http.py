@@ -207,3 +207,27 @@ def test_tls_and_credentials_stay_on_httpx(url: str, plain: bool) -> None:
         async with ScrapeClient() as client:
             return client.plain(url)
     assert run(go()) is plain
+
+
+def test_the_request_names_the_same_host_path_and_accept_as_httpx() -> None:
+    async def go() -> list[dict[str, str]]:
+        seen: list[bytes] = []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            seen.append(await read_request(reader))
+            writer.write(answer(BODY, "Connection: close"))
+            await writer.drain()
+            writer.close()
+        server, url, _ = await serve(handle)
+        for client in (httpx.AsyncClient(), ScrapeClient()):
+            async with client:
+                await scrape(client, Target("t", url + "?collect=dcgm"), time.time())  # type: ignore[arg-type]
+        server.close()
+        out = []
+        for raw in seen:
+            line, *headers = raw.decode().split("\r\n")
+            fields = {k.lower(): v for k, v in (h.split(": ", 1) for h in headers if h)}
+            out.append({"line": line, "host": fields["host"], "accept": fields["accept"]})
+        return out
+    old, new = run(go())  # type: ignore[misc]
+    assert new == old and new["line"] == "GET /metrics?collect=dcgm HTTP/1.1"

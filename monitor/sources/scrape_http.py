@@ -6,7 +6,7 @@ HTTP/1.1 state machine httpx itself is built on) over asyncio streams cost 0.17-
 one request shape (GET, no redirects, no cookies, no proxies), so the layers above h11 are all overhead.
 
 ``ScrapeClient`` *is* an ``httpx.AsyncClient``: every other request of the daemon (the trainers' API),
-``https://`` targets and URLs with credentials keep httpx. Its scrapes answer as httpx's did: the same
+``https://`` targets, URLs with credentials and hosts an environment ``HTTP_PROXY`` applies to keep httpx. Its scrapes answer as httpx's did: the same
 ``ScrapeFailed`` reasons (``http_<status>``, ``body_size_limit``, ``connecterror``, ``readerror``,
 ``writeerror``, ``remoteprotocolerror``, ``decodingerror``), gzip/deflate bodies decoded, the body size
 limit counted on the decoded bytes and checked against ``Content-Length`` first. The whole-request
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 import zlib
 from typing import Any
 
@@ -134,13 +135,20 @@ class ScrapeClient(httpx.AsyncClient):
         route = self._routes.get(url, False)
         if route is False:
             u = httpx.URL(url)
-            if u.scheme != "http" or u.userinfo:
+            if u.scheme != "http" or u.userinfo or self._proxied(u.host):
                 route = None
             else:
                 # the Host header as httpx writes it: the URL's netloc ([::1]:9100 keeps its brackets)
                 route = (u.host, u.port or 80, u.raw_path or b"/", u.netloc)
             self._routes[url] = route
         return route  # type: ignore[return-value]
+
+    def _proxied(self, host: str) -> bool:
+        """An HTTP_PROXY from the environment applies to this host: httpx honours it, so httpx scrapes it."""
+        if not self.trust_env:
+            return False
+        proxy = urllib.request.getproxies().get("http")
+        return bool(proxy) and not urllib.request.proxy_bypass(host)
 
     def plain(self, url: str) -> bool:
         return self._route(url) is not None

@@ -231,3 +231,13 @@ def test_the_request_names_the_same_host_path_and_accept_as_httpx() -> None:
         return out
     old, new = run(go())  # type: ignore[misc]
     assert new == old and new["line"] == "GET /metrics?collect=dcgm HTTP/1.1"
+
+
+def test_a_host_behind_an_environment_proxy_stays_on_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+
+    async def go() -> tuple[bool, bool]:
+        async with ScrapeClient() as client:
+            return client.plain("http://gpu-01:9400/metrics"), client.plain("http://127.0.0.1:9400/metrics")
+    assert run(go()) == (False, True)

@@ -199,14 +199,36 @@ class Cluster:
         return server
 
 
-def serve_main(nodes: int, gpus: int) -> int:
+# The injected fault, a trainer counter step: one node's reward model runs out of memory once
+# (RewardModelOOM: counter_increase, no `for`). A per-job series, so the Prometheus-source mode reads it too.
+FAULT_LINE = 'verl_oom_events_total{component="reward"}'
+
+
+def inject_fault(cluster: Cluster, node: int = 0) -> None:
+    (series,) = [s for s in cluster.parts[f"/gpu-{node:03d}/trainer"][1] if s.prefix == FAULT_LINE]
+    series.value += 1
+
+
+def serve_main(nodes: int, gpus: int, faults: list[float] | None = None, fault_file: str | None = None) -> int:
+    """``faults``: ``time.monotonic()`` instants (system-wide clock); the i-th shows on node ``gpu-<i>`` at
+    the first rebuild from then on, and the moments those bodies are served are written to ``fault_file``
+    (node -> time)."""
     cluster = Cluster(nodes, gpus)
     server = cluster.serve()
     lines = sum(b.count(b"\n") for b in cluster.bodies.values())
     print(json.dumps({"port": server.server_address[1], "targets": len(cluster.bodies), "lines": lines}), flush=True)
+    pending = dict(enumerate(faults or []))
+    shown: dict[str, float] = {}
     while True:
         time.sleep(PERIOD_S)
+        due = [n for n, at in pending.items() if time.monotonic() >= at and n < nodes]
+        for n in due:
+            inject_fault(cluster, n)
+            del pending[n]
         cluster.rebuild()
+        if due and fault_file:
+            shown.update({f"gpu-{n:03d}": time.monotonic() for n in due})
+            Path(fault_file).write_text(json.dumps(shown))
 
 
 # ---- the monitor, instrumented ------------------------------------------------------------------------
@@ -220,30 +242,37 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
 
     cfg = load_config(config)
     d = daemon_mod.Daemon(cfg)
-    started: dict[int, float] = {}
-    pending: list[tuple[float, float]] = []  # (scrape start, ingest done) awaiting an evaluation
+    started: dict[int, tuple[float, float]] = {}  # id(batch) -> (scrape start, scrape returned)
+    # (scrape start, ingest done, scrape returned, ingest started) awaiting an evaluation
+    pending: list[tuple[float, float, float, float]] = []
     # (time.monotonic() at the event, value): CLOCK_MONOTONIC is system-wide, the driver filters by its window
     ingest_lags: list[tuple[float, float]] = []
     eval_lags: list[tuple[float, float]] = []
     ticks: list[tuple[float, float]] = []
     gauge: list[tuple[float, float]] = []
+    # where each eval lag went: (tick end, scrape = fetch + parse, ingest, wait for the tick, tick)
+    lag_parts: list[tuple[float, float, float, float, float]] = []
+    loop_lags: list[tuple[float, float]] = []  # how late a 100 ms timer fires: the event loop's backlog
+    first_fired: dict[str, float] = {}  # "alertname node" -> time.monotonic() of its first firing transition
     lock = threading.Lock()
     real_scrape, real_ingest, real_tick = scrape_mod.scrape, d.ingest, d.pipeline.tick
 
     async def timed_scrape(client: Any, target: Any, now: float) -> Any:
         t0 = time.monotonic()
         batch, duration, up = await real_scrape(client, target, now)
-        started[id(batch)] = t0
+        started[id(batch)] = (t0, time.monotonic())
         return batch, duration, up
 
     def timed_ingest(batch: Any, target: str | None = None, seen: float | None = None) -> None:
+        begun = time.monotonic()
         real_ingest(batch, target, seen)
-        t0 = started.pop(id(batch), None)
-        if t0 is not None:
+        times = started.pop(id(batch), None)
+        if times is not None:
+            t0, scraped = times
             done = time.monotonic()
             with lock:
                 ingest_lags.append((done, done - t0))
-                pending.append((t0, done))
+                pending.append((t0, done, scraped, begun))
 
     def timed_tick() -> Any:
         t0 = time.monotonic()
@@ -252,8 +281,12 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
             pending[:] = [p for p in pending if p[1] > t0]
         out = real_tick()
         t1 = time.monotonic()
+        for alert in out or ():
+            if alert.status == "firing":
+                first_fired.setdefault(f"{alert.name} {alert.labels.get('node', '')}", t1)
         ticks.append((t1, t1 - t0))
-        eval_lags.extend((t1, t1 - s) for s, _ in seen)
+        eval_lags.extend((t1, t1 - s) for s, *_ in seen)
+        lag_parts.extend((t1, scraped - s, done - begun, t0 - done, t1 - t0) for s, done, scraped, begun in seen)
         gauge.append((t1, d.metrics.eval_lag._value.get()))
         return out
 
@@ -261,8 +294,15 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
     d.ingest = timed_ingest  # type: ignore[method-assign]
     d.pipeline.tick = timed_tick  # type: ignore[method-assign]
 
+    async def probe() -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.1)
+            loop_lags.append((time.monotonic(), time.monotonic() - t - 0.1))
+
     async def run() -> None:
         task = asyncio.create_task(d.run())
+        asyncio.create_task(probe())  # noqa: RUF006 - ends with the loop
         await asyncio.sleep(seconds)
         d.stop()
         await task
@@ -283,7 +323,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
         asyncio.run(run())
     Path(stats_path).write_text(json.dumps({
         "t_start": t_start, "ingest_lags": ingest_lags, "eval_lags": eval_lags, "ticks": ticks,
-        "gauge": gauge, "profile": hot, "series": len(d.pipeline.store), "firing": sorted({a.name for a in d.pipeline.book.firing()}),
+        "gauge": gauge, "profile": hot, "first_fired": first_fired, "lag_parts": lag_parts, "loop_lags": loop_lags, "series": len(d.pipeline.store), "firing": sorted({a.name for a in d.pipeline.book.firing()}),
         "errors": {f"{s.labels.get('target', '')}:{s.labels.get('reason', '')}": s.value
                    for m in d.metrics.scrape_errors.collect() for s in m.samples if s.name.endswith("_total")},
     }))
@@ -320,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-monitor", help=argparse.SUPPRESS)
     p.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     p.add_argument("--stats", help=argparse.SUPPRESS)
+    p.add_argument("--fault-at", type=float, nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--fault-file", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve:
-        return serve_main(args.nodes, args.gpus)
+        return serve_main(args.nodes, args.gpus, args.fault_at, args.fault_file)
     if args.run_monitor:
         return monitor_main(args.run_monitor, args.seconds, args.stats, args.profile)
     if args.nodes < 1 or args.gpus < 1 or args.duration <= 0:

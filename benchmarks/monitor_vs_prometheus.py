@@ -21,6 +21,13 @@ evaluates ``prometheus/rules/verl-monitor-source.yml``; the monitor scrapes noth
 with ``monitor/examples/prometheus-source.yaml`` every ``--source-interval``. ``query_range_per_second``
 is the load it puts on Prometheus (Prometheus' own ``prometheus_http_requests_total``);
 ``prometheus_cpu_cores`` then includes answering those queries.
+
+``--fault-after S [--faults K --fault-every E]``: the load generator shows a fault ``S`` seconds into the
+measured window and then every ``E`` s, ``K`` in all, each on the next node (``gpu-<i>``'s
+``verl_oom_events_total{component="reward"}`` steps by 1 at its next 5 s rebuild); ``detection_delays_seconds``
+= per fault, the monitor's first ``RewardModelOOM`` firing for that node - the moment the generator first
+served it, in either mode (scraping the trainer directly, or reading it back from Prometheus); the
+faults fall at different phases of the monitor's cycle, so their spread is the delay's distribution.
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
+
+FAULT_ALERT = "RewardModelOOM"  # what the generator's fault (monitor_scale.inject_fault) must raise
 
 SIDE_BY_SIDE_RULES = ("verl-recording.yml", "verl-alerts.yml")  # the rules Prometheus evaluates for users
 SOURCE_RULES = ("verl-monitor-source.yml",)  # added in --mode prometheus-source: what the monitor reads
@@ -136,6 +145,24 @@ def prom_query(port: int, expr: str) -> float | None:
         return None
 
 
+LAG_PARTS = ("scrape", "ingest", "wait", "tick")  # fetch + parse, ingest, wait for the next tick, the tick
+
+
+def lag_breakdown(stats: dict[str, Any], w0: float, w1: float) -> dict[str, Any]:
+    """Where the eval lag goes: each part's p99 over the window's scrapes, the parts' mean over the
+    slowest 1 % of them (what the eval-lag p99 is made of), and the event loop's own timer lateness p99."""
+    from benchmarks.monitor_scale import p99
+
+    rows = [r[1:] for r in stats.get("lag_parts", []) if w0 <= r[0] <= w1]
+    if not rows:
+        return {}
+    worst = sorted(rows, key=sum)[-max(1, len(rows) // 100):]
+    return {"eval_lag_parts_p99": {k: p99([r[i] for r in rows]) for i, k in enumerate(LAG_PARTS)},
+            "eval_lag_worst_1pct_mean_parts": {k: round(sum(r[i] for r in worst) / len(worst), 4)
+                                               for i, k in enumerate(LAG_PARTS)},
+            "event_loop_lag_p99_seconds": p99([v for t, v in stats.get("loop_lags", []) if w0 <= t <= w1])}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=125)
@@ -147,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mode", choices=("side-by-side", "prometheus-source"), default="side-by-side",
                    help="prometheus-source: Prometheus scrapes, the monitor reads it (monitor/examples/prometheus-source.yaml)")
     p.add_argument("--source-interval", default="15s", help="prometheus-source: the monitor's query interval")
+    p.add_argument("--fault-after", type=float, metavar="SECONDS",
+                   help="inject the load generator's fault (one reward-model OOM on one node) this long into the "
+                        f"measured window; detection delay = first {FAULT_ALERT} firing - fault shown")
+    p.add_argument("--faults", type=int, default=1, help="faults to inject, each on the next node")
+    p.add_argument("--fault-every", type=float, default=20.0, help="seconds between the faults")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
     args = p.parse_args(argv)
     binary = shutil.which(args.prometheus)
@@ -164,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="verl-monitor-vs-prom-"))
     children: list[subprocess.Popen[Any]] = []
     try:
+        first = time.monotonic() + args.warmup + (args.fault_after or 0.0)
+        fault = (["--fault-at", *(str(first + i * args.fault_every) for i in range(args.faults)),
+                  "--fault-file", str(work / "fault.json")] if args.fault_after is not None else [])
         gen = subprocess.Popen([sys.executable, str(SCALE), "--serve", "--nodes", str(args.nodes),
-                                "--gpus", str(args.gpus)], stdout=subprocess.PIPE, text=True)
+                                "--gpus", str(args.gpus), *fault], stdout=subprocess.PIPE, text=True)
         children.append(gen)
         assert gen.stdout is not None
         info = json.loads(gen.stdout.readline())
@@ -205,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         head = prom_head_series(prom_port)
         mon.wait(timeout=120)
         stats = json.loads((work / "stats.json").read_text())
+        shown = json.loads((work / "fault.json").read_text()) if (work / "fault.json").exists() else {}
     finally:
         for child in reversed(children):
             if child.poll() is None:
@@ -229,6 +265,18 @@ def main(argv: list[str] | None = None) -> int:
         "query_range_per_second": round((q1 - q0) / (w1 - w0), 3) if q0 is not None and q1 is not None else None,
         "cpu_count": os.cpu_count(), "loadavg_1m": [round(load0, 2), round(load1, 2)],
     }
+    if not source:  # a starved monitor skips scrapes and then uses less CPU: this shows whether it kept up
+        result["monitor_scrapes_ingested"] = sum(1 for t, _ in stats["ingest_lags"] if w0 <= t <= w1)
+        result["scrapes_due"] = int(info["targets"] * (w1 - w0) / 5.0)
+    result.update(lag_breakdown(stats, w0, w1))
+    if args.fault_after is not None:  # null: shown but not detected within the run
+        fired = {node: stats["first_fired"].get(f"{FAULT_ALERT} {node}") for node in sorted(shown)}
+        result["faults_shown"] = len(shown)
+        result["detection_delays_seconds"] = [round(f - shown[n], 2) if f is not None and f >= shown[n] else None
+                                              for n, f in fired.items()]
+        found = sorted(d for d in result["detection_delays_seconds"] if d is not None)
+        result["detection_delay_median_seconds"] = found[len(found) // 2] if found else None
+        result["detection_delay_max_seconds"] = found[-1] if found else None
     if not args.json:
         for k, v in result.items():
             print(f"{k:28s} {v}")

@@ -38,6 +38,7 @@ from monitor.rules import load_rule_files
 from monitor.sources.base import Round, Source
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape import ScrapeSource
+from monitor.sources.scrape_http import ScrapeClient
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
@@ -187,7 +188,7 @@ class Daemon:
         self.pipeline.annotator.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
         alerting_stage.start(self.pipeline, self.engine, self.config, base)
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))
-        async with httpx.AsyncClient(limits=limits) as client:
+        async with ScrapeClient(limits=limits) as client:  # scrapes on h11, the trainers' API on httpx
             sources = build_sources(self.config, client, self.metrics.registry, self._want_outliers)
             self.intake.caches.update((s.metric, s.target.cache) for s in sources if isinstance(s, ScrapeSource))
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]

@@ -29,22 +29,23 @@ def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
 class Series:
     """One series' recent history in a fixed-size ring (oldest samples overwritten)."""
 
-    __slots__ = ("name", "labels", "key", "id", "_t", "_v", "_n", "_head", "last_t", "last_v",
+    __slots__ = ("name", "labels", "key", "id", "_tv", "_n", "_head", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity")
 
-    def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "") -> None:
+    def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
+                 key: SeriesKey | None = None) -> None:
         self.name = name
         self.labels = labels
-        self.key = series_key(name, labels)
+        self.key = key if key is not None else series_key(name, labels)  # the store's own key: one tuple
         self.id = sid
         self.source = source      # the source (scrape target, log) that created it: whose budget it uses
         self.seen = -math.inf     # monitor clock time the series last appeared in its source's input
         self.gone = False         # evicted: whoever still holds it (a scrape cache) must let it go
         # The ring grows by doubling up to ``capacity``, so a series holds memory for the history it has
         # (53 000 rings of 4096 from the start touched ~8 KB each within a minute: most of the RSS).
+        # Times and values share one (2, n) array: one numpy object per series, not two (~130 B each).
         self._capacity = capacity
-        self._t = np.empty(min(capacity, FIRST_RING))
-        self._v = np.empty(min(capacity, FIRST_RING))
+        self._tv = np.empty((2, min(capacity, FIRST_RING)))
         self._n = 0
         self._head = 0
         self.last_t = -math.inf
@@ -57,26 +58,26 @@ class Series:
         a scrape interval or, for a per-step log, the step time. Cached until the next sample."""
         if self._interval_at == self.last_t:
             return self._interval
-        cap = len(self._t)
+        cap = self._tv.shape[1]
         k = min(self._n, n + 1)
         if k < 4:
             return 0.0
         idx = (self._head - k + np.arange(k)) % cap
-        self._interval = float(np.median(np.diff(self._t[idx])))
+        self._interval = float(np.median(np.diff(self._tv[0, idx])))
         self._interval_at = self.last_t
         return self._interval
 
     def append(self, t: float, value: float) -> float:
         """Store a sample (in base units: the source converted it); returns the value."""
         v = value
-        cap = len(self._t)
+        tv = self._tv
+        cap = tv.shape[1]
         if self._n == cap < self._capacity:  # full before it ever wrapped: head is 0, order is kept
             cap = min(2 * cap, self._capacity)
-            self._t = np.concatenate([self._t, np.empty(cap - self._n)])
-            self._v = np.concatenate([self._v, np.empty(cap - self._n)])
+            tv = self._tv = np.concatenate([tv, np.empty((2, cap - self._n))], axis=1)
             self._head = self._n
-        self._t[self._head] = t
-        self._v[self._head] = v
+        tv[0, self._head] = t
+        tv[1, self._head] = v
         self._head = (self._head + 1) % cap
         self._n = min(self._n + 1, cap)
         self.last_t, self.last_v = t, v
@@ -86,12 +87,13 @@ class Series:
 
     def window(self, since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
         """Samples with t >= since, oldest first (copies)."""
-        cap = len(self._t)
-        if self._n < cap:
-            t, v = self._t[: self._n], self._v[: self._n]
+        tv = self._tv
+        if self._n < tv.shape[1]:
+            t, v = tv[0, : self._n], tv[1, : self._n]
         else:
-            t = np.concatenate([self._t[self._head:], self._t[: self._head]])
-            v = np.concatenate([self._v[self._head:], self._v[: self._head]])
+            h = self._head
+            t = np.concatenate([tv[0, h:], tv[0, :h]])
+            v = np.concatenate([tv[1, h:], tv[1, :h]])
         i = int(np.searchsorted(t, since, side="left"))
         return t[i:].copy(), v[i:].copy()
 
@@ -150,7 +152,7 @@ class SeriesStore:
             self.dropped_by_source[(source, reason)] = self.dropped_by_source.get((source, reason), 0) + 1
             self._on_drop(reason)
             return None
-        s = Series(name, dict(labels), self.limits.capacity, self._next_id, source)
+        s = Series(name, dict(labels), self.limits.capacity, self._next_id, source, key)
         self._next_id += 1
         self._series[key] = s
         self._by_source.setdefault(source, {})[key] = s

@@ -1,5 +1,6 @@
-"""Scrape Prometheus text / OpenMetrics endpoints (trainer, dcgm-exporter, node exporter) with httpx,
-all targets concurrently, each with its own timeout; one bad target never delays or breaks another."""
+"""Scrape Prometheus text / OpenMetrics endpoints (trainer, dcgm-exporter, node exporter) through
+``scrape_http`` (h11 for plain http, httpx otherwise), all targets concurrently, each with its own
+timeout; one bad target never delays or breaks another."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.model import Sample, SourceBatch, resolve_node, with_node
 from monitor.sources.scrape_cache import ScrapeCache
-
-ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+from monitor.sources.scrape_http import ScrapeFailed, fetch
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ def _families_fast(text: str, batch: SourceBatch, scan: _Scan) -> list[_Family]:
             if fam.name.endswith("_total"):
                 fam.name = fam.name[: -len("_total")]
             else:
-                fam.samples = [(n + "_total", lb, v, ts) for n, lb, v, ts in fam.samples]
+                fam.samples = [(sys.intern(n + "_total"), lb, v, ts) for n, lb, v, ts in fam.samples]
     return families
 
 
@@ -241,7 +241,7 @@ def _parse_line(line: str) -> RawSample | None:
         if ms is None:
             return None
         ts = ms / 1000
-    return name, labels, value, ts
+    return sys.intern(name), labels, value, ts  # one name string for all series of a metric
 
 
 def _unescape(m: re.Match[str]) -> str:
@@ -297,32 +297,6 @@ def _families_prometheus_client(text: str, batch: SourceBatch) -> list[_Family]:
     return out
 
 
-class ScrapeFailed(Exception):
-    """A scrape that must count as failed (``up`` 0); ``reason`` is the error counter's label."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-async def _fetch(client: httpx.AsyncClient, target: Target) -> tuple[bytes, str | None]:
-    """Body and charset of one GET; raises ScrapeFailed. The caller bounds it with the deadline."""
-    async with client.stream("GET", target.url, headers={"Accept": ACCEPT}, timeout=target.timeout) as resp:
-        if resp.status_code != 200:
-            raise ScrapeFailed(f"http_{resp.status_code}")
-        limit = target.body_size_limit
-        declared = resp.headers.get("Content-Length", "")
-        if limit and declared.isdigit() and int(declared) > limit:
-            raise ScrapeFailed("body_size_limit")
-        chunks, size = [], 0
-        async for chunk in resp.aiter_bytes():
-            size += len(chunk)
-            if limit and size > limit:
-                raise ScrapeFailed("body_size_limit")
-            chunks.append(chunk)
-        return b"".join(chunks), resp.charset_encoding
-
-
 def over_limit(batch: SourceBatch, target: Target, ours: set[str]) -> str | None:
     """The limit this scrape exceeds (``sample_limit``, ``label_limit``, ``label_value_length_limit``),
     counted on the target's own labels: the ones the monitor attaches (``ours``) are its configuration."""
@@ -367,7 +341,8 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     up = False
     batch = SourceBatch(target.name)
     try:
-        body, charset = await asyncio.wait_for(_fetch(client, target), timeout=target.timeout)
+        body, charset = await asyncio.wait_for(
+            fetch(client, target.url, target.timeout, target.body_size_limit), timeout=target.timeout)
         batch = parse_exposition(body.decode(charset or "utf-8", errors="replace"), now, target.name,
                                  target.node, extra, target.honor_timestamps, target.cache)
         over = over_limit(batch, target, {*extra, "node"})

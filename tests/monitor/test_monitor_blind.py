@@ -26,6 +26,7 @@ from monitor.config import ConfigError, load_config
 from monitor.model import Sample, SourceBatch
 from monitor.sources import prom_api
 from monitor.sources.prom_text import Target, parse_exposition, scrape
+from monitor.sources.scrape_http import ScrapeClient
 from monitor.sources.verl_jsonl import JsonlTail
 
 RULES = {"rules": [{"alert": "RewardModelCircuitOpen", "severity": "P1", "select": "verl_reward_model_circuit_state",
@@ -71,10 +72,13 @@ def body(text: bytes, length: bool = True):  # noqa: ANN201
     return handle
 
 
-def run_scrape(target: Target) -> tuple[SourceBatch, float, bool]:
+CLIENTS = {"h11": ScrapeClient, "httpx": httpx.AsyncClient}  # the daemon's scrapes; TLS targets, the API
+
+
+def run_scrape(target: Target, client: str = "h11") -> tuple[SourceBatch, float, bool]:
     async def go() -> tuple[SourceBatch, float, bool]:
-        async with httpx.AsyncClient() as client:
-            return await scrape(client, target, time.time())
+        async with CLIENTS[client]() as c:
+            return await scrape(c, target, time.time())
     return asyncio.run(go())
 
 
@@ -143,10 +147,11 @@ def test_a_round_that_raises_is_counted_marked_down_and_the_loop_goes_on(tmp_pat
 
 # -- 2. Prometheus scrape semantics ------------------------------------------------------------------
 
-def test_scrape_timeout_is_a_deadline_for_the_whole_request() -> None:
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_scrape_timeout_is_a_deadline_for_the_whole_request(client: str) -> None:
     peer = Peer(drip)  # headers at once, then a byte every 0.3 s: no single read ever times out
     try:
-        batch, duration, up = run_scrape(Target("drip", peer.url, timeout=1.0, interval=2.0))
+        batch, duration, up = run_scrape(Target("drip", peer.url, timeout=1.0, interval=2.0), client)
     finally:
         peer.close()
     assert not up and batch.errors == {"timeout": 1}
@@ -154,12 +159,13 @@ def test_scrape_timeout_is_a_deadline_for_the_whole_request() -> None:
     assert [(s.name, s.value) for s in batch.samples] == [("up", 0.0)]
 
 
+@pytest.mark.parametrize("client", list(CLIENTS))
 @pytest.mark.parametrize("length", [True, False], ids=["content-length", "streamed"])
-def test_body_size_limit_fails_the_scrape(length: bool) -> None:
+def test_body_size_limit_fails_the_scrape(length: bool, client: str) -> None:
     peer = Peer(body(b"verl_global_step 1\n" * 200, length=length))
     try:
-        batch, _, up = run_scrape(Target("big", peer.url, body_size_limit=1000))
-        ok_batch, _, ok_up = run_scrape(Target("big", peer.url, body_size_limit=10_000))
+        batch, _, up = run_scrape(Target("big", peer.url, body_size_limit=1000), client)
+        ok_batch, _, ok_up = run_scrape(Target("big", peer.url, body_size_limit=10_000), client)
     finally:
         peer.close()
     assert not up and batch.errors == {"body_size_limit": 1}

@@ -104,7 +104,7 @@ class MonitorConfig:
     bearer_token: str | None = None
     state_db: Path = Path("verl-monitor/state.db")
     external_url: str | None = None
-    eval_interval: float = 0.5  # p99 alert lag = ingest lag + up to one tick; 0.5 s keeps it < 1 s at 1000 GPUs
+    eval_interval: float = 0.5  # longest wait between ticks; new samples bring the tick forward to a fifth of it
     rules: list[Path] = field(default_factory=list)
     notify_config: Path | None = None
     reward_outliers: bool = True

@@ -29,7 +29,8 @@ FRAMEWORK = [
     "verl_checkpoint_stall_seconds", "verl_checkpoint_failures_total", "verl_heartbeat_timestamp_seconds",
     "verl_config_info",
 ]
-STAGES = ["rollout", "reward", "reference", "critic", "actor_update", "checkpoint", "dataloader"]
+STAGES = ["rollout", "reward", "reference", "old_log_prob", "critic_values", "advantage", "critic", "actor_update",
+          "checkpoint", "dataloader"]
 
 
 def _get(url: str) -> bytes:

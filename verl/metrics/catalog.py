@@ -36,11 +36,15 @@ class MetricSpec:
         return self.name
 
 
-# Stages of one PPO step, in pipeline order; the dashboard stacks them as the article's "flame graph".
+# Stages of one PPO step, in pipeline order; the dashboard stacks them as a flame graph. old_log_prob,
+# critic_values and advantage are the monitor's names for verl's old_log_prob, values and adv timers.
 STAGES: tuple[str, ...] = (
     "rollout",
     "reward",
     "reference",
+    "old_log_prob",
+    "critic_values",
+    "advantage",
     "critic",
     "actor_update",
     "checkpoint",

@@ -94,6 +94,14 @@ class UpdateGuards:
             self.stop_reason = str(exc)
             return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """Each degrader's flags (the same on every rank)."""
+        return {"critic": self.critic.state_dict(), "actor": self.actor.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state.get("critic", {}))
+        self.actor.load_state_dict(state.get("actor", {}))
+
 
 def build_update_guards(cfg: Config, models: Any, reg: MetricsRegistry) -> UpdateGuards:
     """``models``: anything with ``.actor`` and ``.critic`` (the trainer's ``PPOModels``)."""

@@ -89,6 +89,13 @@ class RewardStage:
         pause = any_across_ranks(verdict.skip, self.ctx)
         return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The refill back-off (the same on every rank; the breaker's reward cache is per rank)."""
+        return {"refill_after": self.refill_after}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.refill_after = int(state.get("refill_after", 0))
+
     def note_paused(self, step: int, scored: ScoredBatch) -> None:
         """The guard paused this step's update: say why, once, and count it under the rule's label."""
         label = pause_label(scored.verdict.reason, scored.scores)

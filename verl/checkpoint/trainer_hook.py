@@ -28,8 +28,9 @@ from verl.config import ConfigError
 from .errors import CheckpointError
 from .layout import step_of
 from .lock import DirectoryLocked, DirLock
-from .manager import CheckpointManager, config_hash
+from .manager import CheckpointManager
 from .memory_tier import MemorySnapshotter
+from .restore import config_hash
 from .rollout_cache import DEFAULT_SHARD_BYTES
 from .shapes import short
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl.config.errors import ConfigError
+
 # verl key -> our key
 VERL_ALIASES: dict[str, str] = {
     "data.train_batch_size": "data.batch_size",
@@ -40,7 +42,7 @@ VERL_ALIASES: dict[str, str] = {
 }
 
 
-class AliasConflict(ValueError):
+class AliasConflict(ConfigError):
     pass
 
 

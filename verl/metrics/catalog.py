@@ -1,4 +1,4 @@
-"""The one catalogue of trainer metric names (SPEC §4): names, types, labels and help text.
+"""The one catalogue of trainer metric names (the contract with monitors): names, types, labels, help text.
 
 Everything else — the trainer's prometheus_client registry, the Grafana dashboards, the Prometheus
 rules and the monitor's default rules — is tested against this module, so a rename here is caught

@@ -1,4 +1,4 @@
-"""The trainer's guards: builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data.guards``) from the
+"""The trainer's guards: builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data``) from the
 trainer's config and binds them to its metrics. ``RLTrainer`` only calls what is built here.
 
     reward:   real model -> FaultyReward (faults:) -> OOM counting -> RewardCircuitBreaker
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from verl.config import Config, ConfigError
-from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
+from verl.data.guards import PromptClusters, RolloutValidator
 from verl.data.loader import StepClock
+from verl.data.reward_guard import RewardGuard
 from verl.data.semantic_clusters import prompt_clusters
 from verl.fault import CircuitState, DegradedOOMError, OOMDegrader, RewardCircuitBreaker, is_oom
 from verl.metrics.registry import MetricsRegistry
@@ -126,15 +127,12 @@ class DataGuards:
 def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
     d, g = config.data, config.guard
     clock = StepClock(d.guard_step_seconds)
-    try:
-        # semantic loads the embedding model here, at start-up
-        clusters = prompt_clusters(d.dedup_method, cooldown_minutes=d.cooldown_minutes, clock=clock) if d.dedup else None
-        validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
-                                     dropped_counter=registry["verl_rollout_samples_dropped_total"])
-        # counted by the trainer after the all-ranks decision, under the rule's label names
-        reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio, window=g.window)
-    except GuardConfigError as exc:
-        raise ConfigError(str(exc)) from None
+    # a bad guard setting raises GuardConfigError, a ConfigError; semantic loads the embedding model here, at start-up
+    clusters = prompt_clusters(d.dedup_method, cooldown_minutes=d.cooldown_minutes, clock=clock) if d.dedup else None
+    validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
+                                 dropped_counter=registry["verl_rollout_samples_dropped_total"])
+    # counted by the trainer after the all-ranks decision, under the rule's label names
+    reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio, window=g.window)
     return DataGuards(clock, clusters, validator, reward)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from verl.config import Config
 from verl.data.buffer import Rollout, RolloutBuffer
-from verl.data.guards import GuardVerdict
+from verl.data.reward_guard import GuardVerdict
 from verl.fault.circuit_breaker import CircuitState
 from verl.metrics.registry import MetricsRegistry
 from verl.trainer.distributed import DistContext, any_across_ranks, gather_objects

@@ -160,14 +160,6 @@ def validate(config: Config) -> None:
         raise ConfigError("config key 'rollout_buffer_max_size' must be > 0, or -1 for unbounded")
     if config.data.persistent_workers and config.data.num_workers == 0:
         raise ConfigError("config key 'data.persistent_workers' needs data.num_workers > 0")
-    for key in ("data.dedup_method", "metrics.prompt_analysis"):
-        if get_dotted(config, key) == "semantic":
-            # imported here, not at the top: verl.data imports this module
-            from verl.data.embeddings import EXTRA_HINT, semantic_available
-
-            if not semantic_available():
-                raise ConfigError(f"config key '{key}' is semantic but the sentence-embedding model is not "
-                                  f"installed; {EXTRA_HINT}, or set {key}={'minhash' if key.startswith('data') else 'lexical'}")
     if config.metrics.api_token_env is not None:
         if config.metrics.api_token is not None:
             raise ConfigError("config keys 'metrics.api_token' and 'metrics.api_token_env' are exclusive; keep one")

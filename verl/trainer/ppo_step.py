@@ -128,8 +128,11 @@ def ppo_step(p: StepParts, ctx: StepContext, timer: StageTimer) -> StepOutcome:
         adv = advantages_of(p, batch, old, ref, values, ctx.kl_coef)
 
     critic = actor = None
+    train = not (scored.pause or scored.cached_only)
     if scored.pause:
         p.reward_stage.note_paused(step, scored)
+    elif scored.cached_only:
+        p.reward_stage.note_cached_only(step)
     else:  # each update runs through its OOM degrader; None when the run must stop (p.updates.stop_reason)
         with timer("critic"):
             critic = p.updates.run("critic", lambda micro: update_critic(p, batch, adv, micro))
@@ -138,7 +141,7 @@ def ppo_step(p: StepParts, ctx: StepContext, timer: StageTimer) -> StepOutcome:
                 actor = p.updates.run("actor", lambda micro: update_actor(p, batch, old.log_prob, adv, micro))
     critic, actor = critic or UpdateResult(), actor or UpdateResult()
     current_kl = float(core_algos.masked_mean(adv.kl, adv.mask))
-    if not scored.pause:
+    if train:
         m.kl_ctrl.update(mean_across_ranks([current_kl], p.ctx)[0], n_steps=cfg.data.batch_size)
     layers: list[float] = []
     if want_layers and old.hidden is not None and ref.hidden is not None:

@@ -97,7 +97,7 @@ def policy() -> Row:
               width=8, thresholds=[(None, "green"), (1, "red")], threshold_style="dashed"),
         Panel("timeseries", "Batches paused by the reward guard",
               "Updates the reward guard skipped (variance jump x3 or > 5 % extreme rewards), by reason; beside "
-              "them updates skipped on cached rewards only (reward model not answering).",
+              "them actor updates skipped on cached rewards only (reward model not answering).",
               "none", [Target(zero_if_empty(_increase("verl_batches_paused_total", "reason"), "reason"),
                               "{{reason}}"),
                        Target(zero_if_empty(_increase("verl_updates_skipped_total", "reason"), "reason"),

@@ -172,7 +172,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     ),
     MetricSpec(
         "verl_updates_skipped_total", "counter",
-        "Updates skipped for want of a reward signal (cached_rewards: every score served from the reward cache).",
+        "Actor updates skipped for want of a reward signal (cached_rewards: every score from the reward cache).",
         ("reason",), _A,
     ),
     # --- data (every 1000 steps, computed asynchronously) ---

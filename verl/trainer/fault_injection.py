@@ -146,19 +146,15 @@ class FaultyReward:
 
 
 class StepOOM:
-    """``faults.critic_oom_at_step``: the first ``repeat`` attempts of the critic update of that step raise a
-    real ``torch.OutOfMemoryError`` (the exception the CUDA allocator raises), before any work is done. A step
-    whose updates are skipped (a paused batch, cached scores only) passes the fault on to the next critic
-    update, so a planned drill always acts; steps before this process's first step are not (a resumed run
-    does not repeat a drill its predecessor ran). It is the ``OOMDegrader``'s ``injector`` (its public seam);
-    the step is set by a ``STEP_START`` hook. ``add_step`` plans one more such step at run time
-    (``faults.trigger_file``)."""
+    """``faults.critic_oom_at_step``: the first ``repeat`` attempts of that step's critic update raise a
+    real ``torch.OutOfMemoryError`` (the exception the CUDA allocator raises), before any work is done.
+    It is the ``OOMDegrader``'s ``injector`` (its public seam); the step is set by a ``STEP_START`` hook.
+    ``add_step`` plans one more such step at run time (``faults.trigger_file``)."""
 
     def __init__(self, at_step: int | None, repeat: int = 1) -> None:
         self.at_steps: set[int] = set() if at_step is None else {at_step}
         self.repeat = repeat
         self.step = 0
-        self.first_step: int | None = None
         self._fired: dict[int, int] = {}
 
     def add_step(self, step: int) -> None:
@@ -169,17 +165,13 @@ class StepOOM:
 
     def _on_step_start(self, ctx: StepContext) -> None:
         self.step = ctx.step
-        if self.first_step is None:
-            self.first_step = ctx.step
 
     def maybe_raise(self, component: str) -> None:
-        first = self.step if self.first_step is None else self.first_step
-        due = [s for s in self.at_steps if first <= s <= self.step and self._fired.get(s, 0) < self.repeat]
-        if not due:
+        step = self.step
+        if step not in self.at_steps or self._fired.get(step, 0) >= self.repeat:
             return
-        for planned in due:  # plans that piled up over skipped updates act as one drill
-            self._fired[planned] = self._fired.get(planned, 0) + 1
-        raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: {component} update, step {self.step})")
+        self._fired[step] = self._fired.get(step, 0) + 1
+        raise torch.OutOfMemoryError(f"CUDA out of memory (injected fault: {component} update, step {step})")
 
 
 def kill_worker_when_busy(pool: Any, index: int, timeout_s: float = 5.0) -> threading.Thread:

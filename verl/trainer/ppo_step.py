@@ -128,20 +128,19 @@ def ppo_step(p: StepParts, ctx: StepContext, timer: StageTimer) -> StepOutcome:
         adv = advantages_of(p, batch, old, ref, values, ctx.kl_coef)
 
     critic = actor = None
-    train = not (scored.pause or scored.cached_only)
     if scored.pause:
         p.reward_stage.note_paused(step, scored)
-    elif scored.cached_only:
-        p.reward_stage.note_cached_only(step)
     else:  # each update runs through its OOM degrader; None when the run must stop (p.updates.stop_reason)
         with timer("critic"):
             critic = p.updates.run("critic", lambda micro: update_critic(p, batch, adv, micro))
-        if critic is not None:
+        if scored.cached_only:  # no reward signal: the policy stays where it is
+            p.reward_stage.note_cached_only(step)
+        elif critic is not None:
             with timer("actor_update"):
                 actor = p.updates.run("actor", lambda micro: update_actor(p, batch, old.log_prob, adv, micro))
     critic, actor = critic or UpdateResult(), actor or UpdateResult()
     current_kl = float(core_algos.masked_mean(adv.kl, adv.mask))
-    if train:
+    if not scored.pause:
         m.kl_ctrl.update(mean_across_ranks([current_kl], p.ctx)[0], n_steps=cfg.data.batch_size)
     layers: list[float] = []
     if want_layers and old.hidden is not None and ref.hidden is not None:

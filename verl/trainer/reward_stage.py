@@ -104,12 +104,12 @@ class RewardStage:
         self.refill_after = int(state.get("refill_after", 0))
 
     def note_cached_only(self, step: int) -> None:
-        """Every score of this step came from the breaker's cache: the loop goes on, the models do not move.
-        Training on them moved the policy on no signal: cached scores all alike give zero advantages, so
-        only the KL penalty acted and a long hang pulled the policy back to the reference."""
+        """Every score of this step came from the breaker's cache: the loop goes on (the critic too), the
+        policy does not move. Training it on them moved it on no signal: cached scores all alike give zero
+        advantages, so only the KL penalty acted and a long hang pulled the policy back to the reference."""
         if not self._skipping_cached:
             log.warning("reward model not answering: step %d and the next ones run on cached scores only; their "
-                        "updates are skipped until it answers", step)
+                        "actor updates are skipped until it answers", step)
             self._skipping_cached = True
         if self.config.metrics.enabled:
             self.registry["verl_updates_skipped_total"].labels(reason="cached_rewards").inc()

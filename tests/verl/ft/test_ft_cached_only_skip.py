@@ -1,6 +1,6 @@
 """A step whose scores all come from the breaker's cache (the reward model not answering) keeps the loop
-alive but moves neither model: cached scores carry no reward signal, and training on them during a long
-hang pulled the policy back to the reference (the soak's RewardVarianceSpike when the model came back)."""
+alive, the critic update included, but does not move the policy: cached scores carry no reward signal, and
+training on them during a long hang pulled the policy back to the reference."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def skipped(trainer: RLTrainer) -> float:
     return trainer.registry["verl_updates_skipped_total"].labels(reason="cached_rewards")._value.get()
 
 
-def test_steps_on_cached_scores_only_skip_both_updates_and_are_counted() -> None:
+def test_steps_on_cached_scores_only_skip_the_actor_update_and_are_counted() -> None:
     trainer = RLTrainer("ppo_tiny", overrides=[
         "trainer.total_steps=200", "metrics.layer_kl=false", "rollout_worker_num=0", "reward.timeout_s=0.3",
         "reward.probe_interval_s=0.3", "faults.reward_hang_at_step=4", "faults.reward_hang_seconds=2"])
@@ -37,6 +37,6 @@ def test_steps_on_cached_scores_only_skip_both_updates_and_are_counted() -> None
     skips = [r for r in rows if r[3]]
     assert skips, f"no step ran on cached scores only: {rows}"
     assert min(r[0] for r in skips) >= 4  # only from the hang on
-    assert all(r[1] == 0 and r[2] == 0 for r in skips), rows  # neither model moved
+    assert all(r[1] == 0 and r[2] > 0 for r in skips), rows  # the policy stayed, the critic trained
     assert all(r[1] > 0 and r[2] > 0 for r in rows if not r[3]), rows  # every other step trained
     assert not rows[-1][3] and not rows[-2][3], "training did not resume once the reward model answered"

@@ -11,7 +11,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from verl.fault import DegradedOOMError, OOMDegrader
 from verl.trainer.fault_injection import StepOOM
-from verl.trainer.stages import STEP_START, StepContext, StepHooks
 from verl.trainer.update import MicroLoss, minibatch_indices, run_update
 
 
@@ -116,26 +115,3 @@ def test_micro_batches_cover_each_minibatch_once() -> None:
                micro_batches=4, grad_clip=1.0)
     assert seen == list(range(10)) * 2
     assert [len(i) for i in minibatch_indices(10, 4)] == [4, 4, 2]
-
-
-def test_a_drill_planned_on_a_skipped_update_acts_at_the_next_one_once() -> None:
-    def attempts(oom: StepOOM, steps: range, skipped: set[int]) -> list[int]:
-        hooks = StepHooks()
-        oom.register(hooks)
-        raised = []
-        for step in steps:
-            hooks.fire(STEP_START, StepContext(step=step))
-            for _ in range(2) if step not in skipped else ():  # an update and the degrader's retry
-                try:
-                    oom.maybe_raise("critic")
-                except torch.OutOfMemoryError:
-                    raised.append(step)
-        return raised
-
-    # steps 3 and 4 ran on cached scores only (no update): the drill planned for 3 acts at step 5, once
-    assert attempts(StepOOM(at_step=3), range(1, 9), skipped={3, 4}) == [5]
-    assert attempts(StepOOM(at_step=3), range(1, 9), skipped=set()) == [3]
-    piled = StepOOM(at_step=3)
-    piled.add_step(4)
-    assert attempts(piled, range(1, 9), skipped={3, 4}) == [5]  # two plans over skipped steps: one drill
-    assert attempts(StepOOM(at_step=3), range(10, 14), skipped=set()) == []  # a resumed run: not repeated

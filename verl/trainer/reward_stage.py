@@ -57,7 +57,7 @@ class RewardStage:
         its deadline can run out of memory after its step has moved on (the next step sheds then)."""
         self._circuit_was_closed = True
         self._skipping_cached = False
-        """Steps on cached scores only are being skipped (logged once per outage)."""
+        """The actor updates of steps on cached scores only are being skipped (logged once per outage)."""
 
     def run(self, step: int, rollouts: list[Rollout], batch_size: int) -> ScoredBatch:
         self.validate(rollouts)
@@ -90,7 +90,7 @@ class RewardStage:
         else:
             verdict = GuardVerdict(False, None, 0.0, None, 0.0)
         pause = any_across_ranks(verdict.skip, self.ctx)
-        # rows are gathered, so this is the same on every rank (every rank skips its updates, or none)
+        # rows are gathered, so this is the same on every rank (every rank skips its actor update, or none)
         cached_only = bool(rows) and not model
         self._skipping_cached = self._skipping_cached and cached_only
         return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at,

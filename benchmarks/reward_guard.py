@@ -76,7 +76,7 @@ def inject(kind: str, batch: list[float], rng: np.random.Generator) -> list[floa
 
 
 def judge(runs: list[list[Batch]]) -> dict:
-    from verl.data.guards import RewardGuard
+    from verl.data.reward_guard import RewardGuard
 
     rng = np.random.default_rng(0)
     pauses: list[int] = []

@@ -96,9 +96,12 @@ def policy() -> Row:
               [Target(zero_if_empty(_increase("verl_nonfinite_steps_total")), "skipped steps")],
               width=8, thresholds=[(None, "green"), (1, "red")], threshold_style="dashed"),
         Panel("timeseries", "Batches paused by the reward guard",
-              "Updates the reward guard skipped (variance jump x3 or > 5 % extreme rewards), by reason.",
+              "Updates the reward guard skipped (variance jump x3 or > 5 % extreme rewards), by reason; beside "
+              "them actor updates skipped on cached rewards only (reward model not answering).",
               "none", [Target(zero_if_empty(_increase("verl_batches_paused_total", "reason"), "reason"),
-                              "{{reason}}")], width=8),
+                              "{{reason}}"),
+                       Target(zero_if_empty(_increase("verl_updates_skipped_total", "reason"), "reason"),
+                              "skipped: {{reason}}")], width=8),
     ])
 
 

@@ -116,7 +116,7 @@ def test_training_dashboard_shows_the_article_panels() -> None:
     breakdown = by_title["Step time by stage"]
     assert breakdown["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
     assert breakdown["targets"][0]["expr"].startswith("sum by (stage) (verl_stage_seconds")
-    assert len(STAGES) == 7  # the breakdown shows whatever stages the trainer labels; 7 in the catalogue
+    assert len(STAGES) == 10  # the breakdown shows whatever stages the trainer labels; 10 in the catalogue
 
     std = by_title["Reward std (0.8 threshold)"]
     steps = std["fieldConfig"]["defaults"]["thresholds"]["steps"]

@@ -169,3 +169,22 @@ def test_fuzz_cli_argv_parses_or_exits_2(argv: list[str]) -> None:
         build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse's own usage error
         assert exc.code == 2
+
+
+def test_every_bad_input_error_is_a_config_error() -> None:
+    """One base: verl-train reports each as one line with exit code 2, whichever component raised it."""
+    from verl.checkpoint.lock import DirectoryLocked
+    from verl.checkpoint.trainer_hook import FinalSaveFailed, ResumeError
+    from verl.config import ConfigError, load_config
+    from verl.config.aliases import apply_aliases
+    from verl.data.reward_guard import RewardGuard
+    from verl.metrics.server import PortInUseError
+
+    for error in (DirectoryLocked, ResumeError, FinalSaveFailed, PortInUseError):
+        assert issubclass(error, ConfigError), error
+    with pytest.raises(ConfigError, match="guard.variance_jump"):  # raised by the guard itself, not re-wrapped
+        RewardGuard(variance_jump=0.5)
+    with pytest.raises(ConfigError, match="disagree"):  # an alias conflict, straight from the alias table
+        apply_aliases({"data": {"train_batch_size": 8, "batch_size": 16}})
+    with pytest.raises(ConfigError, match="not valid YAML"):  # a YAML error, straight from the safe loader
+        load_config("ppo_tiny", ["trainer.total_steps=[1"])

@@ -19,7 +19,7 @@ def test_two_ranks_keep_identical_parameters() -> None:
     # --standalone: torchrun picks a free loopback rendezvous port itself
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "verl.cli.train", "--config", "ppo_tiny",
-           "trainer.total_steps=3", "data.batch_size=8", "actor.ppo_mini_batch_size=4"]
+           "trainer.total_steps=3", "data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4"]
     # own session: on timeout the ranks die with torchrun instead of lingering in a gloo collective
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# SPEC §4, algorithm and framework levels, written out literally so a rename anywhere is caught here.
+# The contract's metric names, algorithm and framework levels, written out literally so a rename anywhere is caught here.
 ALGORITHM = [
     "verl_global_step", "verl_kl_divergence", "verl_kl_coef", "verl_reward_mean", "verl_reward_std",
     "verl_reward_extreme_ratio", "verl_entropy", "verl_clip_fraction", "verl_advantage_variance",
@@ -29,7 +29,8 @@ FRAMEWORK = [
     "verl_checkpoint_stall_seconds", "verl_checkpoint_failures_total", "verl_heartbeat_timestamp_seconds",
     "verl_config_info",
 ]
-STAGES = ["rollout", "reward", "reference", "critic", "actor_update", "checkpoint", "dataloader"]
+STAGES = ["rollout", "reward", "reference", "old_log_prob", "critic_values", "advantage", "critic", "actor_update",
+          "checkpoint", "dataloader"]
 
 
 def _get(url: str) -> bytes:

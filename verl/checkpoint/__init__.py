@@ -5,7 +5,8 @@ import warnings
 from .digest import digest_checkpoint, digest_models, digest_tensors
 from .errors import CheckpointError
 from .layout import latest_complete, list_steps, rotate
-from .manager import CheckpointManager, LoadedCheckpoint, SaveResult
+from .manager import CheckpointManager, SaveResult
+from .restore import LoadedCheckpoint
 from .rollout_cache import ROLLOUT_CACHE_VERSION
 from .trainer_hook import TrainerCheckpointer, make_checkpointer
 from .verify import FORMAT_VERSION, verify

@@ -14,20 +14,16 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.tensor import DTensor
 
 from .errors import CheckpointError, one_line
 from .safe_load import SafeFileSystemReader, WeightsOnlyLoadPlanner
-
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # pragma: no cover
-    DTensor = None  # type: ignore[assignment,misc]
 
 MODEL_PARTS = ("actor", "critic")
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
-    if DTensor is not None and isinstance(t, DTensor):
+    if isinstance(t, DTensor):
         t = t.full_tensor()  # a collective: every rank must call the digest together
     return t.detach().to("cpu").contiguous()
 

@@ -10,11 +10,12 @@ Pipeline of one save::
                               -> rotate
     a failed save             every rank stops at the same point, rank 0 removes the step's directory
                               (partial shards included), one warning; the next interval saves again
+
+``load`` validates and restores through ``verl.checkpoint.restore`` (the read side).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import queue
@@ -23,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,32 +38,18 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
 )
+
+from verl.utils.clock import Clock, SystemClock
 
 from . import layout, rng
 from . import rollout_cache as rcache
 from .errors import CheckpointError, one_line
-from .safe_load import SafeFileSystemReader, WeightsOnlyLoadPlanner
+from .restore import LoadedCheckpoint, Ranks, config_hash, load_checkpoint
 from .staging import StagingBuffers
-from .verify import DCP_PART_VERSION, FORMAT_VERSION, verify
+from .verify import DCP_PART_VERSION, FORMAT_VERSION
 
 log = logging.getLogger(__name__)
-
-
-class _WallClock:
-    def now(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(max(0.0, seconds))
-
-
-def config_hash(model_config: Mapping[str, Any] | None) -> str | None:
-    if model_config is None:
-        return None
-    return hashlib.sha256(json.dumps(model_config, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _state_of(obj: Any) -> Any:
@@ -76,18 +63,6 @@ class SaveResult:
     stall_s: float  # time the caller was blocked
     write_s: float = 0.0  # background time from staging done to COMPLETE
     error: str | None = None
-
-
-@dataclass
-class LoadedCheckpoint:
-    step: int
-    path: Path
-    meta: dict[str, Any]
-    lr_scheduler: Any = None
-    dataset_state: Any = None
-    kl_value: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    rollout_cache: pa.Table | None = None
 
 
 @dataclass
@@ -133,7 +108,7 @@ class CheckpointManager:
         keep_last: int = 3,
         async_save: bool = True,
         rollout_cache_shard_bytes: int = rcache.DEFAULT_SHARD_BYTES,
-        clock: Any = None,
+        clock: Clock | None = None,
         process_group: Any = None,
         stall_gauge: Any = None,
         last_success_gauge: Any = None,
@@ -148,7 +123,7 @@ class CheckpointManager:
         self.keep_last = keep_last
         self.async_save = async_save
         self.shard_bytes = rollout_cache_shard_bytes
-        self.clock = clock or _WallClock()
+        self.clock = clock or SystemClock()
         self._stall_gauge, self._last_gauge, self._failures = stall_gauge, last_success_gauge, failures_counter
         self._on_saved = on_saved
         self._distributed = dist.is_available() and dist.is_initialized()
@@ -394,88 +369,15 @@ class CheckpointManager:
     def latest_complete(self) -> Path | None:
         return layout.latest_complete(self.root)
 
-    def load(
-        self,
-        ckpt: str | Path | None = None,
-        *,
-        models: Mapping[str, torch.nn.Module],
-        optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
-        lr_scheduler: Any = None,
-        model_config: Mapping[str, Any] | None = None,
-        restore_rng: bool = True,
-        allow_reshard: bool = False,
-    ) -> LoadedCheckpoint | None:
-        """Validate, then restore ``ckpt`` (default: the newest complete one) into the given objects.
-        Returns ``None`` when there is no complete checkpoint; raises ``CheckpointError`` on any defect."""
+    def load(self, ckpt: str | Path | None = None, **options: Any) -> LoadedCheckpoint | None:
+        """Validate, then restore ``ckpt`` (default: the newest complete one) into the given objects
+        (``options``: ``models``, ``optimizers``, … as ``verl.checkpoint.restore.load_checkpoint`` takes
+        them). Returns ``None`` when there is no complete checkpoint; raises ``CheckpointError`` on any defect."""
         path = Path(ckpt) if ckpt is not None else self.latest_complete()
         if path is None:
             return None
-        meta = verify(path)
-        name = path.name
-        saved_strategy = meta.get("strategy") or "ddp"  # checkpoints from before FSDP are DDP ones
-        if self.strategy is not None and saved_strategy != self.strategy:
-            raise CheckpointError(
-                f"strategy mismatch: {name} was written by a {saved_strategy} run, this run uses {self.strategy} "
-                f"(set actor.strategy/critic.strategy back to {saved_strategy}; converting between them is not supported)")
-        saved_ws = meta["world_size"]
-        if saved_ws != self.world_size and not allow_reshard:
-            raise CheckpointError(
-                f"world size mismatch: {name} was saved by {saved_ws} ranks, this run has {self.world_size} "
-                "(relaunch with the same number of ranks; actor.strategy=fsdp runs reshard, "
-                "CheckpointManager.load(allow_reshard=True) does for any)"
-            )
-        want = config_hash(model_config)
-        if want is not None and meta.get("model_config_hash") not in (None, want):
-            raise CheckpointError(f"model config hash mismatch: {name} was saved for a different model configuration")
-        parts = meta["parts"]
-        for pname in list(models) + [f"optim/{o}" for o in optimizers or {}]:
-            if pname not in parts:
-                raise CheckpointError(f"meta mismatch: {name} has no part '{pname}' (parts: {sorted(parts)})")
-        for mname, model in models.items():
-            target = get_model_state_dict(model)
-            self._dcp_load(target, path / mname, f"{name}/{mname}")
-            set_model_state_dict(model, target)
-        for oname, opt in (optimizers or {}).items():
-            target = get_optimizer_state_dict(models[oname], opt)
-            self._dcp_load(target, path / "optim" / oname, f"{name}/optim/{oname}")
-            set_optimizer_state_dict(models[oname], opt, target)
-        if lr_scheduler is not None and meta.get("lr_scheduler") is not None and hasattr(lr_scheduler, "load_state_dict"):
-            try:
-                lr_scheduler.load_state_dict(meta["lr_scheduler"])
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise CheckpointError(f"malformed {name}/meta.json: lr_scheduler ({one_line(exc)[:120]})") from None
-        if restore_rng and saved_ws == self.world_size:
-            try:
-                rng.restore(meta["rng"][self.rank])
-            except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # verify() checked the shape
-                raise CheckpointError(f"malformed {name}/meta.json: rng[{self.rank}] cannot be restored "
-                                      f"({one_line(exc)[:120]})") from None
-        return LoadedCheckpoint(
-            step=meta["global_step"], path=path, meta=meta, lr_scheduler=meta.get("lr_scheduler"),
-            dataset_state=meta.get("dataset"), kl_value=meta.get("kl_controller", {}).get("value"),
-            extra=meta.get("extra") or {}, rollout_cache=self._load_rollout(path, parts.get("rollout_cache"), saved_ws),
-        )
-
-    def _dcp_load(self, target: Any, part_dir: Path, what: str) -> None:
-        reader = SafeFileSystemReader(part_dir)
-        planner = WeightsOnlyLoadPlanner()
-        reader.read_metadata()  # a refused file stops here with its own one line, before DCP wraps it
-        try:
-            if self._distributed:
-                dcp.load(target, storage_reader=reader, planner=planner, process_group=self._pg)
-            else:
-                dcp.load(target, storage_reader=reader, planner=planner, no_dist=True)
-        except (Exception, CheckpointException) as exc:  # DCP raises many kinds; the operator needs one line
-            raise CheckpointError(f"cannot load {what}: {one_line(exc)}") from None
-
-    def _load_rollout(self, path: Path, info: dict[str, Any] | None, saved_ws: int) -> pa.Table | None:
-        if not info:
-            return None
-        shards = info.get("shards", [])
-        if saved_ws == self.world_size:
-            return rcache.read(path / "rollout_cache", [s["file"] for s in shards if s["rank"] == self.rank])
-        table = rcache.read(path / "rollout_cache", [s["file"] for s in shards])
-        return table.take(list(range(self.rank, table.num_rows, self.world_size)))  # resharded round-robin
+        ranks = Ranks(self.rank, self.world_size, self._pg if self._distributed else None)
+        return load_checkpoint(path, ranks, self.strategy, **options)
 
     @property
     def idle(self) -> bool:

@@ -12,11 +12,7 @@ import copy
 from typing import Any
 
 import torch
-
-try:  # DTensor is how sharded (FSDP2 / tensor-parallel) parameters reach us
-    from torch.distributed.tensor import DTensor
-except ImportError:  # pragma: no cover - torch builds without distributed
-    DTensor = None  # type: ignore[assignment,misc]
+from torch.distributed.tensor import DTensor  # how sharded (FSDP2 / tensor-parallel) parameters reach us
 
 Path_ = tuple[Any, ...]
 
@@ -51,7 +47,7 @@ class StagingBuffers:
         return buf
 
     def _walk(self, obj: Any, path: Path_) -> Any:
-        if DTensor is not None and isinstance(obj, DTensor):
+        if isinstance(obj, DTensor):
             local = obj.to_local()
             buf = self._buffer(path, local)
             buf.copy_(local.detach(), non_blocking=False)

@@ -28,8 +28,9 @@ from verl.config import ConfigError
 from .errors import CheckpointError
 from .layout import step_of
 from .lock import DirectoryLocked, DirLock
-from .manager import CheckpointManager, config_hash
+from .manager import CheckpointManager
 from .memory_tier import MemorySnapshotter
+from .restore import config_hash
 from .rollout_cache import DEFAULT_SHARD_BYTES
 from .shapes import short
 
@@ -191,15 +192,13 @@ class TrainerCheckpointer:
         if mem is None or step % self.memory_interval or mem.busy:
             return 0.0
         t0 = time.perf_counter()
-        state = dict(trainer.state_dict())
-        state.pop("rng", None)  # captured by the snapshotter itself
+        state = trainer.state_dict()  # RNG streams are not in it: the snapshotter captures them itself
         models, optimizers = self._objects(trainer)
         mem.snapshot(step, models, optimizers, state, self._model_hash)
         return time.perf_counter() - t0
 
     def _save_to(self, manager: CheckpointManager, trainer: Any, step: int) -> float:
-        state = dict(trainer.state_dict())
-        state.pop("rng", None)
+        state = dict(trainer.state_dict())  # RNG streams are not in it: the manager captures them per rank
         buffer = dict(state.pop("buffer", {}) or {})
         items = buffer.pop("items", [])
         models, optimizers = self._objects(trainer)
@@ -275,11 +274,8 @@ def strategy_of(config: Any) -> str:
 
 
 def _apply_trainer_state(trainer: Any, state: dict[str, Any], what: str) -> None:
-    """``trainer.load_state_dict`` with the RNG streams as already restored (by the manager or the
-    snapshotter); a state the trainer cannot take is a ``ResumeError`` naming ``what``."""
-    from verl.utils.seeding import rng_state
-
-    state["rng"] = rng_state()
+    """``trainer.load_state_dict`` (the RNG streams are restored by the manager or the snapshotter, not
+    by the trainer); a state the trainer cannot take is a ``ResumeError`` naming ``what``."""
     try:
         trainer.load_state_dict(state)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as exc:

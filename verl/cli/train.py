@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         # connection refused is the truth instead: the trainer was restarting.
         trainer.train(resume_from_checkpoint=resuming, resume_or_start=args.resume_or_start,
                       after_first_step=serve if resuming else None)
-    except (ConfigError, PortInUseError) as exc:
+    except ConfigError as exc:  # every bad input, a taken metrics port included
         print(f"verl-train: error: {exc}", file=sys.stderr)
         return 2
     except TrainingStopped as exc:

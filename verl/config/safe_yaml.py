@@ -16,12 +16,14 @@ from typing import Any
 
 import yaml
 
+from verl.config.errors import ConfigError
+
 MAX_CONFIG_BYTES = 8 * 1024**2
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 80
 
 
-class UnsafeYAML(ValueError):
+class UnsafeYAML(ConfigError):
     """The text cannot be read as config; one line naming the source and the fix."""
 
 

@@ -111,6 +111,10 @@ class CriticConfig:
     """Placement, as actor.device."""
     lr: float = 1e-3
     """AdamW learning rate."""
+    ppo_epochs: int = 1
+    """Passes of the critic update over each rollout batch (its own; not actor.ppo_epochs)."""
+    ppo_mini_batch_size: int = 16
+    """Sequences per critic optimizer step, per rank (its own; not actor.ppo_mini_batch_size)."""
     cliprange_value: float = 0.5
     """Value-loss clip range around the old values."""
     grad_clip: float = 1.0

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from verl.config.loader import ConfigError
+from verl.config.errors import ConfigError
 from verl.data.semantic_clusters import prompt_clusters
 
 

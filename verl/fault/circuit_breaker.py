@@ -1,4 +1,4 @@
-"""Reward-model circuit breaker (article §2.2): a hanging or failing reward model must not stall PPO.
+"""Reward-model circuit breaker: a hanging or failing reward model must not stall PPO.
 
     CLOSED --(failure_threshold consecutive timeouts/errors/OOMs)--> OPEN
     OPEN   --(background probe, every probe_interval_s)----------> HALF_OPEN
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from enum import IntEnum
@@ -40,6 +39,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+
+from verl.utils.clock import Clock, SystemClock
 
 from .similarity import NUM_PERM, signatures
 
@@ -59,14 +60,6 @@ class CircuitState(IntEnum):
     CLOSED = 0
     HALF_OPEN = 1
     OPEN = 2
-
-
-class _WallClock:
-    def now(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(max(0.0, seconds))
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -201,7 +194,7 @@ class RewardCircuitBreaker:
         probe_interval_s: float = 5.0,
         deadline_multiplier: float = 0.0,
         deadline_floor_s: float = 0.1,
-        clock: Any = None,
+        clock: Clock | None = None,
         fallback_score: float = 0.0,
         probe_texts: Sequence[str] | None = None,
         state_gauge: Any = None,
@@ -219,7 +212,7 @@ class RewardCircuitBreaker:
         self.model = model
         self.timeout_s, self.failure_threshold, self.probe_interval_s = timeout_s, failure_threshold, probe_interval_s
         self.deadline_multiplier, self.deadline_floor_s = deadline_multiplier, deadline_floor_s
-        self.clock = clock or _WallClock()
+        self.clock = clock or SystemClock()
         self.fallback_score = fallback_score
         self.cache = ScoreCache(cache_size)
         self._probe_texts = list(probe_texts) if probe_texts else None

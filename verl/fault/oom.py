@@ -1,4 +1,4 @@
-"""OOM degradation (article §2.2): an out-of-memory error in a model update switches that model to
+"""OOM degradation: an out-of-memory error in a model update switches that model to
 gradient checkpointing + 4 micro-batches and retries the step, instead of killing the run.
 
 A second OOM while already degraded has nowhere left to go: ``DegradedOOMError`` tells the trainer to

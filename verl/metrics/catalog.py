@@ -1,4 +1,4 @@
-"""The one catalogue of trainer metric names (SPEC §4): names, types, labels and help text.
+"""The one catalogue of trainer metric names (the contract with monitors): names, types, labels, help text.
 
 Everything else — the trainer's prometheus_client registry, the Grafana dashboards, the Prometheus
 rules and the monitor's default rules — is tested against this module, so a rename here is caught
@@ -36,11 +36,15 @@ class MetricSpec:
         return self.name
 
 
-# Stages of one PPO step, in pipeline order; the dashboard stacks them as the article's "flame graph".
+# Stages of one PPO step, in pipeline order; the dashboard stacks them as a flame graph. old_log_prob,
+# critic_values and advantage are the monitor's names for verl's old_log_prob, values and adv timers.
 STAGES: tuple[str, ...] = (
     "rollout",
     "reward",
     "reference",
+    "old_log_prob",
+    "critic_values",
+    "advantage",
     "critic",
     "actor_update",
     "checkpoint",
@@ -165,6 +169,11 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("verl_nonfinite_steps_total", "counter", "Steps skipped for NaN/Inf loss or gradients.", (), _A),
     MetricSpec(
         "verl_batches_paused_total", "counter", "Updates skipped by the reward guard, by reason.", ("reason",), _A
+    ),
+    MetricSpec(
+        "verl_updates_skipped_total", "counter",
+        "Actor updates skipped for want of a reward signal (cached_rewards: every score from the reward cache).",
+        ("reason",), _A,
     ),
     # --- data (every 1000 steps, computed asynchronously) ---
     MetricSpec(

@@ -10,15 +10,12 @@ import logging
 from typing import Any
 
 import psutil
+import pynvml
 
 from verl.metrics.registry import MetricsRegistry
 
 log = logging.getLogger(__name__)
 
-try:
-    import pynvml
-except ImportError:  # pragma: no cover - nvidia-ml-py is a core dependency
-    pynvml = None
 
 
 class HardwareSampler:
@@ -28,8 +25,6 @@ class HardwareSampler:
         self._nvlink_seen: dict[tuple[str, str, str], int] = {}
         self.gpu_model = "cpu"
         psutil.cpu_percent(interval=None)  # first call primes the counter
-        if pynvml is None:
-            return
         try:
             pynvml.nvmlInit()
             self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]

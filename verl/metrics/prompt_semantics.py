@@ -4,8 +4,8 @@
   pairs of the sampled prompts, not a BERTScore-style greedy token matching: all-MiniLM-L6-v2 is trained
   contrastively so that its *sentence* vectors are close for paraphrases (its token vectors carry no
   such promise); all pairs come out of one n×d matrix in O(n·d) (BERTScore needs token-level matching
-  per pair, O(pairs × tokens²), so only a few sampled pairs per report, and noisier); and SPEC §4 names
-  this measure. 0 = every prompt says the same thing, ~0.9 = unrelated questions.
+  per pair, O(pairs × tokens²), so only a few sampled pairs per report, and noisier); and it is the
+  measure the metric's help text promises (mean pairwise cosine distance). 0 = every prompt says the same thing, ~0.9 = unrelated questions.
 - ``mmd_permutation_pvalue``: the ``verl_prompt_shift_pvalue``. Maximum mean discrepancy between the
   reference and the recent window, RBF kernel at the median-distance bandwidth, with a permutation
   p-value. Chosen over per-projection KS tests: MMD is one test over the whole 384-d distribution

@@ -25,6 +25,7 @@ KNOWN_LABELS: dict[str, dict[str, tuple[str, ...]]] = {
     "verl_degraded_mode": {"component": ("actor", "critic")},
     "verl_grad_norm": {"model": ("actor", "critic")},
     "verl_batches_paused_total": {"reason": ("variance_jump", "extreme_ratio", "nonfinite_reward")},
+    "verl_updates_skipped_total": {"reason": ("cached_rewards",)},
 }
 
 

@@ -20,9 +20,11 @@ from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from verl.config.errors import ConfigError
 
-class PortInUseError(OSError):
-    """The metrics port is taken; the message names it and the fix."""
+
+class PortInUseError(ConfigError):
+    """The metrics port is taken (or cannot be bound); the message names it and the fix."""
 
 
 def check_port_free(host: str, port: int) -> None:

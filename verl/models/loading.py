@@ -19,7 +19,7 @@ from transformers import (
     GPT2Model,
 )
 
-from verl.config.loader import ConfigError
+from verl.config.errors import ConfigError
 from verl.config.schema import TinyModelConfig
 from verl.models.tokenizer import ByteTokenizer
 from verl.utils.seeding import derive_seed

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import torch
 
-from verl.config.loader import ConfigError
+from verl.config.errors import ConfigError
 
 
 class Scores(list):

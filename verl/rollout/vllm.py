@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from verl.config.loader import ConfigError
+from verl.config.errors import ConfigError
 from verl.data.buffer import Rollout
 from verl.data.loader import PromptItem
 from verl.utils.clock import Clock

@@ -39,6 +39,16 @@ class PPOModels:
         model_cfg = self.actor.config
         return getattr(model_cfg, "n_layer", None) or getattr(model_cfg, "num_hidden_layers", 0)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The KL controller and both LR schedulers (parameters and optimizers are checkpointed apart)."""
+        return {"kl_ctrl": self.kl_ctrl.state_dict(), "actor_lr_scheduler": self.actor_sched.state_dict(),
+                "critic_lr_scheduler": self.critic_sched.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.actor_sched.load_state_dict(state["actor_lr_scheduler"])
+        self.critic_sched.load_state_dict(state["critic_lr_scheduler"])
+
 
 def n_positions(cfg: Config) -> int:
     return cfg.data.max_prompt_length + cfg.rollout.response_length + 1

@@ -5,66 +5,60 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from verl.config import ConfigError
+from verl.trainer.build import PPOModels
 from verl.trainer.distributed import gather_objects
 from verl.trainer.fsdp import full
-from verl.utils.seeding import load_rng_state, rng_state
-
-if TYPE_CHECKING:
-    from verl.trainer.ppo_trainer import RLTrainer
+from verl.trainer.parts import StepParts
 
 log = logging.getLogger("verl.trainer")
 
 
-def trainer_state(t: RLTrainer) -> dict[str, Any]:
-    """Under torchrun every rank must call it (the checkpoint hook does): each rank's loader offset,
-    prompt-cluster cooldowns, reward cache and drop counts differ, and meta.json is written by rank 0,
-    so they are gathered into ``per_rank``. The reward guard and OOM flags are the same on every rank."""
-    m = t.models
-    local = {"dataloader": t.loader.state_dict(), "reward_cache": t.reward_path.breaker.state_dict(),
-             "validator": t.data_guards.validator.state_dict()}
-    return {"global_step": t.global_step, "dataloader": local["dataloader"], "batch_size": t.config.data.batch_size,
-            "per_rank": gather_objects(local, t.ctx),
-            "kl_ctrl": m.kl_ctrl.state_dict(), "actor_lr_scheduler": m.actor_sched.state_dict(),
-            "critic_lr_scheduler": m.critic_sched.state_dict(), "buffer": t.buffer.state_dict(),
-            "reward_guard": t.data_guards.reward.state_dict(), "refill_after": t.reward_stage.refill_after,
-            "oom": {"critic": t.updates.critic.state_dict(), "actor": t.updates.actor.state_dict()},
-            "rng": rng_state()}
+def trainer_state(parts: StepParts, global_step: int) -> dict[str, Any]:
+    """Each part's ``state_dict`` under one key (RNG streams excluded: the checkpointer captures and
+    restores them per rank itself). Under torchrun every rank must call it (the checkpoint hook does): each
+    rank's loader offset, prompt-cluster cooldowns, reward cache and drop counts differ, and meta.json is
+    written by rank 0, so they are gathered into ``per_rank``. The reward guard and OOM flags are the same on
+    every rank."""
+    local = {"dataloader": parts.loader.state_dict(), "reward_cache": parts.reward_stage.path.breaker.state_dict(),
+             "validator": parts.data_guards.validator.state_dict()}
+    return {"global_step": global_step, "dataloader": local["dataloader"], "batch_size": parts.config.data.batch_size,
+            "per_rank": gather_objects(local, parts.ctx), **parts.models.state_dict(),
+            "buffer": parts.buffer.state_dict(), "reward_guard": parts.data_guards.reward.state_dict(),
+            **parts.reward_stage.state_dict(), "oom": parts.updates.state_dict()}
 
 
-def load_trainer_state(t: RLTrainer, state: dict[str, Any]) -> None:
-    m = t.models
-    t.global_step = int(state["global_step"])
+def load_trainer_state(parts: StepParts, state: dict[str, Any]) -> int:
+    """Loads ``state`` into the parts; returns its global step (the trainer's counter)."""
+    cfg, ctx = parts.config, parts.ctx
     per_rank = state.get("per_rank") or [{"dataloader": state["dataloader"]}]
-    if len(per_rank) == t.ctx.world_size:
-        local = per_rank[t.ctx.rank]
-    elif "fsdp" in (t.config.actor.strategy, t.config.critic.strategy):
-        saved = state.get("batch_size", t.config.data.batch_size)
-        if saved != t.config.data.batch_size:
-            raise ConfigError(f"data.batch_size {t.config.data.batch_size} differs from the checkpoint's {saved}: a "
+    if len(per_rank) == ctx.world_size:
+        local = per_rank[ctx.rank]
+    elif "fsdp" in (cfg.actor.strategy, cfg.critic.strategy):
+        saved = state.get("batch_size", cfg.data.batch_size)
+        if saved != cfg.data.batch_size:
+            raise ConfigError(f"data.batch_size {cfg.data.batch_size} differs from the checkpoint's {saved}: a "
                               f"resharded resume keeps the global batch; set data.batch_size={saved}")
-        local = resharded_rank_state(per_rank, t.ctx.rank, t.ctx.world_size, t.config.data.batch_size)
+        local = resharded_rank_state(per_rank, ctx.rank, ctx.world_size, cfg.data.batch_size)
     else:
         raise ConfigError(f"checkpoint state mismatch: saved by {len(per_rank)} ranks, this run has "
-                          f"{t.ctx.world_size}; relaunch with the same number of ranks (resharding a resume "
+                          f"{ctx.world_size}; relaunch with the same number of ranks (resharding a resume "
                           "needs actor.strategy=fsdp)")
-    t.loader.load_state_dict(local["dataloader"])
+    step = int(state["global_step"])
+    parts.loader.load_state_dict(local["dataloader"])
     if "reward_cache" in local:
-        t.reward_path.breaker.load_state_dict(local["reward_cache"])
+        parts.reward_stage.path.breaker.load_state_dict(local["reward_cache"])
     if "validator" in local:
-        t.data_guards.validator.load_state_dict(local["validator"])
-    t.reward_stage.refill_after = int(state.get("refill_after", 0))
+        parts.data_guards.validator.load_state_dict(local["validator"])
+    parts.reward_stage.load_state_dict(state)
     if "reward_guard" in state:
-        t.data_guards.reward.load_state_dict(state["reward_guard"])
-    for name, degrader in (("critic", t.updates.critic), ("actor", t.updates.actor)):
-        degrader.load_state_dict(state.get("oom", {}).get(name, {}))
-    m.kl_ctrl.load_state_dict(state["kl_ctrl"])
-    m.actor_sched.load_state_dict(state["actor_lr_scheduler"])
-    m.critic_sched.load_state_dict(state["critic_lr_scheduler"])
-    t.buffer.load_state_dict(state["buffer"])
-    load_rng_state(state["rng"])
+        parts.data_guards.reward.load_state_dict(state["reward_guard"])
+    parts.updates.load_state_dict(state.get("oom", {}))
+    parts.models.load_state_dict(state)
+    parts.buffer.load_state_dict(state["buffer"])
+    return step
 
 
 def resharded_rank_state(per_rank: list[dict[str, Any]], rank: int, world_size: int,
@@ -91,10 +85,10 @@ def resharded_rank_state(per_rank: list[dict[str, Any]], rank: int, world_size: 
     return local
 
 
-def param_digest(t: RLTrainer) -> str:
+def param_digest(models: PPOModels) -> str:
     """Over the full parameters: the same for DDP and FSDP, any world size (every rank calls it)."""
     h = hashlib.sha256()
-    for model in (t.models.actor, t.models.critic):
+    for model in (models.actor, models.critic):
         for name, tensor in sorted(model.state_dict().items()):
             h.update(name.encode())
             h.update(full(tensor).detach().cpu().contiguous().numpy().tobytes())

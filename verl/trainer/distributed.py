@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl.config.loader import ConfigError
+from verl.config.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,6 @@ def mean_across_ranks(values: list[float], ctx: DistContext) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(tensor)
     return (tensor / ctx.world_size).tolist()
-
-
-def gather_floats(values: list[float], ctx: DistContext) -> list[float]:
-    if not ctx.distributed:
-        return values
-    out: list[list[float] | None] = [None] * ctx.world_size
-    dist.all_gather_object(out, values)
-    return [v for part in out for v in (part or [])]
 
 
 def shutdown(ctx: DistContext) -> None:

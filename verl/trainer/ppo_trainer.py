@@ -5,12 +5,14 @@
     models                 verl.trainer.build         (actor, reference, critic, optimizers, KL control, rollout)
     guards                 verl.trainer.guards (reward circuit breaker, OOM degraders, guards)
     fault plan             verl.trainer.fault_injection (``faults:`` as hooks at stage boundaries)
-    checkpoint state       verl.trainer.checkpoint_state
+    the step's parts       verl.trainer.parts         (``StepParts``: built once, handed to the step)
+    checkpoint state       verl.trainer.checkpoint_state (each part's state_dict, gathered per rank)
     telemetry              verl.trainer.telemetry     (metrics, /metrics + /health, progress line)
     the step               verl.trainer.ppo_step      (rollout -> reward -> reference -> advantages -> updates)
 
-Plug-in seams: ``reward`` (anything with ``.score(texts)``), ``rollout`` (a ``RolloutEngine``), ``loader``,
-``buffer``, ``checkpointer`` and ``hooks`` (``StepHooks``).
+The trainer keeps what outlives a step: the step counter, the checkpointer and the telemetry. Plug-in seams,
+chosen at construction: ``reward`` (anything with ``.score(texts)``, assignable later), ``checkpointer``;
+the step reads ``rollout``, ``loader``, ``buffer`` and ``hooks`` (``StepHooks``) from ``parts``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
+from verl.checkpoint import make_checkpointer
 from verl.config import Config, ConfigError, TrainingStopped, load_config
 from verl.data.buffer import RolloutBuffer
 from verl.data.loader import PromptDataset, RLDataLoader
@@ -44,9 +47,10 @@ from verl.trainer.distributed import (
 )
 from verl.trainer.fault_injection import install_fault_plan
 from verl.trainer.guards import build_data_guards, build_reward_path, build_update_guards
-from verl.trainer.ppo_step import ppo_step
+from verl.trainer.parts import StepParts
+from verl.trainer.ppo_step import ppo_step, step_stats
 from verl.trainer.reward_stage import RewardStage
-from verl.trainer.stages import StepHooks
+from verl.trainer.stages import STEP_END, StageTimer, StepContext, StepHooks
 from verl.trainer.telemetry import Telemetry
 from verl.utils.clock import Clock, SystemClock
 from verl.utils.seeding import seed_everything
@@ -137,6 +141,8 @@ class RLTrainer:
             checkpointer=self.checkpointer)
         self.telemetry = Telemetry(cfg, self.ctx, self.registry, self.clock, self.buffer, m.n_layers)
         self.metrics = self.telemetry.metrics
+        self.parts = StepParts(cfg, self.ctx, self.placement, m, self.loader, self.buffer, self.data_guards,
+                               self.reward_stage, self.rollout, self.updates, self.hooks, self.registry)
 
         self.global_step = 0
 
@@ -166,14 +172,15 @@ class RLTrainer:
 
     # ---- state for checkpoints (verl.trainer.checkpoint_state) ------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything stateful except model parameters and optimizer state (saved separately)."""
-        return trainer_state(self)
+        """Everything stateful except model parameters, optimizer state and RNG streams (the checkpointer
+        saves and restores those itself)."""
+        return trainer_state(self.parts, self.global_step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_trainer_state(self, state)
+        self.global_step = load_trainer_state(self.parts, state)
 
     def param_digest(self) -> str:
-        return param_digest(self)
+        return param_digest(self.models)
 
     # ---- the loop -------------------------------------------------------------------------------------
     def train(self, resume_from_checkpoint: bool = False, resume_or_start: bool = False,
@@ -248,9 +255,6 @@ class RLTrainer:
         step = None
         if self.checkpointer is not None:
             step = self.checkpointer.resume(self)
-        elif self.checkpoint_dir and glob.glob(str(self.checkpoint_dir / "global_step_*")):
-            raise ConfigError(f"--resume: checkpoints exist in '{self.checkpoint_dir}' but checkpoint support "
-                              "(verl.checkpoint) is not installed; refusing to start over silently")
         if step is not None:
             # rollout worker processes were built with the initial weights: without this the first step
             # after a resume generated from the initial policy (caught by the hot-standby soak: reward
@@ -267,8 +271,31 @@ class RLTrainer:
         log.info("resume requested, no checkpoint found in %s: fresh start (--resume-or-start)", self.checkpoint_dir)
 
     def step(self) -> StepStats:
-        """One PPO step (``verl.trainer.ppo_step``)."""
-        return ppo_step(self)
+        """One PPO step (``verl.trainer.ppo_step``), then the step counter, the checkpoint and the report."""
+        ctx = StepContext(step=self.global_step + 1)
+        timer = StageTimer(self.clock)
+        started = self.clock.monotonic()
+        outcome = ppo_step(self.parts, ctx, timer)
+        self.global_step = ctx.step
+        with timer("checkpoint"):
+            stall = self._maybe_checkpoint(ctx.step)
+        ctx.step_seconds = self.clock.monotonic() - started
+        self.hooks.fire(STEP_END, ctx)
+        stats = step_stats(outcome, ctx, timer.seconds, stall, self.ctx)
+        scored = outcome.scored
+        self.telemetry.observe(stats, scored.valid, scored.taken_at, scored.evicted)
+        return stats
+
+    def _maybe_checkpoint(self, step: int) -> float:
+        """Save on ``checkpoint.interval``, else snapshot to the in-memory tier when the checkpointer has one
+        (``checkpoint.memory_interval``); seconds the step was blocked (nothing after a stop request)."""
+        interval = self.config.checkpoint.interval
+        if self.checkpointer is None or self.stop_reason is not None:
+            return 0.0
+        if interval > 0 and step % interval == 0:
+            return self.checkpointer.save(self, step)
+        snapshot = getattr(self.checkpointer, "snapshot", None)
+        return snapshot(self, step) if snapshot is not None else 0.0
 
     def close(self) -> None:
         self.telemetry.close()
@@ -305,13 +332,8 @@ class _SigtermFlag:
 
 
 def _default_checkpointer(trainer: RLTrainer) -> Checkpointer | None:
-    """The fault-tolerance engineer's ``verl.checkpoint.make_checkpointer`` when present."""
+    """``verl.checkpoint``'s checkpointer over ``checkpoint_dir`` (none without one)."""
     if trainer.checkpoint_dir is None:
-        return None
-    try:
-        from verl.checkpoint import make_checkpointer  # type: ignore[attr-defined]
-    except ImportError:
-        log.warning("checkpoint_dir given but verl.checkpoint is not available: no checkpoints will be written")
         return None
     return make_checkpointer(trainer.config, trainer.checkpoint_dir, trainer.clock, trainer.ctx)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from verl.config import Config
 from verl.data.buffer import Rollout, RolloutBuffer
-from verl.data.guards import GuardVerdict
+from verl.data.reward_guard import GuardVerdict
 from verl.fault.circuit_breaker import CircuitState
 from verl.metrics.registry import MetricsRegistry
 from verl.trainer.distributed import DistContext, any_across_ranks, gather_objects
@@ -38,6 +38,7 @@ class ScoredBatch:
     pause: bool               # skip this update (the guard's verdict, all-reduced)
     evicted: int
     taken_at: float
+    cached_only: bool = False  # every score of ALL ranks came from the breaker's cache: no reward signal
 
 
 class RewardStage:
@@ -55,6 +56,8 @@ class RewardStage:
         """Reward OOMs already answered by a shed. Counted across steps, not per ``score``: a call that missed
         its deadline can run out of memory after its step has moved on (the next step sheds then)."""
         self._circuit_was_closed = True
+        self._skipping_cached = False
+        """The actor updates of steps on cached scores only are being skipped (logged once per outage)."""
 
     def run(self, step: int, rollouts: list[Rollout], batch_size: int) -> ScoredBatch:
         self.validate(rollouts)
@@ -87,7 +90,29 @@ class RewardStage:
         else:
             verdict = GuardVerdict(False, None, 0.0, None, 0.0)
         pause = any_across_ranks(verdict.skip, self.ctx)
-        return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at)
+        # rows are gathered, so this is the same on every rank (every rank skips its actor update, or none)
+        cached_only = bool(rows) and not model
+        self._skipping_cached = self._skipping_cached and cached_only
+        return ScoredBatch(batch, valid, scores, verdict, pause, self.buffer.evictions - evicted_before, taken_at,
+                           cached_only)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The refill back-off (the same on every rank; the breaker's reward cache is per rank)."""
+        return {"refill_after": self.refill_after}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.refill_after = int(state.get("refill_after", 0))
+
+    def note_cached_only(self, step: int) -> None:
+        """Every score of this step came from the breaker's cache: the loop goes on (the critic too), the
+        policy does not move. Training it on them moved it on no signal: cached scores all alike give zero
+        advantages, so only the KL penalty acted and a long hang pulled the policy back to the reference."""
+        if not self._skipping_cached:
+            log.warning("reward model not answering: step %d and the next ones run on cached scores only; their "
+                        "actor updates are skipped until it answers", step)
+            self._skipping_cached = True
+        if self.config.metrics.enabled:
+            self.registry["verl_updates_skipped_total"].labels(reason="cached_rewards").inc()
 
     def note_paused(self, step: int, scored: ScoredBatch) -> None:
         """The guard paused this step's update: say why, once, and count it under the rule's label."""

@@ -1,5 +1,6 @@
-"""The trainer's telemetry: the SPEC §4 metrics of each step, the /metrics + /health endpoint on each
-node's local rank 0 with its hardware sampler, the reward outlier book, and the terminal progress line."""
+"""The trainer's telemetry: the catalogue's metrics (``verl.metrics.catalog``) of each step, the /metrics +
+/health endpoint on each node's local rank 0 with its hardware sampler, the reward outlier book, and the
+terminal progress line."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 benchmarks can run on simulated time.
 
 A checked copy of ``alerting/clock.py``, the model of the project's one clock interface (``verl`` may not
-import ``alerting``, SPEC §2): ``tests/test_boundaries.py`` fails when the two differ in anything but their
+import ``alerting``): ``tests/test_boundaries.py`` fails when the two differ in anything but their
 module docstrings.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Supervised rollout worker processes (article §2.2: a crashed worker loses no prompt)."""
+"""Supervised rollout worker processes (a crashed worker loses no prompt)."""
 
 from .pool import RolloutResult, RolloutTask, RolloutWorkerPool, start_worker_server
 from .worker import seed_everything

@@ -23,6 +23,8 @@ from typing import Any
 
 import psutil
 
+from verl.utils.clock import Clock, SystemClock
+
 from .worker import GenerateFn, worker_main
 
 log = logging.getLogger(__name__)
@@ -63,11 +65,6 @@ def start_worker_server(preload: list[str]) -> None:
     forkserver.ensure_running()
 
 
-class _Monotonic:
-    def now(self) -> float:
-        return time.monotonic()
-
-
 class RolloutWorkerPool:
     """Metrics (optional prometheus_client objects): ``alive_gauge`` → ``verl_rollout_workers_alive``,
     ``restarts_counter`` → ``verl_rollout_worker_restarts_total``, ``cpu_gauge`` (label ``worker``) →
@@ -83,7 +80,7 @@ class RolloutWorkerPool:
         task_timeout_s: float | None = None,
         max_task_crashes: int = 5,
         poll_s: float = 0.1,
-        clock: Any = None,
+        clock: Clock | None = None,
         alive_gauge: Any = None,
         restarts_counter: Any = None,
         cpu_gauge: Any = None,
@@ -97,7 +94,7 @@ class RolloutWorkerPool:
         self.task_timeout_s = task_timeout_s
         self.max_task_crashes = max_task_crashes
         self.poll_s = poll_s
-        self.clock = clock or _Monotonic()
+        self.clock = clock or SystemClock()
         self._alive_gauge, self._restarts_counter, self._cpu_gauge = alive_gauge, restarts_counter, cpu_gauge
         self._workers: list[_Worker] = []
         self.restarts = 0
@@ -132,17 +129,7 @@ class RolloutWorkerPool:
             ps.cpu_percent(None)
         except psutil.Error:
             ps = None
-        return _Worker(index, proc, parent, last_progress=self.clock.now(), broken=broken, ps=ps)
-
-    def set_generate_fn(self, generate_fn: GenerateFn) -> None:
-        """Ship a new generate function (e.g. with this step's weights) to every worker; restarted
-        workers get the newest one."""
-        self._fn = generate_fn
-        for w in self._workers:
-            try:
-                w.conn.send(("fn", generate_fn))
-            except (BrokenPipeError, OSError):
-                w.broken = True
+        return _Worker(index, proc, parent, last_progress=self.clock.monotonic(), broken=broken, ps=ps)
 
     def close(self) -> None:
         for w in self._workers:
@@ -170,9 +157,6 @@ class RolloutWorkerPool:
             return False
         w = self._workers[index]
         return bool(w.inflight) and w.proc.is_alive()
-
-    def pids(self) -> list[int]:
-        return [w.proc.pid for w in self._workers]
 
     def alive(self) -> int:
         return sum(1 for w in self._workers if w.proc.is_alive() and not w.broken)
@@ -212,7 +196,7 @@ class RolloutWorkerPool:
                     w.broken = True
                     break
                 if not w.inflight:
-                    w.last_progress = self.clock.now()
+                    w.last_progress = self.clock.monotonic()
                 w.inflight[task.id] = task
 
     def _drain(self, w: _Worker, results: dict[Any, RolloutResult]) -> None:
@@ -220,7 +204,7 @@ class RolloutWorkerPool:
             while w.conn.poll():
                 kind, task_id, payload = w.conn.recv()
                 w.inflight.pop(task_id, None)
-                w.last_progress = self.clock.now()
+                w.last_progress = self.clock.monotonic()
                 if task_id in results:
                     self.duplicates += 1
                     continue
@@ -263,7 +247,7 @@ class RolloutWorkerPool:
     def _watchdog(self) -> None:
         if self.task_timeout_s is None:
             return
-        now = self.clock.now()
+        now = self.clock.monotonic()
         for w in self._workers:
             if w.inflight and now - w.last_progress > self.task_timeout_s and w.proc.is_alive():
                 log.warning("rollout worker %d made no progress for %.1fs; killing it", w.index, now - w.last_progress)

@@ -39,5 +39,7 @@ def test_cached_scores_are_not_judged_and_recovery_restarts_the_reference() -> N
     assert unjudged, "every step was judged: the hang's cached scores went to the guard"
     assert min(unjudged) >= 6  # only steps from the hang on ran on cached scores
     assert trainer.reward_path.breaker.state.name == "CLOSED"  # the model answered again
-    assert len(restarts) == 1 and restarts[0] > max(unjudged) - 1  # re-learned once, after the outage
+    # re-learned once, when the circuit closed: in the last step on cached scores (the probe closes it while
+    # that step is served from the cache; restarts holds the step before it) or after it
+    assert len(restarts) == 1 and restarts[0] + 1 >= max(unjudged)
     assert all(n > 0 for _, n in judged)

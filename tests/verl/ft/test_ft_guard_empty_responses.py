@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from verl.data.guards import RewardGuard
+from verl.data.reward_guard import RewardGuard
 
 ANSWERS = [f"answer number {i}" for i in range(16)]
 

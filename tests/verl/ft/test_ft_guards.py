@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from verl.data.guards import GuardConfigError, PromptClusters, RewardGuard, RolloutValidator
+from verl.data.guards import GuardConfigError, PromptClusters, RolloutValidator
+from verl.data.reward_guard import RewardGuard
 from verl.utils.clock import SimulatedClock
 
 CATS = ["Tell me a story about a cat named Tom.", "Tell me a story about a cat named Tim."]

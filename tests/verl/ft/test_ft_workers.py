@@ -81,10 +81,9 @@ def test_poison_prompt_and_errors_yield_one_result_each() -> None:
     assert pool.restarts == 2
 
 
-def test_default_start_method_and_generate_fn_update() -> None:
+def test_default_start_method_and_a_restarted_worker_gets_the_function() -> None:
     with RolloutWorkerPool(operator.add, 2) as pool:  # forkserver: nothing inherited from the trainer
         assert [r.output for r in pool.map([RolloutTask(i, i * 10, i) for i in range(6)])] == [0, 11, 22, 33, 44, 55]
         pool.kill_worker(0)
-        pool.set_generate_fn(operator.mul)
-        assert [r.output for r in pool.map([RolloutTask(i, i * 10, i) for i in range(6)])] == [0, 10, 40, 90, 160, 250]
+        assert [r.output for r in pool.map([RolloutTask(i, i * 20, i) for i in range(6)])] == [0, 21, 42, 63, 84, 105]
         assert pool.restarts == 1

@@ -44,7 +44,7 @@ def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = Fals
                  "data.cooldown_minutes=2", "rollout.prefetch_batches=2", "metrics.layer_kl=false",
                  "reward.deadline_multiplier=0"]
     if ranks > 1:
-        overrides += ["data.batch_size=8", "actor.ppo_mini_batch_size=4"]
+        overrides += ["data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4"]
     return [*launcher, "-m", "verl.cli.train", "--config", "ppo_tiny", *overrides, *extra,
             "--checkpoint-dir", str(ckpt), *([resume_flag] if resume else [])]
 

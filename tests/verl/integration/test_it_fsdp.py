@@ -17,7 +17,8 @@ from tests.verl.integration.test_it_exact_resume import ROOT, command, digest, f
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
 
 FSDP = ["actor.strategy=fsdp", "critic.strategy=fsdp", "data.dedup=false", "trainer.total_steps=4",
-        "checkpoint.interval=2", "data.batch_size=8", "actor.ppo_mini_batch_size=4", "rollout.prefetch_batches=0"]
+        "checkpoint.interval=2", "data.batch_size=8", "actor.ppo_mini_batch_size=4",
+        "critic.ppo_mini_batch_size=4", "rollout.prefetch_batches=0"]
 SHA = re.compile(r"rank=0 step=(\d+) (initial )?param_sha256=([0-9a-f]{64})")
 
 

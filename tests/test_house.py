@@ -318,28 +318,21 @@ def long_modules(root: Path, package: str) -> list[str]:
 
 
 # -- this repository ----------------------------------------------------------------------------------------------
-# A case whose subject another part of issue 26 owns, and that still fails on this branch, is marked xfail(strict):
-# it turns red when the merge fixes it, and the mark goes.
-
-def _pending(part: str, what: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=f"issue 26 part {part}: {what} lands with the merge")
-
-
-def _case(check: Callable[..., list[str]], *args: str, pending: tuple[str, str] | None = None) -> Any:
-    """``check(ROOT, *args)`` as a pytest.param, xfail while ``pending`` = (part, what) has not landed."""
+def _case(check: Callable[..., list[str]], *args: str) -> Any:
+    """``check(ROOT, *args)`` as a pytest.param named after the check."""
     name = check.__name__ + "".join(f"[{a}]" for a in args)
-    return pytest.param(functools.partial(check, ROOT, *args), marks=[_pending(*pending)] if pending else [], id=name)
+    return pytest.param(functools.partial(check, ROOT, *args), id=name)
 
 
 HOUSE = [
-    _case(cycles_in, "verl", pending=("C", "ppo_step/checkpoint_state taking the step's parts, not RLTrainer")),
+    _case(cycles_in, "verl"),
     _case(cycles_in, "monitor"), _case(cycles_in, "alerting"), _case(cycles_in, "harness"),
     _case(getattr_hooks),
     _case(monitor_hands_alerting_callbacks),
     _case(notifier_fetches),
-    _case(step_takes_trainer, pending=("C", "ppo_step taking the step's parts")),
+    _case(step_takes_trainer),
     _case(daemon_too_long),
-    _case(long_modules, "verl", pending=("C", "checkpoint/manager.py and data/guards.py split")),
+    _case(long_modules, "verl"),
     _case(long_modules, "monitor"),
     _case(long_modules, "alerting"),
 ]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from alerting import durations
-from alerting.errors import ConfigError
+from alerting.errors import ConfigError as AlertingConfigError
+from monitor.errors import ConfigError
 
 is_duration = durations.is_duration
 
@@ -23,5 +24,5 @@ def parse_duration(value: Any, where: str) -> float:
         return float(value)
     try:
         return durations.parse_duration(value, where)
-    except ConfigError as exc:
+    except AlertingConfigError as exc:
         raise DurationError(str(exc)) from None

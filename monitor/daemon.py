@@ -53,10 +53,9 @@ class Daemon:
         self.metrics.export_storage_errors(self.storage.error_counts)
         self.eval_error: str | None = None
         self.lock = threading.RLock()
-        self.engine: Any = None
         rules = load_rule_files(config.rules or None)
         config.state_db.parent.mkdir(parents=True, exist_ok=True)
-        self.engine = alerting_stage.build_engine(config, self.clock, self.metrics, self.storage)
+        self.engine: Any = alerting_stage.build_engine(config, self.clock, self.metrics, self.storage)
         outliers = alerting_stage.reward_outliers(config)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
@@ -94,8 +93,6 @@ class Daemon:
     def ingest(self, batch: SourceBatch, target: str | None = None, seen: float | None = None) -> None:
         """``seen``: the scrape's time, for scraped batches (liveness from the scrape, not the stamps)."""
         self.intake.ingest(batch, target, seen)
-
-    # -- the trainer's top anomalous prompts, for RewardDistributionDrift (monitor/annotate.py) ------
 
     # -- the one source loop -----------------------------------------------------------------------
 

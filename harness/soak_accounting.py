@@ -12,7 +12,8 @@ Seconds lost per fault:
 - ``recomputed``: the killed run's steps after the checkpoint the next run resumed from, plus the step in
   flight at the kill: work done twice;
 - ``degraded``: while the fault is active, the excess of each slow step (more than ``SLOW_FACTOR`` times the
-  median healthy step time before the fault) over that median. The fault is active from its injection (a
+  median healthy step time before the fault, or of the whole run when fewer than ``MIN_REFERENCE_STEPS``
+  came before it) over that median. The fault is active from its injection (a
   kill: from the next run's first step) until ``HEALTHY_STREAK`` steps in a row are not slow, the next
   fault, or the end of the run. ETTR counts these steps as productive (their updates survive): degraded
   seconds are reported beside it, not subtracted from it.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 SLOW_FACTOR = 1.5
 HEALTHY_STREAK = 5
 HEALTHY_REFERENCE_STEPS = 100  # the median healthy step time is taken over this many steps before a fault
+MIN_REFERENCE_STEPS = 10  # ... or over the whole run when fewer came before it
 
 
 def step_seconds(steps: dict[int, float]) -> tuple[dict[int, float], float]:
@@ -81,8 +83,13 @@ class StepSpan:
 
 
 def healthy_median(timeline: list[StepSpan], before: float) -> float | None:
-    """Median step time of the ``HEALTHY_REFERENCE_STEPS`` steps completed before ``before``."""
+    """Median step time of the ``HEALTHY_REFERENCE_STEPS`` steps completed before ``before``; with fewer
+    than ``MIN_REFERENCE_STEPS`` of them (a fault in the first seconds of training), the median of the whole
+    timeline: a run's first steps are its warm-up (slow, more so on a loaded machine), and a median of two
+    of them can hide the fault's slow step; the fault's slow steps are a minority of the whole run."""
     ref = [x.seconds for x in timeline if x.t < before][-HEALTHY_REFERENCE_STEPS:]
+    if len(ref) < MIN_REFERENCE_STEPS:
+        ref = [x.seconds for x in timeline]
     return statistics.median(ref) if ref else None
 
 

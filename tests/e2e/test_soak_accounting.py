@@ -164,6 +164,19 @@ def test_degraded_seconds_are_the_slow_steps_excess_until_the_trainer_is_healthy
     assert acct.degraded_seconds(timeline, 0.0, 1e9, None) == 0.0
 
 
+def test_a_fault_in_the_first_steps_is_priced_against_the_whole_run() -> None:
+    # the reward hang lands after two warm-up steps (slow on a loaded machine): their median (1.0 s) would
+    # hide the hang's 1.25 s step; the whole run's median (0.25 s) does not
+    t, timeline = 10.0, []
+    for d in [0.75, 1.25, 1.25] + [0.25] * 40:
+        t += d
+        timeline.append(acct.StepSpan(t, d))
+    median = acct.healthy_median(timeline, before=12.1)
+    assert median == pytest.approx(0.25)
+    assert acct.degraded_seconds(timeline, 12.1, 1e9, median) == pytest.approx(1.0)
+    assert acct.healthy_median([], before=9.0) is None
+
+
 def test_report_breaks_down_seconds_lost_per_fault_and_sums_to_the_ettr_complement(tmp_path: Path) -> None:
     warn = FakeTrainer([(25.0, "WARNING verl.trainer.fault_injection: fault trigger: reward_hang at step 81 (from f)"),
                         (25.05, "WARNING verl.trainer.fault_injection: fault injection: reward model hangs for 60s"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
+from monitor.history import samples_needed
 from monitor.model import PLUMBING_LABELS
 from monitor.rules import Rule
 from monitor.store import Series
@@ -69,11 +70,18 @@ STALE_INTERVALS = 3.0
 EVICT_INTERVALS = 10.0
 _UNBOUND: tuple[Binding, ...] = ()  # bindings of a series no rule matches
 _FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
+# ... and at which its series' ring is sized again: from the 4th sample on its interval is known, and a
+# per-step series' interval moves (the ring was sized at the first sample with no interval: 20 samples)
+_SIZE_CHECKS = frozenset({4, 20, 200, 2000})
 
 
 class Evaluator:
-    def __init__(self, rules: list[Rule], cluster: str = "default", stale_after_s: float = 300.0) -> None:
+    def __init__(self, rules: list[Rule], cluster: str = "default", stale_after_s: float = 300.0,
+                 reserve: Callable[[Series, float], None] | None = None) -> None:
+        """``reserve(series, samples)``: give the series' ring room for the history its bindings read
+        (``monitor.history``; the pipeline caps it at the store's capacity). None: rings are left alone."""
         self.rules = rules
+        self.reserve = reserve
         self.cluster = cluster
         self.stale_after_s = stale_after_s
         self._by_series: dict[int, Sequence[Binding]] = {}
@@ -106,7 +114,15 @@ class Evaluator:
                 found.append(b)
         # most series match no rule: they share one empty tuple (a list each was ~56 B x 40 000 series)
         self._by_series[series.id] = bound = found or _UNBOUND
+        if found:
+            self._size(series, bound)
         return bound
+
+    def _size(self, series: Series, bound: Sequence[Binding]) -> None:
+        """Room in the series' ring for the longest history one of its bindings reads, at its interval."""
+        if self.reserve is not None:
+            interval = series.interval()
+            self.reserve(series, max(samples_needed(b.rule, b.cond, interval) for b in bound))
 
     def alert_labels(self, rule: Rule, series_labels: dict[str, str]) -> dict[str, str]:
         labels = {k: v for k, v in series_labels.items() if k not in PLUMBING_LABELS}
@@ -120,7 +136,8 @@ class Evaluator:
     def observe(self, series: Series, t: float, value: float, seen: float | None = None) -> None:
         """``seen``: the scrape time, when the sample came from a scrape. Absence detectors (``ticks``)
         take it instead of the stamp: liveness comes from the scrape's success, never from stamps."""
-        for b in self.bindings(series):
+        bound = self.bindings(series)
+        for b in bound:
             ticks = seen is not None and getattr(b.detector, "ticks", False)
             f = b.detector.update(seen if ticks else t, value)
             b.samples += 1
@@ -131,6 +148,8 @@ class Evaluator:
             b.record(f, t, seen)
             if b.cond == 0 and b.active:
                 self._hot[id(b)] = b
+        if bound and bound[0].samples in _SIZE_CHECKS:
+            self._size(series, bound)
 
     def touch(self, series: Series, seen: float) -> None:
         """The series was in a successful scrape but its sample was refused (old, repeated or out-of-order

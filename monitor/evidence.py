@@ -13,6 +13,12 @@ from alerting.procedures import EVIDENCE_SERIES
 from monitor.store import Series, SeriesKey, SeriesStore
 
 NONFINITE_KEPT = 256    # NaN/Inf sample times remembered per series
+# Evidence series the procedures read only at their newest sample (``latest``/``readings``): the per-GPU
+# ones, ~4 per GPU. The others keep the whole ring: ``held_since`` reads all of it ("kl_coef = 0 since
+# step 1200"), the look-backs read 10-30 min before an alert that may have fired hours ago.
+# tests/monitor/test_store_history.py runs every procedure and fails if one reads more of these.
+NEWEST_ONLY = frozenset({"verl_gpu_memory_total_bytes", "verl_gpu_memory_used_bytes",
+                         "verl_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL"})
 
 
 def _node(s: Series) -> str:
@@ -43,6 +49,10 @@ class EvidenceCapture:
         self.names = frozenset(names)
         self._by_name: dict[str, list[Series]] = {}
         self._indexed = -1
+
+    def history(self, s: Series) -> int:
+        """Samples of ``s`` the diagnosis reads (its whole ring, or none beyond the newest)."""
+        return self.store.limits.capacity if s.name in self.names and s.name not in NEWEST_ONLY else 0
 
     def _series(self, name: str) -> list[Series]:
         if len(self.store) != self._indexed:  # re-index when the count moved (series come and are evicted)

@@ -57,10 +57,14 @@ class Pipeline:
         self.clock = clock
         self.metrics = metrics or MonitorMetrics()
         self.health = health or StorageHealth()
+        # a series' ring holds what its readers read: the diagnosis evidence (known by name at creation)
+        # and its rules (at binding, then at its interval); the rest keep store.UNREAD_HISTORY samples
         self.store = SeriesStore(limits, on_drop=lambda r: self.metrics.series_dropped.labels(r).inc(),
                                  on_evict=lambda s: self.evaluator.forget(s),
-                                 pinned=lambda s: self.evaluator.pinned(s))
-        self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s)
+                                 pinned=lambda s: self.evaluator.pinned(s),
+                                 history=lambda s: self.evidence.history(s))
+        self.evaluator = Evaluator(rules, cluster, self.store.limits.stale_after_s,
+                                   reserve=lambda s, n: s.reserve(self.store.bounded(n)))
         self.evaluator.on_unfillable = self._unfillable
         self._evicted_at = -math.inf
         self.book = AlertBook(db_path, restore_grace_s, health=self.health, monotonic=clock.monotonic)

@@ -18,6 +18,9 @@ from monitor.selectors import Selector
 
 SeriesKey = tuple[str, ...]
 FIRST_RING = 16  # samples a new series has room for before its ring first grows
+# What a series no rule, plot or diagnosis reads keeps: its interval() (median of the last 16 gaps) and
+# last value need 17 samples; nothing else reads its history (the HTTP API serves no series data).
+UNREAD_HISTORY = 20
 
 
 def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
@@ -27,15 +30,16 @@ def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
 
 
 class Series:
-    """One series' recent history in a fixed-size ring (oldest samples overwritten)."""
+    """One series' recent history in a ring of at most ``capacity`` samples (oldest overwritten); its
+    readers raise the capacity with ``reserve`` (monitor/README.md, "Series store")."""
 
-    __slots__ = ("name", "labels", "key", "id", "_tv", "_n", "_head", "last_t", "last_v",
+    __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
                  key: SeriesKey | None = None) -> None:
         self.name = name
-        self.labels = labels
+        # the labels live only in the key (a dict per series was ~300 B x 53 000): ``labels`` rebuilds them
         self.key = key if key is not None else series_key(name, labels)  # the store's own key: one tuple
         self.id = sid
         self.source = source      # the source (scrape target, log) that created it: whose budget it uses
@@ -52,6 +56,23 @@ class Series:
         self.last_v = math.nan
         self._interval = 0.0
         self._interval_at = -math.inf
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """A new dict of the labels (from the key: binding, alerts' labels and evidence read it, never
+        a sample's path)."""
+        key = self.key
+        return dict(zip(key[1::2], key[2::2], strict=True))
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` samples from now on (a reader that needs more history came); never
+        less than before. The ring grows at its next samples, keeping what it holds."""
+        if capacity > self._capacity:
+            self._capacity = capacity
 
     def interval(self, n: int = 16) -> float:
         """Median of the last ``n`` sample intervals (0.0 with fewer than 3): the series' own cadence,
@@ -72,10 +93,11 @@ class Series:
         v = value
         tv = self._tv
         cap = tv.shape[1]
-        if self._n == cap < self._capacity:  # full before it ever wrapped: head is 0, order is kept
-            cap = min(2 * cap, self._capacity)
-            tv = self._tv = np.concatenate([tv, np.empty((2, cap - self._n))], axis=1)
-            self._head = self._n
+        if self._n == cap < self._capacity:  # full: unrolled oldest first (head is 0 until it wraps)
+            h = self._head
+            grown = min(2 * cap, self._capacity)
+            tv = self._tv = np.concatenate([tv[:, h:], tv[:, :h], np.empty((2, grown - cap))], axis=1)
+            self._head, cap = cap, grown
         tv[0, self._head] = t
         tv[1, self._head] = v
         self._head = (self._head + 1) % cap
@@ -123,8 +145,13 @@ class SeriesStore:
     def __init__(self, limits: StoreLimits | None = None,
                  on_drop: Callable[[str], None] | None = None,
                  on_evict: Callable[[Series], None] | None = None,
-                 pinned: Callable[[Series], bool] | None = None) -> None:
+                 pinned: Callable[[Series], bool] | None = None,
+                 history: Callable[[Series], int] | None = None) -> None:
+        """``history``: the samples a new series' readers known at its creation need (the pipeline's
+        diagnosis evidence); with it a series starts at ``UNREAD_HISTORY``, its rules reserve more
+        (``Series.reserve``). Without it every series may hold ``capacity``."""
         self.limits = limits or StoreLimits()
+        self._history = history
         self._series: dict[SeriesKey, Series] = {}
         self._per_metric: dict[tuple[str, str], int] = {}
         self._by_source: dict[str, dict[SeriesKey, Series]] = {}  # insertion order = age
@@ -152,12 +179,20 @@ class SeriesStore:
             self.dropped_by_source[(source, reason)] = self.dropped_by_source.get((source, reason), 0) + 1
             self._on_drop(reason)
             return None
-        s = Series(name, dict(labels), self.limits.capacity, self._next_id, source, key)
+        cap = self.limits.capacity
+        s = Series(name, labels, cap if self._history is None else min(cap, UNREAD_HISTORY), self._next_id,
+                   source, key)
+        if self._history is not None:
+            s.reserve(self.bounded(self._history(s)))
         self._next_id += 1
         self._series[key] = s
         self._by_source.setdefault(source, {})[key] = s
         self._per_metric[(source, name)] = self._per_metric.get((source, name), 0) + 1
         return s
+
+    def bounded(self, samples: float) -> int:
+        """A history a reader asks for, within ``limits.capacity``."""
+        return int(min(self.limits.capacity, math.ceil(samples)))
 
     def fair_share(self, source: str) -> int:
         sources = len(self._by_source) + (source not in self._by_source)

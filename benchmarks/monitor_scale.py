@@ -160,8 +160,8 @@ class Cluster:
         self.bodies: dict[str, bytes] = {}
         self.rebuild()
 
-    def rebuild(self) -> None:
-        now = time.time()
+    def rebuild(self, now: float | None = None) -> None:  # now: simulated time (monitor_memory.py)
+        now = time.time() if now is None else now
         bodies = {}
         for path, (header, series) in self.parts.items():
             lines = [s.move(self.rng) for s in series]

@@ -99,16 +99,17 @@ class Evaluator:
         if known is not None:
             return known
         found: list[Binding] = []
+        labels = series.labels  # built from the key on each read: once per series here
         for ri, rule in enumerate(self.rules):
             for ci, cond in enumerate(rule.conditions):
-                if not cond.matches(series.name, series.labels):
+                if not cond.matches(series.name, labels):
                     continue
                 b = Binding(rule, ri, ci, series, cond.new_detector())
                 if ci == 0:
-                    b.labels = self.alert_labels(rule, series.labels)
+                    b.labels = self.alert_labels(rule, labels)
                     b.fp = fingerprint(b.labels)
                 else:
-                    self._helpers[(ri, ci, series.labels.get("node", "unknown"))].append(b)
+                    self._helpers[(ri, ci, labels.get("node", "unknown"))].append(b)
                 if getattr(b.detector, "ticks", False):
                     self._ticking.append(b)
                 found.append(b)
@@ -164,10 +165,11 @@ class Evaluator:
 
     def forget(self, series: Series) -> None:
         """The store evicted the series: drop its bindings (their detectors' memory goes with them)."""
+        node = series.labels.get("node", "unknown")
         for b in self._by_series.pop(series.id, ()):
             self._hot.pop(id(b), None)
             if b.cond:
-                helpers = self._helpers.get((b.rule_index, b.cond, series.labels.get("node", "unknown")), [])
+                helpers = self._helpers.get((b.rule_index, b.cond, node), [])
                 if b in helpers:
                     helpers.remove(b)
 
@@ -235,7 +237,7 @@ class Evaluator:
         if len(b.rule.conditions) == 1:
             return b.since
         ri = b.rule_index
-        node = b.series.labels.get("node", "unknown")
+        node = b.labels["node"]  # a primary's alert labels carry its series' node (alert_labels)
         for ci in range(1, len(b.rule.conditions)):
             if not any(self._fresh(h, now) for h in self._helpers.get((ri, ci, node), [])):
                 b.joint_since = None

@@ -1,0 +1,126 @@
+"""The monitor's memory over hours: resident set after N hours of 5-s scrapes at 1000 GPUs, on simulated time.
+
+    python benchmarks/monitor_memory.py [--nodes 125] [--gpus 8] [--hours 0.5,1,2] [--json]
+
+One process: the load of ``monitor_vs_prometheus.py`` (``monitor_scale.Cluster``: 2 targets per node,
+64 625 lines at 125 nodes) rebuilt every simulated 5 s, and a ``monitor.daemon.Daemon`` built from the
+same config (default rules) on a ``SimulatedClock``. Each round every target's body goes the scrape's
+own path after the fetch: ``prom_text.parse_exposition`` with the target's scrape cache, the out-of-bounds
+check, its ``up`` sample, ``relabel`` and ``Intake.ingest``; then one evaluation tick and the daemon's
+collector freeze. No HTTP (the transport holds nothing per series) and no waiting: an hour of scrapes is
+720 rounds as fast as the CPU parses them. At each of ``--hours``: the process' RSS (``/proc/self/statm``)
+and peak RSS, series, samples the rings hold and (where the store has it) the samples their capacities
+allow, i.e. where the rings stop growing. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import monitor_scale  # noqa: E402
+import monitor_vs_prometheus  # noqa: E402
+
+PERIOD_S = monitor_scale.PERIOD_S
+T0 = 1_767_225_600.0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def ring_samples(store: Any) -> tuple[int, int | None]:
+    """(samples held, samples the capacities allow; None on a store without per-series capacities)."""
+    series = list(store)
+    held = sum(len(s) for s in series)
+    caps = [getattr(s, "capacity", None) for s in series]
+    return held, None if any(c is None for c in caps) else sum(caps)
+
+
+def run(nodes: int, gpus: int, hours: list[float]) -> dict[str, Any]:
+    from alerting.clock import SimulatedClock
+    from monitor.config import load_config
+    from monitor.daemon import Daemon
+    from monitor.model import Sample, with_node
+    from monitor.sources.prom_text import parse_exposition, refuse_out_of_bounds
+    from monitor.sources.relabel import KnownUnits, relabel
+
+    cluster = monitor_scale.Cluster(nodes, gpus)
+    work = Path(tempfile.mkdtemp(prefix="monitor-memory-"))
+    config = load_config(str(monitor_vs_prometheus.monitor_config(9, nodes, work, "500ms")))  # nothing is fetched
+    clock = SimulatedClock(T0)
+    daemon = Daemon(config, clock)
+    rss_start = rss_bytes()
+    targets = []
+    for t in config.targets:
+        path = t.url.removeprefix("http://127.0.0.1:9").removesuffix("/metrics")
+        extra = {"job": t.job, "target": t.name, "instance": "127.0.0.1:9"}
+        targets.append((t, path, extra, KnownUnits()))
+        daemon.intake.caches[t.name] = t.cache
+    points: list[dict[str, Any]] = []
+    rounds, started = 0, time.process_time()
+    for h in sorted(hours):
+        while rounds * PERIOD_S < h * 3600:
+            now = T0 + rounds * PERIOD_S
+            clock.set(now)
+            cluster.rebuild(now)
+            for t, path, extra, units in targets:
+                batch = parse_exposition(cluster.bodies[path].decode(), now, t.name, t.node, extra,
+                                         t.honor_timestamps, t.cache)
+                refuse_out_of_bounds(batch, now)
+                batch.samples.append(Sample("up", with_node(dict(extra), t.node), 1.0, now))
+                daemon.pipeline.verl_nodes |= relabel(batch, units)
+                daemon.intake.ingest(batch, t.name, now)
+            daemon.pipeline.tick()
+            daemon._freeze_if_grown()  # what the daemon's source loop does after each round
+            rounds += 1
+        gc.collect()
+        held, allowed = ring_samples(daemon.pipeline.store)
+        points.append({"hours": h, "rounds": rounds, "rss_bytes": rss_bytes(),
+                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                       "series": len(daemon.pipeline.store), "ring_samples_held": held,
+                       "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1)})
+        print(f"{h:5.2f} h  rss {points[-1]['rss_bytes'] / 1e6:7.1f} MB  series {points[-1]['series']}  "
+              f"ring samples {held}" + (f" of {allowed}" if allowed is not None else ""), flush=True)
+    daemon.pipeline.close()
+    return {"benchmark": "monitor_memory", "gpus": nodes * gpus, "nodes": nodes, "targets": len(targets),
+            "interval_s": PERIOD_S, "rss_before_series_bytes": rss_start, "points": points,
+            "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=125)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", default="0.5,1,2", help="checkpoints, comma-separated (simulated hours)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = ap.parse_args()
+    try:
+        hours = [float(h) for h in args.hours.split(",")]
+    except ValueError:
+        print(f"--hours: expected comma-separated numbers like 0.5,1,2, got {args.hours!r}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the checkpoint lines; the JSON goes to the real stdout
+    result = run(args.nodes, args.gpus, hours)
+    sys.stdout = sys.__stdout__
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,7 +10,8 @@ check, its ``up`` sample, ``relabel`` and ``Intake.ingest``; then one evaluation
 collector freeze. No HTTP (the transport holds nothing per series) and no waiting: an hour of scrapes is
 720 rounds as fast as the CPU parses them. At each of ``--hours``: the process' RSS (``/proc/self/statm``)
 and peak RSS, series, samples the rings hold and (where the store has it) the samples their capacities
-allow, i.e. where the rings stop growing. Last line: one JSON object.
+allow, i.e. where the rings stop growing. With ``--json`` one JSON line per checkpoint, each with all the
+points so far (a run stopped early keeps its figures); the last line is the whole run.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def ring_samples(store: Any) -> tuple[int, int | None]:
     return held, None if any(c is None for c in caps) else sum(caps)
 
 
-def run(nodes: int, gpus: int, hours: list[float]) -> dict[str, Any]:
+def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[str, Any]:
     from alerting.clock import SimulatedClock
     from monitor.config import load_config
     from monitor.daemon import Daemon
@@ -94,12 +95,19 @@ def run(nodes: int, gpus: int, hours: list[float]) -> dict[str, Any]:
                        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                        "series": len(daemon.pipeline.store), "ring_samples_held": held,
                        "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1)})
-        print(f"{h:5.2f} h  rss {points[-1]['rss_bytes'] / 1e6:7.1f} MB  series {points[-1]['series']}  "
-              f"ring samples {held}" + (f" of {allowed}" if allowed is not None else ""), flush=True)
+        result = {"benchmark": "monitor_memory", "gpus": nodes * gpus, "nodes": nodes, "targets": len(targets),
+                  "interval_s": PERIOD_S, "rss_before_series_bytes": rss_start, "points": points,
+                  "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+        report(result)
     daemon.pipeline.close()
-    return {"benchmark": "monitor_memory", "gpus": nodes * gpus, "nodes": nodes, "targets": len(targets),
-            "interval_s": PERIOD_S, "rss_before_series_bytes": rss_start, "points": points,
-            "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+    return result
+
+
+def show(result: dict[str, Any]) -> None:
+    p = result["points"][-1]
+    print(f"{p['hours']:5.2f} h  rss {p['rss_bytes'] / 1e6:7.1f} MB  series {p['series']}  ring samples "
+          f"{p['ring_samples_held']}" + (f" of {p['ring_samples_allowed']}" if p["ring_samples_allowed"] else ""),
+          flush=True)
 
 
 def main() -> int:
@@ -114,11 +122,13 @@ def main() -> int:
     except ValueError:
         print(f"--hours: expected comma-separated numbers like 0.5,1,2, got {args.hours!r}", file=sys.stderr)
         return 2
-    if args.json:
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the checkpoint lines; the JSON goes to the real stdout
-    result = run(args.nodes, args.gpus, hours)
-    sys.stdout = sys.__stdout__
-    print(json.dumps(result))
+    out = sys.stdout
+    if args.json:  # the console's alert lines go nowhere; the JSON lines to the real stdout
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the whole run
+
+    def report(result: dict[str, Any]) -> None:
+        print(json.dumps(result), file=out, flush=True)
+    run(args.nodes, args.gpus, hours, report if args.json else show)
     return 0
 
 

@@ -18,6 +18,7 @@ from monitor.rules import Rule
 
 MARGIN = 1.25  # intervals jitter around their median: a span of S s may hold more than S / interval samples
 PLOT_CONTEXT = 2.0  # the plot shows as much history before the detector's window as inside it
+PLOT_MIN_S = 3600.0  # and at least the last hour (a plotted threshold rule has no window of its own)
 
 # detector type -> its parameters that are spans of history in seconds (summed: ks_shift's reference
 # window lies before its recent one) ...
@@ -45,5 +46,5 @@ def samples_needed(rule: Rule, cond: int, interval: float) -> float:
         n = sum(c.steps.get(k, 0.0) for k in SECONDS.get(kind, ())) * MARGIN
     n = max(n, sum(float(params[k]) for k in SAMPLES.get(kind, ()))) + c.warmup_steps + c.spike_filter
     if rule.plot and cond == 0:
-        n *= PLOT_CONTEXT
+        n = max(n * PLOT_CONTEXT, PLOT_MIN_S / interval * MARGIN if interval > 0 else 0.0)
     return math.ceil(n)

@@ -1,0 +1,17 @@
+"""The long-run memory benchmark drives the daemon's ingest path on simulated time: every series of the
+load is stored, each scrape lands as a new sample, and the rings never hold more than their capacities."""
+
+from __future__ import annotations
+
+from benchmarks.monitor_memory import run
+
+
+def test_rounds_of_simulated_scrapes_fill_the_store_and_stay_within_the_ring_capacities() -> None:
+    reports: list[dict] = []
+    result = run(1, 2, [0.01, 0.02], reports.append)
+    first, second = result["points"]
+    assert (first["rounds"], second["rounds"]) == (8, 15) and len(reports) == 2
+    assert first["series"] == second["series"] > 100  # a node's dcgm and trainer series, all stored
+    assert first["ring_samples_held"] < second["ring_samples_held"] <= second["ring_samples_allowed"]
+    # 15 rounds: a series nothing reads holds them all (20 samples of room), so the rings hold every sample
+    assert second["ring_samples_held"] == 15 * second["series"]

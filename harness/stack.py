@@ -312,7 +312,7 @@ class Stack:
     def start(self) -> None:
         o = self.opts
         o.workdir.mkdir(parents=True, exist_ok=True)
-        # the monitor's imports (scipy, statsmodels, ruptures, matplotlib) take seconds: overlap them
+        # the monitor's imports (scipy, ruptures, matplotlib) take seconds: overlap them
         # with the trainer's start-up
         threading.Thread(target=lambda: __import__("monitor.daemon"), daemon=True).start()
         self.robot = STANDINS[o.kind](on_receive=self.journal.message)

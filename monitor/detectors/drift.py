@@ -6,7 +6,6 @@ from typing import Literal
 
 import numpy as np
 from scipy import stats
-from statsmodels.regression.linear_model import OLS
 
 from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
 
@@ -165,13 +164,13 @@ class TrendDriftDetector(Detector):
         ts, vs = self._window.arrays()
         x = (ts - ts[0]) / 60.0
         knot, end, design = best_trend(x, vs)
-        fit = OLS(vs, design).fit()
-        resid = np.asarray(fit.resid)
+        fit = OLSFit(vs, design)
+        resid = fit.resid
         denom = float(np.dot(resid, resid))
         phi = float(np.dot(resid[1:], resid[:-1]) / denom) if denom > 0 else 0.0
         phi = float(np.clip(phi + (1 + 3 * phi) / n, 0.0, 0.99))  # Kendall's small-sample bias correction
-        hac = fit.get_robustcov_results(cov_type="HAC", maxlags=andrews_lags(phi, n))
-        se = max(float(hac.bse[1]), float(fit.bse[1]) * float(np.sqrt((1 + phi) / (1 - phi))))
+        hac_se = float(fit.hac_bse(andrews_lags(phi, n))[1])
+        se = max(hac_se, float(fit.bse[1]) * float(np.sqrt((1 + phi) / (1 - phi))))
         slope_per_min, intercept = float(fit.params[1]), float(fit.params[0])
         z = slope_per_min / se if se > 0 else 0.0
         if self.direction == "up":
@@ -208,6 +207,35 @@ class TrendDriftDetector(Detector):
                    "change": change, "relative_change": relative, "resid_sd": resid_sd, "noise_sd": noise, "ar1": phi,
                    "value": float(vs[-1])}
         return Finding(t, self._streak >= self.persistence, 1.0 - p, details)
+
+
+class OLSFit:
+    """Least squares with its classical and Newey-West (HAC, Bartlett kernel) standard errors: what
+    ``statsmodels``' ``OLS(y, X).fit()`` and ``.get_robustcov_results(cov_type="HAC", maxlags=L)`` give
+    (pseudo-inverse solve, no small-sample correction; tests/monitor/test_drift_ols.py compares the two).
+    Our own rather than statsmodels' because importing ``statsmodels.regression`` loads pandas, pyarrow
+    and patsy, ~80 MB resident in a sidecar whose budget is the Prometheus beside it, for these few lines
+    of linear algebra."""
+
+    def __init__(self, y: np.ndarray, x: np.ndarray) -> None:
+        self.x = x
+        pinv = np.linalg.pinv(x)
+        self.params = pinv @ y
+        self.resid = y - x @ self.params
+        self.bread = pinv @ pinv.T  # (X'X)^-1
+        n, k = x.shape
+        scale = float(self.resid @ self.resid) / (n - k)
+        self.bse = np.sqrt(scale * np.diag(self.bread))
+
+    def hac_bse(self, lags: int) -> np.ndarray:
+        """Newey-West standard errors with ``lags`` lags: bread @ S @ bread, where S sums the scores'
+        autocovariances up to ``lags`` with Bartlett weights ``1 - l / (lags + 1)``."""
+        xu = self.x * self.resid[:, None]
+        meat = xu.T @ xu
+        for lag in range(1, lags + 1):
+            s = xu[lag:].T @ xu[:-lag]
+            meat += (1.0 - lag / (lags + 1.0)) * (s + s.T)
+        return np.sqrt(np.diag(self.bread @ meat @ self.bread))
 
 
 def best_trend(x: np.ndarray, y: np.ndarray) -> tuple[float, float, np.ndarray]:

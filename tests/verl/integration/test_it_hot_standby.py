@@ -32,12 +32,20 @@ def test_sigkilled_active_trainer_is_replaced_by_the_standby_exactly(
     assert proc.stdout is not None
     seen: list[str] = []
     active = None
+    warming = frozen = False
     for line in proc.stdout:
         seen.append(line)
         if m := re.search(r"hot-standby: active trainer pid (\d+)", line):
             active = int(m.group(1))
+        warming = warming or "warming up" in line
+        if warming and not frozen and active is not None and (m := re.search(r"step (\d+)/80", line)) \
+                and int(m.group(1)) >= 5:
+            # freeze the active trainer (past its first checkpoints) while the standby (nice 10) warms up: on a
+            # loaded machine the standby got no CPU until the 80 steps were over, and the kill found no trainer
+            os.kill(active, signal.SIGSTOP)
+            frozen = True
         if "ready" in line and "standby pid" in line:
-            break  # the standby is warm: kill the active process now
+            break  # the standby is warm: kill the (frozen) active process now
     assert active is not None and proc.poll() is None, "".join(seen)
     os.kill(active, signal.SIGKILL)
     # the uninterrupted twin starts only now: beside a nice-0 trainer from the start it starved the standby

@@ -70,8 +70,8 @@ class EvidenceCapture:
             for s in self._series(name):
                 if len(s) and not s.gone and (nodes is None or _node(s) in nodes):
                     t, v = s.window()
-                    windows.append(SeriesWindow(s.name, dict(s.labels), t, v))  # window() copies
+                    windows.append(SeriesWindow(s.name, s.labels, t, v))  # window() and labels copy
         log = self.nonfinite_log
-        bad = tuple(NonFiniteTimes(s.name, dict(s.labels), tuple(log.times[k]))
+        bad = tuple(NonFiniteTimes(s.name, s.labels, tuple(log.times[k]))
                     for k, s in log.series.items() if nodes is None or _node(s) in nodes)
         return Evidence(now, tuple(windows), bad, {n: dict(i) for n, i in (config or {}).items()})

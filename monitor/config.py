@@ -20,7 +20,8 @@ prometheus:                       # optional: query a Prometheus server instead 
 jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output; also total_steps
                                                 # (trainer.total_training_steps), down_after (10m),
                                                 # down_after_steps (3), export (re-export on /metrics),
-                                                # resolved_config (.hydra/config.yaml: values for runbooks)
+                                                # resolved_config (.hydra/config.yaml: values for runbooks),
+                                                # checkpoint_dir (trainer.default_local_dir: tracker, saves)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m, evict_after: 1h}
@@ -59,7 +60,8 @@ SECTION_KEYS = {
     "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env",
                 "body_size_limit", "sample_limit", "label_limit", "label_value_length_limit", "honor_timestamps"},
     "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
-    "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
+    "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config",
+              "checkpoint_dir"},
     "dmon": {"path", "command", "node"},
     "nvml": {"enabled", "interval"},
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
@@ -90,6 +92,7 @@ class FileSourceConfig:
     down_after_steps: float = 3.0
     export: bool = False
     resolved_config: str | None = None  # the run's resolved verl config (Hydra's .hydra/config.yaml)
+    checkpoint_dir: str | None = None  # the run's trainer.default_local_dir (monitor/sources/verl_checkpoints.py)
 
 
 _JSONL_KEYS = SECTION_KEYS["jsonl"]
@@ -316,6 +319,8 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> No
     src.export = export
     if raw.get("resolved_config") is not None:
         src.resolved_config = str(_path(base, raw["resolved_config"], f"{key}.resolved_config"))
+    if raw.get("checkpoint_dir") is not None:
+        src.checkpoint_dir = str(_path(base, raw["checkpoint_dir"], f"{key}.checkpoint_dir"))
 
 
 def load_config(path: str | Path) -> MonitorConfig:

@@ -6,6 +6,7 @@ from alerting.clock import Clock
 from monitor.config import FileSourceConfig
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.tail_state import OffsetStore, writer_holds
+from monitor.sources.verl_checkpoints import CheckpointWatch
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
@@ -19,6 +20,8 @@ class VerlLogSource:
         tail.liveness = RunLiveness(cfg.total_steps, cfg.down_after, cfg.down_after_steps,
                                     writer_open=lambda: writer_holds(tail.path))
         self.tail, self.export = tail, export
+        # verl's checkpoint directory, judged against the log's steps (issue 33.5)
+        self.checkpoints = CheckpointWatch(cfg.checkpoint_dir, cfg.node) if cfg.checkpoint_dir else None
         self.name = self.metric = f"jsonl:{tail.path.name}"
         self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
         self.down = DownLabels("jsonl", cfg.node)
@@ -26,9 +29,14 @@ class VerlLogSource:
     async def poll(self, clock: Clock) -> Round:
         # the tail maps verl's keys to our names as it reads them (relabel.verl_key)
         batch = self.tail.poll(clock.now())
+        if self.checkpoints is not None:
+            self.checkpoints.observe_log(batch.samples)
+            self.checkpoints.poll(clock.now(), batch)
         if self.export is not None:
             self.export.update(batch.samples)
         return Round([Polled(batch, source=self.metric)])
 
     async def close(self) -> None:
         self.tail.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()

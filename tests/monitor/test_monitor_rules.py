@@ -10,6 +10,7 @@ from monitor_scenarios import T0, firing, run, times
 
 from monitor.rules import RuleError, load_rule_files, load_rules
 from monitor.selectors import parse_selector
+from monitor.sources import verl_checkpoints
 from monitor.sources.alertmanager import CATALOGUE
 from verl.metrics.catalog import BY_NAME
 
@@ -28,6 +29,8 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
 
 
 VERL_JSONL_LABELS = {"job", "stat"}
+# series the monitor derives itself: from verl's checkpoint directory (issue 33.5)
+DERIVED = set(verl_checkpoints.DERIVED_SERIES)
 
 
 def test_default_selectors_name_real_series() -> None:
@@ -37,7 +40,7 @@ def test_default_selectors_name_real_series() -> None:
             for s in c.selectors:
                 assert s.name is not None
                 used.add(s.name)
-                assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
+                assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name in DERIVED or s.name == "up", s.name
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the
                     # verl JSONL source adds to its series (job="verl_jsonl", stat="peak" on torch peaks)

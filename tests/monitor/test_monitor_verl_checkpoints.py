@@ -1,0 +1,196 @@
+"""verl's checkpoint directory beside its JSONL log (issue 33.5): the layout verl 0.9.1 writes (finish
+markers, the tracker), a bounded scan that never follows symlinks nor blocks the loop, and the three pages
+on a live log tailed by the daemon: a stale tracker, a step gone back, a save far over its usual time."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from monitor_http import RunningDaemon, wait_for
+
+from benchmarks.verl_runs import LiveWriter, RunSpec, generate
+from monitor.config import ConfigError, load_config
+from monitor.model import Sample, SourceBatch
+from monitor.sources import verl_checkpoints as vc
+from monitor.sources.verl_checkpoints import CheckpointWatch, finish_time, scan_dir
+
+
+def save(root: Path, step: int, *, tracker: bool = True, finished: bool = True, megatron: bool = False,
+         at: float | None = None) -> Path:
+    """One save as verl 0.9.1 lays it out (FSDP shards, or Megatron's v2 layout with its manifest)."""
+    d = root / f"global_step_{step}"
+    actor = d / "actor"
+    if megatron:
+        for part in ("model", "optimizer", "extra"):
+            (actor / part / "dist_ckpt").mkdir(parents=True, exist_ok=True)
+    else:
+        (actor / "huggingface").mkdir(parents=True, exist_ok=True)
+        (actor / "model_world_size_2_rank_0.pt").write_bytes(b"x" * 64)
+    if finished:
+        (d / "data.pt").write_bytes(b"d")
+        if megatron:
+            (actor / "ckpt_contents.json").write_text("{}")
+        if tracker:
+            (root / "latest_checkpointed_iteration.txt").write_text(str(step))
+    if at is not None:
+        for p in [d, *d.rglob("*")]:
+            os.utime(p, (at, at), follow_symlinks=False)
+    return d
+
+
+def poll_until_scanned(w: CheckpointWatch, now: float) -> SourceBatch:
+    batch = SourceBatch("t")
+    w.poll(now, batch)  # starts a scan (or hands back a finished one)
+    deadline = time.monotonic() + 5
+    while not batch.samples and time.monotonic() < deadline:
+        time.sleep(0.01)
+        w.poll(now, batch)
+    return batch
+
+
+def values(batch: SourceBatch) -> dict[str, float]:
+    return {s.name: s.value for s in batch.samples}
+
+
+def test_finish_markers_follow_verl_layouts(tmp_path: Path) -> None:
+    assert finish_time(str(save(tmp_path, 10))) is not None
+    assert finish_time(str(save(tmp_path, 20, finished=False))) is None  # shards written, no data.pt yet
+    meg = save(tmp_path, 30, megatron=True, finished=False)
+    (meg / "data.pt").write_bytes(b"d")  # async Megatron: data.pt comes before the writes finish
+    assert finish_time(str(meg)) is None
+    (meg / "actor" / "ckpt_contents.json").write_text("{}")
+    assert finish_time(str(meg)) is not None
+
+
+def test_scan_is_bounded_and_never_follows_symlinks(tmp_path: Path) -> None:
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    outside = tmp_path / "elsewhere"
+    save(outside, 99)
+    (root / "global_step_99").symlink_to(outside / "global_step_99")
+    for s in range(1, 41):
+        save(root, s, tracker=False, finished=s <= 2)
+    scan = scan_dir(str(root), {})
+    assert 99 not in scan.steps and len(scan.steps) == 40
+    assert scan.finished == {}  # only the newest CANDIDATES_PER_SCAN are probed: 40..25 are unfinished
+    assert max(scan_dir(str(root), {2: 1.0}).finished) == 2  # an earlier scan's knowledge ends the walk
+    (root / "latest_checkpointed_iteration.txt").symlink_to(outside / "latest_checkpointed_iteration.txt")
+    bad = scan_dir(str(root), {})
+    assert bad.tracker is None and "checkpoint_tracker_symlink" in bad.errors
+
+
+def test_stale_tracker_counts_the_steps_an_auto_resume_would_lose(tmp_path: Path) -> None:
+    now = time.time()
+    save(tmp_path, 10, at=now - 600)
+    save(tmp_path, 20, tracker=False, at=now - 30)  # async_save: the tracker still says 10
+    w = CheckpointWatch(tmp_path, "gpu-08", scan_every_s=0.0)
+    v = values(poll_until_scanned(w, now))
+    assert v["verl_checkpoint_latest_step"] == 20 and v["verl_checkpoint_resume_step"] == 10
+    assert v["verl_checkpoint_resume_steps_lost"] == 0  # within the grace: the tracker may be the next write
+    v = values(poll_until_scanned(w, now + vc.TRACKER_GRACE_S))
+    assert v["verl_checkpoint_resume_steps_lost"] == 10
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("20")
+    assert values(poll_until_scanned(w, now + 100))["verl_checkpoint_resume_steps_lost"] == 0
+    # a tracker naming a directory that is gone, or garbage: verl trains from step 0
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("15")
+    assert values(poll_until_scanned(w, now + 110))["verl_checkpoint_resume_steps_lost"] == 20
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("twenty")
+    batch = poll_until_scanned(w, now + 120)
+    assert values(batch)["verl_checkpoint_resume_step"] == 0 and batch.errors["checkpoint_tracker_unreadable"] == 1
+
+
+def test_step_behind_the_newest_checkpoint_allows_the_save_before_its_record(tmp_path: Path) -> None:
+    save(tmp_path, 20, at=time.time() - 5)
+    w = CheckpointWatch(tmp_path, None, scan_every_s=0.0)
+    w.observe_log([Sample("verl_global_step", {}, 19.0, 0.0)])  # global_step_20 is saved before record 20
+    assert values(poll_until_scanned(w, time.time()))["verl_checkpoint_steps_ahead_of_run"] == 0
+    w.observe_log([Sample("verl_global_step", {}, 2.0, 0.0)])  # a relaunch that started over
+    assert values(poll_until_scanned(w, time.time()))["verl_checkpoint_steps_ahead_of_run"] == 17
+
+
+def test_a_save_far_over_its_usual_time_is_overdue_and_a_crashed_one_is_not(tmp_path: Path) -> None:
+    now = time.time()
+    save(tmp_path, 10, at=now - 900)
+    save(tmp_path, 20, finished=False, at=now - 300)
+    w = CheckpointWatch(tmp_path, None, scan_every_s=0.0)
+    w.observe_log([Sample("verl_stage_seconds", {"stage": "checkpoint"}, v, 0.0) for v in (40.0, 50.0, 60.0)])
+    w.observe_log([Sample("verl_global_step", {}, 19.0, 0.0)])
+    v = values(poll_until_scanned(w, now))
+    assert v["verl_checkpoint_save_seconds"] == pytest.approx(300, abs=2)
+    assert v["verl_checkpoint_save_overdue_ratio"] == pytest.approx(6.0, abs=0.1)
+    w.observe_log([Sample("verl_global_step", {}, 11.0, 0.0)])  # relaunched from 10: step 20's dir was a crash
+    assert values(poll_until_scanned(w, now))["verl_checkpoint_save_overdue_ratio"] == 0
+
+
+def test_a_hung_file_system_never_blocks_the_poll(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    monkeypatch.setattr(vc, "scan_dir", lambda root, known: (release.wait(30), vc.DirScan())[1])
+    w = CheckpointWatch(tmp_path, None, scan_every_s=0.0, hung_after_s=1.0)
+    batch = SourceBatch("t")
+    started = time.monotonic()
+    for now in (0.0, 0.5, 2.0, 3.0, 4.0):
+        w.poll(now, batch)
+    assert time.monotonic() - started < 1.0  # five polls while the scan hangs
+    assert batch.errors == {"checkpoint_dir_hung": 1}  # counted once, not every poll
+    release.set()
+    w.close()
+
+
+def _config(tmp: Path, log: Path, ckpt: Path) -> Path:
+    cfg = {"listen": "127.0.0.1:0", "state_db": str(tmp / "state" / "state.db"), "eval_interval": "0.2s",
+           "reward_outliers": False,
+           "jsonl": [{"path": str(log), "node": "gpu-08", "checkpoint_dir": str(ckpt), "down_after": "1h"}]}
+    path = tmp / "monitor.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_checkpoint_dir_is_a_jsonl_option(tmp_path: Path) -> None:
+    cfg = load_config(_config(tmp_path, tmp_path / "x.jsonl", tmp_path / "ckpt"))
+    assert cfg.jsonl[0].checkpoint_dir == str(tmp_path / "ckpt")
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"jsonl": [{"path": "x.jsonl", "checkpoint_dir": 3}]}))
+    with pytest.raises(ConfigError, match=r"jsonl\[0\]\.checkpoint_dir"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def _firing(url: str, name: str) -> list[dict]:
+    return [a for a in httpx.get(f"{url}/api/v1/alerts").json()["data"]
+            if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+@pytest.mark.slow
+def test_live_log_pages_a_stale_tracker_and_a_step_gone_back(tmp_path: Path) -> None:
+    """The daemon tails a verl 0.9 log being written while the run saves every 5 steps without updating the
+    tracker (async_save), then is relaunched from step 1 over its checkpoints."""
+    ckpt, log = tmp_path / "ckpt", tmp_path / "exp.jsonl"
+    ckpt.mkdir()
+    records, _ = generate(RunSpec(version="0.9", algo="grpo", steps=40, step_s=1.0))
+    writer = LiveWriter(log, "0.9")
+    save(ckpt, 5)  # an earlier save that did update the tracker
+    d = RunningDaemon(_config(tmp_path, log, ckpt))
+    try:
+        for r in records[:12]:
+            step = r["step"]
+            if step == 10:  # finished 2 minutes ago as far as the directory says: past the grace
+                save(ckpt, 10, tracker=False, at=time.time() - 2 * vc.TRACKER_GRACE_S)
+            writer.log(r, time.time())
+            time.sleep(0.05)
+        assert wait_for(lambda: bool(_firing(d.url, "CheckpointTrackerStale")), timeout=30)
+        page = _firing(d.url, "CheckpointTrackerStale")[0]
+        assert page["labels"]["node"] == "gpu-08" and "restart 5 steps back" in page["annotations"]["summary"]
+        assert not _firing(d.url, "TrainingStepRegressed")
+        relaunch = LiveWriter(log, "0.9")  # verl opens its log with "w": the relaunch truncates it
+        for r in records[:3]:
+            relaunch.log(r, time.time())
+            time.sleep(0.05)
+        assert wait_for(lambda: bool(_firing(d.url, "TrainingStepRegressed")), timeout=30)
+        page = _firing(d.url, "TrainingStepRegressed")[0]
+        assert "6 steps behind" in page["annotations"]["summary"]  # newest 10, record 3: 10 - 1 - 3
+    finally:
+        d.stop()

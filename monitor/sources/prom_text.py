@@ -20,6 +20,9 @@ from monitor.model import Sample, SourceBatch, resolve_node, with_node
 from monitor.sources.scrape_cache import ScrapeCache
 from monitor.sources.scrape_http import ScrapeFailed, fetch
 
+# our trainer's global rank 0 exports every rank's times, each labelled with that rank's host (issue 33.6)
+PER_RANK_PREFIX = "verl_rank_"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -104,7 +107,8 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
                 batch.error("nonfinite_value")
                 continue
             labels.update(extra)
-            labels["node"] = resolve_node(labels, node)
+            if not (name.startswith(PER_RANK_PREFIX) and labels.get("node")):
+                labels["node"] = resolve_node(labels, node)  # a per-rank series names its rank's own host
             samples.append(Sample(name, labels, value, ts if ts is not None and honor_timestamps else t))
     if cache is not None and values is not None:
         _known(batch, scan, values, t)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alerting.clock import Clock
 from monitor.config import FileSourceConfig
 from monitor.sources.base import DownLabels, Polled, Round
+from monitor.sources.stragglers import seqlen_imbalance
 from monitor.sources.tail_state import OffsetStore, writer_holds
 from monitor.sources.verl_checkpoints import CheckpointWatch
 from monitor.sources.verl_export import VerlSeriesExport
@@ -29,6 +30,7 @@ class VerlLogSource:
     async def poll(self, clock: Clock) -> Round:
         # the tail maps verl's keys to our names as it reads them (relabel.verl_key)
         batch = self.tail.poll(clock.now())
+        seqlen_imbalance(batch)  # verl's own per-dp-rank load record -> one ratio (issue 33.6)
         if self.checkpoints is not None:
             self.checkpoints.observe_log(batch.samples)
             self.checkpoints.poll(clock.now(), batch)

@@ -10,7 +10,7 @@ from monitor_scenarios import T0, firing, run, times
 
 from monitor.rules import RuleError, load_rule_files, load_rules
 from monitor.selectors import parse_selector
-from monitor.sources import verl_checkpoints
+from monitor.sources import stragglers, verl_checkpoints
 from monitor.sources.alertmanager import CATALOGUE
 from verl.metrics.catalog import BY_NAME
 
@@ -29,8 +29,8 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
 
 
 VERL_JSONL_LABELS = {"job", "stat"}
-# series the monitor derives itself: from verl's checkpoint directory (issue 33.5)
-DERIVED = set(verl_checkpoints.DERIVED_SERIES)
+# series the monitor derives itself: from verl's checkpoint directory and per-rank times (issue 33)
+DERIVED = set(verl_checkpoints.DERIVED_SERIES) | set(stragglers.DERIVED_SERIES)
 
 
 def test_default_selectors_name_real_series() -> None:

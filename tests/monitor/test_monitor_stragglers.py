@@ -1,0 +1,164 @@
+"""Straggler scores from the per-rank stage times our trainer's rank 0 exports (issue 33.6): relative to the
+peers, the peers' wait not blamed on them, each step scored once, own-past ratio; the rank's own host kept
+through a scrape with a configured node; verl's own per-dp-rank load record as one ratio; and a slow rank
+(faults.slow_rank) of a real torchrun run paged by rank, node and stage."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+from monitor_http import RunningDaemon, wait_for
+from monitor_scenarios import firing, run
+
+from monitor.model import Sample, SourceBatch
+from monitor.sources.prom_text import parse_exposition
+from monitor.sources.stragglers import StragglerScores, seqlen_imbalance
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = {"0": "gpu-01", "1": "gpu-01", "2": "gpu-02", "3": "gpu-02"}
+
+
+def step_batch(times: dict[str, dict[str, float]], t: float = 100.0) -> SourceBatch:
+    """One scrape: ``times[rank][stage]`` seconds."""
+    return SourceBatch("trainer", [Sample("verl_rank_stage_seconds", {"rank": r, "node": NODES[r], "stage": st}, v, t)
+                                   for r, stages in times.items() for st, v in stages.items()])
+
+
+def scores(batch: SourceBatch, name: str = "verl_rank_straggler_score") -> dict[tuple[str, str], float]:
+    return {(s.labels["rank"], s.labels["stage"]): s.value for s in batch.samples if s.name == name}
+
+
+def normal(slow: float = 0.0, wait: float = 0.0) -> dict[str, float]:
+    return {"rollout": 0.4 + slow, "reward": 0.1, "critic": 0.2 + wait, "actor_update": 0.3}
+
+
+def test_the_slow_rank_is_scored_against_its_peers_and_their_wait_is_not_blamed() -> None:
+    b = step_batch({"0": normal(wait=0.8), "1": normal(slow=0.8), "2": normal(wait=0.8), "3": normal(wait=0.8)})
+    StragglerScores().derive(b)
+    got = scores(b)
+    assert got[("1", "rollout")] == pytest.approx(3.0)
+    # the others waited for rank 1 in the critic update's all-reduce: that is not theirs
+    assert got[("0", "critic")] == got[("2", "critic")] == 1.0
+    assert max(v for (r, _), v in got.items() if r != "1") <= 1.0
+    assert {s.labels["node"] for s in b.samples if s.labels.get("rank") == "2"} == {"gpu-02"}
+
+
+def test_two_ranks_blame_the_earlier_stage() -> None:
+    b = step_batch({"0": normal(wait=0.5), "1": normal(slow=0.5)})
+    StragglerScores().derive(b)
+    got = scores(b)
+    assert got[("1", "rollout")] > 2 and got[("0", "critic")] == 1.0
+
+
+def test_a_step_is_scored_once_and_its_own_past_is_kept() -> None:
+    s = StragglerScores()
+    for i in range(6):
+        times = {r: {**normal(), "reward": 0.1 + i * 1e-3} for r in ("0", "1")}  # each step a little apart
+        b = step_batch(times, t=100.0 + i)
+        s.derive(b)
+        assert scores(b)
+        again = step_batch(times, t=100.5 + i)
+        s.derive(again)
+        assert not scores(again)  # the next scrape before the next step: the same times
+    b = step_batch({"0": normal(slow=0.4), "1": normal()})
+    s.derive(b)
+    assert scores(b, "verl_rank_slowdown_ratio")[("0", "rollout")] == pytest.approx(2.0)
+    assert scores(b, "verl_rank_slowdown_ratio")[("1", "rollout")] == pytest.approx(1.0)
+
+
+def test_noise_below_the_floor_is_nobody_s_fault() -> None:
+    b = step_batch({"0": normal(slow=0.02), "1": normal(wait=0.02)})
+    StragglerScores().derive(b)
+    assert max(scores(b).values()) < 1.1
+
+
+def test_a_scrape_with_a_configured_node_keeps_each_rank_s_own_host() -> None:
+    text = ('verl_rank_stage_seconds{rank="1",node="gpu-02",stage="rollout"} 1.2\n'
+            'verl_stage_seconds{stage="rollout"} 0.4\n')
+    batch = parse_exposition(text, 10.0, "trainer", "gpu-01", {})
+    nodes = {s.name: s.labels["node"] for s in batch.samples}
+    assert nodes == {"verl_rank_stage_seconds": "gpu-02", "verl_stage_seconds": "gpu-01"}
+
+
+def test_verl_seqlen_balance_becomes_one_ratio_per_record() -> None:
+    labels = {"job": "verl_jsonl", "node": "n"}
+    b = SourceBatch("jsonl", [Sample("verl_jsonl_global_seqlen_balanced_max", labels, 3000.0, 1.0),
+                              Sample("verl_jsonl_global_seqlen_mean", labels, 2000.0, 1.0),
+                              Sample("verl_jsonl_global_seqlen_balanced_max", labels, 2100.0, 2.0)])
+    seqlen_imbalance(b)
+    assert [(s.t, s.value) for s in b.samples if s.name == "verl_rank_load_imbalance_ratio"] == [(1.0, 1.5)]
+
+
+def test_straggler_rule_pages_rank_node_and_stage_and_not_a_short_blip() -> None:
+    t = np.arange(0.0, 300.0, 5.0) + 1.7e9
+    slow = np.where(t - t[0] >= 120, 3.0, 1.0)
+    labels = {"rank": "3", "node": "gpu-02", "stage": "rollout"}
+    hits = firing(run([("verl_rank_straggler_score", labels, t, slow)]), "StragglerRank")
+    assert len(hits) == 1
+    assert {k: hits[0]["labels"][k] for k in labels} == labels
+    assert "Rank 3 on gpu-02 is a straggler in stage rollout: 3.0x" in hits[0]["annotations"]["summary"]
+    blip = np.where((t - t[0] >= 120) & (t - t[0] < 140), 3.0, 1.0)
+    assert firing(run([("verl_rank_straggler_score", labels, t, blip)]), "StragglerRank") == []
+
+
+def _lines(proc: subprocess.Popen, out: queue.Queue) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.put(line)
+
+
+@pytest.mark.slow
+def test_a_slow_rank_under_torchrun_is_paged_by_rank(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "verl.cli.train", "--config", "ppo_tiny", "--metrics-port", "0",
+           "trainer.total_steps=100000", "data.batch_size=8", "actor.ppo_mini_batch_size=4",
+           "critic.ppo_mini_batch_size=4", "faults.slow_rank=1", "faults.slow_rank_stage=rollout",
+           "faults.slow_rank_seconds=0.5", "faults.slow_rank_from_step=1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # own session: the ranks die with torchrun
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(proc, lines), daemon=True).start()
+    seen: list[str] = []
+    daemon = None
+    try:
+        url = None
+        deadline = time.monotonic() + 180
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if line.startswith("metrics: "):
+                url = line.split()[1].strip()
+        assert url, "".join(seen[-40:])
+        cfg = {"listen": "127.0.0.1:0", "state_db": str(tmp_path / "state.db"), "eval_interval": "0.2s",
+               "reward_outliers": False, "targets": [{"name": "trainer", "url": url, "interval": "1s"}]}
+        (tmp_path / "m.yaml").write_text(yaml.safe_dump(cfg))
+        daemon = RunningDaemon(tmp_path / "m.yaml")
+
+        def paged() -> list[dict]:
+            return [a for a in httpx.get(f"{daemon.url}/api/v1/alerts").json()["data"]
+                    if a["labels"]["alertname"] == "StragglerRank" and a["state"] == "firing"]
+
+        assert wait_for(lambda: bool(paged()), timeout=150, every=1.0), "".join(seen[-40:])
+        labels = {(a["labels"]["rank"], a["labels"]["stage"], a["labels"]["node"]) for a in paged()}
+        assert labels == {("1", "rollout", socket.gethostname())}
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -162,3 +162,13 @@ def test_a_slow_rank_under_torchrun_is_paged_by_rank(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_load_imbalance_rule_needs_three_steps_of_it() -> None:
+    t = np.arange(0.0, 40 * 30.0, 30.0) + 1.7e9  # a verl log at 30 s per step
+    labels = {"job": "verl_jsonl", "node": "gpu-08"}
+    heavy = np.where(np.arange(len(t)) >= 20, 1.8, 1.05)
+    hits = firing(run([("verl_rank_load_imbalance_ratio", labels, t, heavy)]), "RankLoadImbalance")
+    assert len(hits) == 1 and "1.8x an even share" in hits[0]["annotations"]["summary"]
+    one_step = np.where(np.arange(len(t)) == 20, 1.8, 1.05)
+    assert firing(run([("verl_rank_load_imbalance_ratio", labels, t, one_step)]), "RankLoadImbalance") == []

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import yaml
 from monitor_http import RunningDaemon, wait_for
@@ -194,3 +195,15 @@ def test_live_log_pages_a_stale_tracker_and_a_step_gone_back(tmp_path: Path) -> 
         assert "6 steps behind" in page["annotations"]["summary"]  # newest 10, record 3: 10 - 1 - 3
     finally:
         d.stop()
+
+
+def test_save_slow_rule_pages_an_overdue_save_only() -> None:
+    from monitor_scenarios import firing, run
+
+    t = np.arange(0.0, 900.0, 5.0) + 1.7e9
+    labels = {"job": "verl_jsonl", "node": "gpu-08"}
+    overdue = np.where(t - t[0] >= 300, (t - t[0] - 200) / 30.0, 0.0)  # a save running on, 30 s usual
+    hits = firing(run([("verl_checkpoint_save_overdue_ratio", labels, t, overdue)]), "CheckpointSaveSlow")
+    assert len(hits) == 1 and hits[0]["labels"]["node"] == "gpu-08"
+    usual = np.where((t - t[0]) % 300 < 60, 2.0, 0.0)  # saves that end within 2x their usual time
+    assert firing(run([("verl_checkpoint_save_overdue_ratio", labels, t, usual)]), "CheckpointSaveSlow") == []

@@ -10,7 +10,6 @@ scrape that holds both ranks' stage times to the page, and how many steps that w
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -29,8 +28,8 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from monitor.config import load_config  # noqa: E402
-from monitor.daemon import Daemon  # noqa: E402
+from benchmarks.blind import InProcess  # noqa: E402
+from benchmarks.verl_checkpoint_paging import firing  # noqa: E402
 
 
 def _scrape(url: str) -> tuple[float | None, int]:
@@ -53,7 +52,6 @@ def measure(slow_s: float, tmp: Path) -> dict[str, float | str | None]:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     daemon = None
-    thread = None
     out: dict[str, float | str | None] = {"slow_s": slow_s}
     try:
         assert proc.stdout is not None
@@ -65,33 +63,24 @@ def measure(slow_s: float, tmp: Path) -> dict[str, float | str | None]:
                "reward_outliers": False, "console": False,
                "targets": [{"name": "trainer", "url": url, "interval": "1s"}]}
         (tmp / "m.yaml").write_text(yaml.safe_dump(cfg))
-        daemon = Daemon(load_config(tmp / "m.yaml"))
-        ready = threading.Event()
-        thread = threading.Thread(target=lambda: asyncio.run(daemon.run(ready)), daemon=True)
-        thread.start()
-        ready.wait(10)
-        assert daemon.api is not None
-        api = f"http://127.0.0.1:{daemon.api.port}"
+        daemon = InProcess(tmp / "m.yaml")
         first_t = first_step = None
         deadline = time.time() + 300
         while time.time() < deadline:
             step, ranks = _scrape(url)
             if first_t is None and ranks >= 2:
                 first_t, first_step = time.time(), step
-            firing = [a for a in httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]
-                      if a["labels"]["alertname"] == "StragglerRank" and a["state"] == "firing"]
-            if firing and first_t is not None and first_step is not None and step is not None:
+            paged = firing(daemon.url, "StragglerRank")
+            if paged and first_t is not None and first_step is not None and step is not None:
                 out["delay_s"] = round(time.time() - first_t, 1)
                 out["delay_steps"] = step - first_step
                 out["paged"] = ",".join(f"rank={a['labels']['rank']} stage={a['labels']['stage']} "
-                                        f"node={a['labels']['node']}" for a in firing)
+                                        f"node={a['labels']['node']}" for a in paged)
                 break
             time.sleep(0.25)
     finally:
         if daemon is not None:
             daemon.stop()
-        if thread is not None:
-            thread.join(10)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

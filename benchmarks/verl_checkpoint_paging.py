@@ -12,11 +12,9 @@ truncated, steps from 1), and from the relaunch's first record to TrainingStepRe
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -27,9 +25,8 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
+from benchmarks.blind import InProcess  # noqa: E402
 from benchmarks.verl_runs import LiveWriter, RunSpec, generate  # noqa: E402
-from monitor.config import load_config  # noqa: E402
-from monitor.daemon import Daemon  # noqa: E402
 
 
 def _save(root: Path, step: int, tracker: bool) -> float:
@@ -42,11 +39,16 @@ def _save(root: Path, step: int, tracker: bool) -> float:
     return time.time()
 
 
+def firing(url: str, name: str) -> list[dict]:
+    """The monitor's firing alerts of that name (its /api/v1/alerts)."""
+    return [a for a in httpx.get(f"{url}/api/v1/alerts", timeout=5).json()["data"]
+            if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
 def _wait_firing(url: str, name: str, timeout: float) -> float | None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        alerts = httpx.get(f"{url}/api/v1/alerts", timeout=5).json()["data"]
-        if any(a["labels"]["alertname"] == name and a["state"] == "firing" for a in alerts):
+        if firing(url, name):
             return time.time()
         time.sleep(0.25)
     return None
@@ -59,13 +61,8 @@ def measure(step_s: float, tmp: Path) -> dict[str, float | None]:
            "reward_outliers": False, "console": False,
            "jsonl": [{"path": str(log), "node": "bench", "checkpoint_dir": str(ckpt), "down_after": "1h"}]}
     (tmp / "m.yaml").write_text(yaml.safe_dump(cfg))
-    daemon = Daemon(load_config(tmp / "m.yaml"))
-    ready = threading.Event()
-    thread = threading.Thread(target=lambda: asyncio.run(daemon.run(ready)), daemon=True)
-    thread.start()
-    ready.wait(10)
-    assert daemon.api is not None
-    url = f"http://127.0.0.1:{daemon.api.port}"
+    daemon = InProcess(tmp / "m.yaml")
+    url = daemon.url
     records, _ = generate(RunSpec(version="0.9", algo="grpo", steps=200, step_s=step_s))
     out: dict[str, float | None] = {"step_s": step_s}
     try:
@@ -90,7 +87,6 @@ def measure(step_s: float, tmp: Path) -> dict[str, float | None]:
         out["step_regressed_delay_s"] = None if fired is None else round(fired - started, 1)
     finally:
         daemon.stop()
-        thread.join(10)
     for key in ("tracker_stale", "step_regressed"):
         delay = out[f"{key}_delay_s"]
         out[f"{key}_delay_steps"] = None if delay is None else round(delay / step_s, 1)

@@ -5,28 +5,17 @@ through a scrape with a configured node; verl's own per-dp-rank load record as o
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
 import socket
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
-import yaml
-from monitor_http import RunningDaemon, wait_for
 from monitor_scenarios import firing, run
 
 from monitor.model import Sample, SourceBatch
 from monitor.sources.prom_text import parse_exposition
 from monitor.sources.stragglers import StragglerScores, seqlen_imbalance
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = {"0": "gpu-01", "1": "gpu-01", "2": "gpu-02", "3": "gpu-02"}
 
 
@@ -113,55 +102,14 @@ def test_straggler_rule_pages_rank_node_and_stage_and_not_a_short_blip() -> None
     assert firing(run([("verl_rank_straggler_score", labels, t, blip)]), "StragglerRank") == []
 
 
-def _lines(proc: subprocess.Popen, out: queue.Queue) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        out.put(line)
-
-
 @pytest.mark.slow
 def test_a_slow_rank_under_torchrun_is_paged_by_rank(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "verl.cli.train", "--config", "ppo_tiny", "--metrics-port", "0",
-           "trainer.total_steps=100000", "data.batch_size=8", "actor.ppo_mini_batch_size=4",
-           "critic.ppo_mini_batch_size=4", "faults.slow_rank=1", "faults.slow_rank_stage=rollout",
-           "faults.slow_rank_seconds=0.5", "faults.slow_rank_from_step=1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)  # own session: the ranks die with torchrun
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_lines, args=(proc, lines), daemon=True).start()
-    seen: list[str] = []
-    daemon = None
-    try:
-        url = None
-        deadline = time.monotonic() + 180
-        while url is None and time.monotonic() < deadline and proc.poll() is None:
-            try:
-                line = lines.get(timeout=1)
-            except queue.Empty:
-                continue
-            seen.append(line)
-            if line.startswith("metrics: "):
-                url = line.split()[1].strip()
-        assert url, "".join(seen[-40:])
-        cfg = {"listen": "127.0.0.1:0", "state_db": str(tmp_path / "state.db"), "eval_interval": "0.2s",
-               "reward_outliers": False, "targets": [{"name": "trainer", "url": url, "interval": "1s"}]}
-        (tmp_path / "m.yaml").write_text(yaml.safe_dump(cfg))
-        daemon = RunningDaemon(tmp_path / "m.yaml")
+    """torchrun, 2 ranks, gloo, the tiny model; rank 1 sleeps 0.5 s in its rollout every step; the daemon
+    scrapes rank 0 (benchmarks/straggler_paging.py's run, which also reports the delay)."""
+    from benchmarks.straggler_paging import measure
 
-        def paged() -> list[dict]:
-            return [a for a in httpx.get(f"{daemon.url}/api/v1/alerts").json()["data"]
-                    if a["labels"]["alertname"] == "StragglerRank" and a["state"] == "firing"]
-
-        assert wait_for(lambda: bool(paged()), timeout=150, every=1.0), "".join(seen[-40:])
-        labels = {(a["labels"]["rank"], a["labels"]["stage"], a["labels"]["node"]) for a in paged()}
-        assert labels == {("1", "rollout", socket.gethostname())}
-    finally:
-        if daemon is not None:
-            daemon.stop()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    out = measure(0.5, tmp_path)
+    assert out.get("paged") == f"rank=1 stage=rollout node={socket.gethostname()}", out
 
 
 def test_load_imbalance_rule_needs_three_steps_of_it() -> None:

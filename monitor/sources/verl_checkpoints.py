@@ -64,6 +64,7 @@ class DirScan:
 
     tracker: int | None = None         # the tracker's step; None when the file is missing
     tracker_bad: bool = False          # present but not one integer (verl's resume would crash on it)
+    tracker_empty: bool = False        # read between verl's open("w") and its write: the last value holds
     steps: dict[int, float] = field(default_factory=dict)  # every global_step_N -> the directory's mtime
     finished: dict[int, float] = field(default_factory=dict)  # step -> when its finish marker was written
     errors: list[str] = field(default_factory=list)
@@ -115,6 +116,8 @@ def _read_tracker(root: str, scan: DirScan) -> None:
         os.close(fd)
     if text.isdigit():
         scan.tracker = int(text)
+    elif not text:
+        scan.tracker_empty = True
     else:
         scan.tracker_bad = True
         scan.errors.append("checkpoint_tracker_unreadable")
@@ -168,9 +171,11 @@ class CheckpointWatch:
         self._hung_reported = False
         self._finished: dict[int, float] = {}
         self._first_seen: dict[int, float] = {}
+        self._seen_open: set[int] = set()  # step directories a scan saw unfinished (saves in progress)
         self._save_seconds: deque[float] = deque(maxlen=16)  # the log's timing_s/save_checkpoint
         self._dir_seconds: deque[float] = deque(maxlen=16)   # saves watched here from start to finish
         self.log_step: float | None = None
+        self._resume = 0
 
     def observe_log(self, samples: list[Sample]) -> None:
         """The tail's new samples: the run's latest step and its finished saves' durations."""
@@ -194,11 +199,16 @@ class CheckpointWatch:
                     self._hung_reported = True
                     batch.error("checkpoint_dir_hung")
                 return
-            scan, self._pending = self._pending.result(), None
+            done, self._pending = self._pending, None
             self._hung_reported = False
-            for reason in scan.errors:
-                batch.error(reason)
-            self._emit(scan, now, batch)
+            try:
+                scan = done.result()
+            except Exception:  # noqa: BLE001 - counted; the log's samples in this batch must not be lost
+                batch.error("checkpoint_dir_error")
+            else:
+                for reason in scan.errors:
+                    batch.error(reason)
+                self._emit(scan, now, batch)
         if now - self._started >= self.scan_every_s:
             self._started = now
             self._pending = self._scan_in_thread(dict(self._finished))
@@ -227,13 +237,17 @@ class CheckpointWatch:
             self._first_seen.setdefault(step, min(now, mtime))
         newest = max(scan.finished, default=None)
         for step, done in scan.finished.items():
-            if step not in self._finished and step in self._first_seen and self._first_seen[step] < done:
-                self._dir_seconds.append(done - self._first_seen[step])
+            if step in self._seen_open:  # watched from start to finish (a directory's mtime is its last entry's)
+                self._dir_seconds.append(max(0.0, done - self._first_seen[step]))
+        self._seen_open = {s for s in scan.steps if s not in scan.finished and (newest is None or s > newest)}
         self._finished = {s: t for s, t in {**self._finished, **scan.finished}.items() if s in scan.steps}
         labels = with_node({"job": JOB}, self.node)
         out = batch.samples
         # what trainer.resume_mode=auto would resume from: the tracker's step if its directory exists, else 0
         resume = scan.tracker if scan.tracker is not None and scan.tracker in scan.steps and not scan.tracker_bad else 0
+        if scan.tracker_empty:
+            resume = self._resume
+        self._resume = resume
         out.append(Sample("verl_checkpoint_resume_step", labels, float(resume), now))
         if newest is not None:
             out.append(Sample("verl_checkpoint_latest_step", labels, float(newest), now))

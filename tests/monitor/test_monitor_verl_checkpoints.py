@@ -46,12 +46,16 @@ def save(root: Path, step: int, *, tracker: bool = True, finished: bool = True, 
 
 
 def poll_until_scanned(w: CheckpointWatch, now: float) -> SourceBatch:
+    """The series of a scan started after this call (a scan still running from before is waited out:
+    it may have read the directory before the test changed it)."""
     batch = SourceBatch("t")
-    w.poll(now, batch)  # starts a scan (or hands back a finished one)
-    deadline = time.monotonic() + 5
-    while not batch.samples and time.monotonic() < deadline:
-        time.sleep(0.01)
-        w.poll(now, batch)
+    for _ in range(2):
+        batch = SourceBatch("t")
+        w.poll(now, batch)  # hands back a finished scan and starts the next one
+        deadline = time.monotonic() + 5
+        while not batch.samples and not batch.errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+            w.poll(now, batch)
     return batch
 
 
@@ -101,6 +105,11 @@ def test_stale_tracker_counts_the_steps_an_auto_resume_would_lose(tmp_path: Path
     # a tracker naming a directory that is gone, or garbage: verl trains from step 0
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("15")
     assert values(poll_until_scanned(w, now + 110))["verl_checkpoint_resume_steps_lost"] == 20
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("10")
+    assert values(poll_until_scanned(w, now + 112))["verl_checkpoint_resume_step"] == 10
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("")  # verl between open("w") and write()
+    batch = poll_until_scanned(w, now + 115)
+    assert values(batch)["verl_checkpoint_resume_step"] == 10 and not batch.errors  # the last value holds
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("twenty")
     batch = poll_until_scanned(w, now + 120)
     assert values(batch)["verl_checkpoint_resume_step"] == 0 and batch.errors["checkpoint_tracker_unreadable"] == 1
@@ -207,3 +216,34 @@ def test_save_slow_rule_pages_an_overdue_save_only() -> None:
     assert len(hits) == 1 and hits[0]["labels"]["node"] == "gpu-08"
     usual = np.where((t - t[0]) % 300 < 60, 2.0, 0.0)  # saves that end within 2x their usual time
     assert firing(run([("verl_checkpoint_save_overdue_ratio", labels, t, usual)]), "CheckpointSaveSlow") == []
+
+
+def test_only_a_save_watched_from_its_start_teaches_the_usual_time(tmp_path: Path) -> None:
+    now = time.time()
+    save(tmp_path, 10, at=now - 50)  # finished before the monitor looked: its duration is unknown
+    w = CheckpointWatch(tmp_path, None, scan_every_s=0.0)
+    poll_until_scanned(w, now)
+    assert w.usual_save_s() is None
+    save(tmp_path / "staging", 20, finished=False, at=now - 100)  # appears at once, as a scan may run now
+    os.rename(tmp_path / "staging" / "global_step_20", tmp_path / "global_step_20")
+    w.observe_log([Sample("verl_global_step", {}, 19.0, 0.0)])
+    poll_until_scanned(w, now)
+    (tmp_path / "global_step_20" / "data.pt").write_bytes(b"d")
+    os.utime(tmp_path / "global_step_20" / "data.pt", (now - 10, now - 10))
+    poll_until_scanned(w, now)
+    assert w.usual_save_s() == pytest.approx(90, abs=1)
+
+
+def test_a_failing_scan_is_counted_and_the_batch_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(root: str, known: dict) -> vc.DirScan:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(vc, "scan_dir", broken)
+    w = CheckpointWatch(tmp_path, None, scan_every_s=0.0)
+    batch = SourceBatch("t", [Sample("verl_global_step", {}, 3.0, 1.0)])
+    w.poll(0.0, batch)
+    deadline = time.monotonic() + 5
+    while not batch.errors and time.monotonic() < deadline:
+        time.sleep(0.01)
+        w.poll(0.0, batch)
+    assert batch.errors == {"checkpoint_dir_error": 1} and len(batch.samples) == 1

@@ -247,3 +247,19 @@ def test_a_failing_scan_is_counted_and_the_batch_kept(tmp_path: Path, monkeypatc
         time.sleep(0.01)
         w.poll(0.0, batch)
     assert batch.errors == {"checkpoint_dir_error": 1} and len(batch.samples) == 1
+
+
+def test_a_finished_save_far_over_the_run_s_median_pages_from_the_log_alone() -> None:
+    from monitor_scenarios import firing, run
+
+    t = np.arange(0.0, 12 * 1200.0, 1200.0) + 1.7e9  # one save every 20 min (save_freq)
+    labels = {"job": "verl_jsonl", "node": "gpu-08", "stage": "checkpoint"}
+    rng = np.random.default_rng(1)
+    saves = 60.0 + rng.normal(0, 5, len(t))
+    slow = saves.copy()
+    slow[9] = 400.0
+    hits = firing(run([("verl_stage_seconds", labels, t, slow)]), "CheckpointSaveSlow")
+    assert len(hits) == 1 and "took 400 s" in hits[0]["annotations"]["summary"]
+    assert firing(run([("verl_stage_seconds", labels, t, saves)]), "CheckpointSaveSlow") == []
+    trainer = {"job": "verl", "node": "gpu-08", "stage": "checkpoint"}  # our trainer's: not this rule's
+    assert firing(run([("verl_stage_seconds", trainer, t, slow)]), "CheckpointSaveSlow") == []

@@ -53,9 +53,12 @@ OVERDUE_MIN_S = 60.0      # a save younger than this is never overdue, whatever 
 SCAN_EVERY_S = 5.0
 HUNG_AFTER_S = 10.0       # a scan still running this long is reported hung
 CANDIDATES_PER_SCAN = 16  # newest step directories probed for a finish marker per scan
+PROGRESS_ENTRIES = 512    # entries of the save in progress stat'ed per scan (3 levels: actor/model/dist_ckpt)
+PROGRESS_DEPTH = 3
 DERIVED_SERIES = ("verl_checkpoint_latest_step", "verl_checkpoint_resume_step", "verl_checkpoint_resume_steps_lost",
                   "verl_checkpoint_steps_ahead_of_run", "verl_checkpoint_save_seconds",
-                  "verl_checkpoint_save_overdue_ratio")
+                  "verl_checkpoint_save_overdue_ratio", "verl_checkpoint_save_bytes",
+                  "verl_checkpoint_save_idle_seconds")
 
 
 @dataclass
@@ -67,6 +70,8 @@ class DirScan:
     tracker_empty: bool = False        # read between verl's open("w") and its write: the last value holds
     steps: dict[int, float] = field(default_factory=dict)  # every global_step_N -> the directory's mtime
     finished: dict[int, float] = field(default_factory=dict)  # step -> when its finish marker was written
+    open_bytes: float = 0.0            # the newest unfinished save: bytes written so far (bounded listing)
+    open_mtime: float | None = None    # ... and its newest write
     errors: list[str] = field(default_factory=list)
 
 
@@ -156,7 +161,33 @@ def scan_dir(root: str, known_finished: dict[int, float]) -> DirScan:
         if done is not None:
             scan.finished[step] = done
             break
+    newest = max(scan.finished, default=-1)
+    open_steps = [s for s in scan.steps if s > newest]
+    if open_steps:
+        _progress(os.path.join(root, f"global_step_{max(open_steps)}"), scan)
     return scan
+
+
+def _progress(step_dir: str, scan: DirScan) -> None:
+    """Bytes and newest mtime of a save in progress: a bounded walk (never through a symlink) of its
+    first ``PROGRESS_DEPTH`` levels, at most ``PROGRESS_ENTRIES`` entries."""
+    todo, seen = [(step_dir, 0)], 0
+    while todo and seen < PROGRESS_ENTRIES:
+        path, depth = todo.pop()
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    seen += 1
+                    if seen > PROGRESS_ENTRIES:
+                        break
+                    st = entry.stat(follow_symlinks=False)
+                    scan.open_mtime = max(scan.open_mtime or st.st_mtime, st.st_mtime)
+                    if stat.S_ISREG(st.st_mode):
+                        scan.open_bytes += st.st_size
+                    elif stat.S_ISDIR(st.st_mode) and depth + 1 < PROGRESS_DEPTH:
+                        todo.append((entry.path, depth + 1))
+        except OSError:
+            continue  # a part removed or unreadable while we looked: the next scan sees it again
 
 
 class CheckpointWatch:
@@ -263,6 +294,10 @@ class CheckpointWatch:
         out.append(Sample("verl_checkpoint_save_seconds", labels, age, now))
         ratio = age / usual if usual and age >= OVERDUE_MIN_S else 0.0
         out.append(Sample("verl_checkpoint_save_overdue_ratio", labels, ratio, now))
+        if age > 0:  # files still growing (slow storage) or not written for a while (a stuck writer)
+            out.append(Sample("verl_checkpoint_save_bytes", labels, scan.open_bytes, now))
+            if scan.open_mtime is not None:
+                out.append(Sample("verl_checkpoint_save_idle_seconds", labels, max(0.0, now - scan.open_mtime), now))
 
     def _save_age(self, scan: DirScan, newest: int | None, now: float) -> float:
         """Seconds the save in progress has run: the newest step directory newer than the newest finished

@@ -134,6 +134,8 @@ def test_a_save_far_over_its_usual_time_is_overdue_and_a_crashed_one_is_not(tmp_
     v = values(poll_until_scanned(w, now))
     assert v["verl_checkpoint_save_seconds"] == pytest.approx(300, abs=2)
     assert v["verl_checkpoint_save_overdue_ratio"] == pytest.approx(6.0, abs=0.1)
+    # what the save wrote so far (one 64-byte shard) and how long since its last write
+    assert v["verl_checkpoint_save_bytes"] == 64 and v["verl_checkpoint_save_idle_seconds"] == pytest.approx(300, abs=2)
     w.observe_log([Sample("verl_global_step", {}, 11.0, 0.0)])  # relaunched from 10: step 20's dir was a crash
     assert values(poll_until_scanned(w, now))["verl_checkpoint_save_overdue_ratio"] == 0
 

@@ -207,6 +207,7 @@ class CheckpointWatch:
         self._dir_seconds: deque[float] = deque(maxlen=16)   # saves watched here from start to finish
         self.log_step: float | None = None
         self._resume = 0
+        self._missing_said = False
 
     def observe_log(self, samples: list[Sample]) -> None:
         """The tail's new samples: the run's latest step and its finished saves' durations."""
@@ -237,8 +238,11 @@ class CheckpointWatch:
             except Exception:  # noqa: BLE001 - counted; the log's samples in this batch must not be lost
                 batch.error("checkpoint_dir_error")
             else:
-                for reason in scan.errors:
-                    batch.error(reason)
+                missing = "checkpoint_dir_missing" in scan.errors
+                for reason in scan.errors:  # a directory not there yet (no save so far) is said once
+                    if reason != "checkpoint_dir_missing" or not self._missing_said:
+                        batch.error(reason)
+                self._missing_said = missing
                 self._emit(scan, now, batch)
         if now - self._started >= self.scan_every_s:
             self._started = now

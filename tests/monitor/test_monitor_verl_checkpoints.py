@@ -265,3 +265,15 @@ def test_a_finished_save_far_over_the_run_s_median_pages_from_the_log_alone() ->
     assert firing(run([("verl_stage_seconds", labels, t, saves)]), "CheckpointSaveSlow") == []
     trainer = {"job": "verl", "node": "gpu-08", "stage": "checkpoint"}  # our trainer's: not this rule's
     assert firing(run([("verl_stage_seconds", trainer, t, slow)]), "CheckpointSaveSlow") == []
+
+
+def test_a_directory_not_there_yet_is_said_once(tmp_path: Path) -> None:
+    w = CheckpointWatch(tmp_path / "not-yet", None, scan_every_s=0.0)
+    batch = SourceBatch("t")
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:  # dozens of scans find it missing; one batch collects their reports
+        w.poll(0.0, batch)
+        time.sleep(0.02)
+    assert batch.errors == {"checkpoint_dir_missing": 1}
+    save(tmp_path / "not-yet", 5)
+    assert values(poll_until_scanned(w, 0.0))["verl_checkpoint_latest_step"] == 5

@@ -4,8 +4,8 @@
 NVIDIA Resiliency Extension-style (its straggler detector scores each rank relative to its peers and to
 its own past; nothing copied): per step and stage,
 
-- ``verl_rank_straggler_score``: the rank's time over the median of the *other* ranks' times of that
-  stage (1 = like its peers, 3 = three times slower); the paged one;
+- ``verl_rank_straggler_score``: the rank's time over its peers' (the median of all ranks' times of that
+  stage; with two ranks the other one's): 1 = like its peers, 3 = three times slower; the paged one;
 - ``verl_rank_slowdown_ratio``: the rank's time over the median of its own last ``HISTORY`` times of that
   stage (evidence: a rank slow from its first step has ratio 1, a whole job slowing down has score 1).
 
@@ -38,11 +38,22 @@ MIN_EXCESS_S = 0.05   # a smaller difference between ranks is scheduling noise, 
 FLOOR_S = 0.01        # the least peer time divided by: a stage of ~0 s on the peers is not "infinitely" slower
 HISTORY = 32          # own past: the last 32 steps of that stage
 MIN_HISTORY = 4
+MAX_RANKS = 256       # ranks scored per target (beyond: counted, not scored: ~0.1 s of Python per step)
 # verl's own record of the data-parallel load (utils/seqlen_balancing.py log_seqlen_unbalance, 0.9.1, with
 # trainer.balance_batch): token sums per dp rank, global_seqlen/balanced_max over global_seqlen/mean is how
 # far the heaviest rank's share is above an even split *after* verl balanced the batch
 SEQLEN_MAX, SEQLEN_MEAN = "verl_jsonl_global_seqlen_balanced_max", "verl_jsonl_global_seqlen_mean"
 DERIVED_SERIES = ("verl_rank_straggler_score", "verl_rank_slowdown_ratio", "verl_rank_load_imbalance_ratio")
+
+
+def _peer_medians(values: dict[str, float]) -> dict[str, float]:
+    """Each rank's peer reference: with two ranks the other one's time, else the median of all ranks'
+    (one sort per stage, not one per rank: the median barely moves with the rank itself in it)."""
+    if len(values) == 2:
+        a, b = values
+        return {a: values[b], b: values[a]}
+    med = statistics.median(values.values())
+    return dict.fromkeys(values, med)
 
 
 def _order(stage: str) -> int:
@@ -77,6 +88,9 @@ class StragglerScores:
         by_stage, t = self._stage_times(batch)
         if not by_stage or max(len(r) for r in by_stage.values()) < 2:
             return
+        if max(len(r) for r in by_stage.values()) > MAX_RANKS:
+            batch.error("straggler_ranks_over_cap")  # the own-past memory stays bounded
+            return
         key = tuple(sorted((st, r, v) for st, ranks in by_stage.items() for r, (v, _) in ranks.items()))
         if key == self._last:
             return
@@ -87,7 +101,7 @@ class StragglerScores:
             ranks = by_stage[stage]
             if len(ranks) < 2:
                 continue
-            medians = {r: statistics.median(w for q, (w, _) in ranks.items() if q != r) for r in ranks}
+            medians = _peer_medians({r: v for r, (v, _) in ranks.items()})
             if blamed is None:
                 excess = {r: v - medians[r] for r, (v, _) in ranks.items()}
                 worst = max(excess, key=lambda r: excess[r])

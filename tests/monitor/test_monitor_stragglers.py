@@ -120,3 +120,12 @@ def test_load_imbalance_rule_needs_three_steps_of_it() -> None:
     assert len(hits) == 1 and "1.8x an even share" in hits[0]["annotations"]["summary"]
     one_step = np.where(np.arange(len(t)) == 20, 1.8, 1.05)
     assert firing(run([("verl_rank_load_imbalance_ratio", labels, t, one_step)]), "RankLoadImbalance") == []
+
+
+def test_more_ranks_than_the_cap_are_counted_not_scored() -> None:
+    from monitor.sources.stragglers import MAX_RANKS
+
+    b = SourceBatch("trainer", [Sample("verl_rank_stage_seconds", {"rank": str(r), "node": "n", "stage": "rollout"},
+                                       0.4, 1.0) for r in range(MAX_RANKS + 1)])
+    StragglerScores().derive(b)
+    assert not scores(b) and b.errors == {"straggler_ranks_over_cap": 1}

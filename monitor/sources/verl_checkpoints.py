@@ -48,7 +48,7 @@ ROLES = ("actor", "critic")
 MANIFEST = "ckpt_contents.json"
 V2_PARTS = ("model", "optimizer", "extra")  # Megatron's layout v2: the manifest marks the end
 TRACKER_GRACE_S = 60.0    # the tracker follows the finish marker within one write (plus a finalize's upload)
-LOG_LAG_STEPS = 3         # 0.6-0.7's file logger flushes every 8 KB: the log may trail the directory
+LOG_LAG_STEPS = 3         # 0.6-0.7's file logger flushes every 8 KB: the log may trail a save in progress
 OVERDUE_MIN_S = 60.0      # a save younger than this is never overdue, whatever its usual time
 SCAN_EVERY_S = 5.0
 HUNG_AFTER_S = 10.0       # a scan still running this long is reported hung
@@ -208,11 +208,14 @@ class CheckpointWatch:
         self.log_step: float | None = None
         self._resume = 0
         self._missing_said = False
+        self._run_start = -math.inf
 
     def observe_log(self, samples: list[Sample]) -> None:
         """The tail's new samples: the run's latest step and its finished saves' durations."""
         for s in samples:
             if s.name == "verl_global_step":
+                if self.log_step is None or s.value < self.log_step:
+                    self._run_start = s.t  # the log's first record, or a relaunch's (its step went back)
                 self.log_step = s.value
             elif s.name == "verl_stage_seconds" and s.labels.get("stage") == "checkpoint" and s.value > 0:
                 self._save_seconds.append(s.value)
@@ -290,9 +293,12 @@ class CheckpointWatch:
             out.append(Sample("verl_checkpoint_resume_steps_lost", labels,
                               float(newest - resume) if late and resume < newest else 0.0, now))
             if self.log_step is not None:
+                # only a checkpoint finished before this run's first record can be one it ignored; its own
+                # saves may run ahead of a buffered log (0.6-0.7 flush every 8 KB, i.e. every few steps)
+                before_run = self._finished[newest] < self._run_start
                 # the save of step N happens before the log's record N: N - 1 is a run on time
                 out.append(Sample("verl_checkpoint_steps_ahead_of_run", labels,
-                                  max(0.0, newest - 1 - self.log_step), now))
+                                  max(0.0, newest - 1 - self.log_step) if before_run else 0.0, now))
         age = self._save_age(scan, newest, now)
         usual = self.usual_save_s()
         out.append(Sample("verl_checkpoint_save_seconds", labels, age, now))

@@ -115,13 +115,17 @@ def test_stale_tracker_counts_the_steps_an_auto_resume_would_lose(tmp_path: Path
     assert values(batch)["verl_checkpoint_resume_step"] == 0 and batch.errors["checkpoint_tracker_unreadable"] == 1
 
 
-def test_step_behind_the_newest_checkpoint_allows_the_save_before_its_record(tmp_path: Path) -> None:
-    save(tmp_path, 20, at=time.time() - 5)
+def test_a_run_below_a_checkpoint_from_before_it_started_is_behind(tmp_path: Path) -> None:
+    now = time.time()
+    save(tmp_path, 20, at=now - 5)
     w = CheckpointWatch(tmp_path, None, scan_every_s=0.0)
-    w.observe_log([Sample("verl_global_step", {}, 19.0, 0.0)])  # global_step_20 is saved before record 20
-    assert values(poll_until_scanned(w, time.time()))["verl_checkpoint_steps_ahead_of_run"] == 0
-    w.observe_log([Sample("verl_global_step", {}, 2.0, 0.0)])  # a relaunch that started over
-    assert values(poll_until_scanned(w, time.time()))["verl_checkpoint_steps_ahead_of_run"] == 17
+    # this run's own save of step 20, its log buffered (0.6-0.7: 8 KB flushes) six records behind
+    w.observe_log([Sample("verl_global_step", {}, float(s), now - 100 + s) for s in range(1, 15)])
+    assert values(poll_until_scanned(w, now))["verl_checkpoint_steps_ahead_of_run"] == 0
+    w.observe_log([Sample("verl_global_step", {}, 2.0, now)])  # a relaunch that started over
+    assert values(poll_until_scanned(w, now))["verl_checkpoint_steps_ahead_of_run"] == 17
+    w.observe_log([Sample("verl_global_step", {}, 21.0, now + 1)])  # a relaunch that resumed
+    assert values(poll_until_scanned(w, now))["verl_checkpoint_steps_ahead_of_run"] == 0
 
 
 def test_a_save_far_over_its_usual_time_is_overdue_and_a_crashed_one_is_not(tmp_path: Path) -> None:

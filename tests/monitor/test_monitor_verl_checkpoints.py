@@ -281,3 +281,8 @@ def test_a_directory_not_there_yet_is_said_once(tmp_path: Path) -> None:
     assert batch.errors == {"checkpoint_dir_missing": 1}
     save(tmp_path / "not-yet", 5)
     assert values(poll_until_scanned(w, 0.0))["verl_checkpoint_latest_step"] == 5
+
+
+def test_the_example_config_names_the_checkpoint_dir() -> None:
+    cfg = load_config(Path(__file__).resolve().parents[2] / "monitor/examples/verl-run.yaml")
+    assert cfg.jsonl[0].checkpoint_dir == "/shared/checkpoints/my_project/exp"

@@ -104,11 +104,12 @@ def test_straggler_rule_pages_rank_node_and_stage_and_not_a_short_blip() -> None
 
 @pytest.mark.slow
 def test_a_slow_rank_under_torchrun_is_paged_by_rank(tmp_path: Path) -> None:
-    """torchrun, 2 ranks, gloo, the tiny model; rank 1 sleeps 0.5 s in its rollout every step; the daemon
-    scrapes rank 0 (benchmarks/straggler_paging.py's run, which also reports the delay)."""
+    """torchrun, 2 ranks, gloo, the tiny model; rank 1 sleeps 2 s in its rollout every step (well over 2x its
+    peer's rollout even on a loaded machine, where a 0.5 s sleep under a 1 s rollout is rightly no page);
+    the daemon scrapes rank 0 (benchmarks/straggler_paging.py's run, which also reports the delay)."""
     from benchmarks.straggler_paging import measure
 
-    out = measure(0.5, tmp_path)
+    out = measure(2.0, tmp_path)
     assert out.get("paged") == f"rank=1 stage=rollout node={socket.gethostname()}", out
 
 

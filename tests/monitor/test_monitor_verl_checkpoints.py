@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 import yaml
-from monitor_http import RunningDaemon, wait_for
+from monitor_http import RunningDaemon, metric, wait_for
 
 from benchmarks.verl_runs import LiveWriter, RunSpec, generate
 from monitor.config import ConfigError, load_config
@@ -161,7 +161,8 @@ def test_a_hung_file_system_never_blocks_the_poll(tmp_path: Path, monkeypatch: p
 def _config(tmp: Path, log: Path, ckpt: Path) -> Path:
     cfg = {"listen": "127.0.0.1:0", "state_db": str(tmp / "state" / "state.db"), "eval_interval": "0.2s",
            "reward_outliers": False,
-           "jsonl": [{"path": str(log), "node": "gpu-08", "checkpoint_dir": str(ckpt), "down_after": "1h"}]}
+           "jsonl": [{"path": str(log), "node": "gpu-08", "checkpoint_dir": str(ckpt), "down_after": "1h",
+                      "export": True}]}
     path = tmp / "monitor.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -188,15 +189,17 @@ def test_live_log_pages_a_stale_tracker_and_a_step_gone_back(tmp_path: Path) -> 
     ckpt.mkdir()
     records, _ = generate(RunSpec(version="0.9", algo="grpo", steps=40, step_s=1.0))
     writer = LiveWriter(log, "0.9")
-    save(ckpt, 5)  # an earlier save that did update the tracker
     d = RunningDaemon(_config(tmp_path, log, ckpt))
     try:
         for r in records[:12]:
-            step = r["step"]
-            if step == 10:  # finished 2 minutes ago as far as the directory says: past the grace
-                save(ckpt, 10, tracker=False, at=time.time() - 2 * vc.TRACKER_GRACE_S)
+            if r["step"] == 5:  # a save that did update the tracker
+                save(ckpt, 5)
             writer.log(r, time.time())
             time.sleep(0.05)
+        assert wait_for(lambda: metric(d.url, "verl_global_step", node="gpu-08") == 12, timeout=30)
+        # global_step_10's async save finishes after the run moved on, its tracker never written; it finished
+        # 2 minutes ago as far as the directory says (past the grace without waiting for it)
+        save(ckpt, 10, tracker=False, at=time.time() - 2 * vc.TRACKER_GRACE_S)
         assert wait_for(lambda: bool(_firing(d.url, "CheckpointTrackerStale")), timeout=30)
         page = _firing(d.url, "CheckpointTrackerStale")[0]
         assert page["labels"]["node"] == "gpu-08" and "restart 5 steps back" in page["annotations"]["summary"]

@@ -94,11 +94,12 @@ def write_sd(path: Path, groups: list[dict[str, Any]]) -> None:
 class SimulatedDaemon:
     """The daemon of ``config`` (a dict, written as the monitor's YAML), stepped on simulated time."""
 
-    def __init__(self, tmp_path: Path, config: dict[str, Any]) -> None:
+    def __init__(self, tmp_path: Path, config: dict[str, Any], start: float = T0) -> None:
         doc = {"listen": "127.0.0.1:0", "state_db": str(tmp_path / "state.db"), "reward_outliers": False,
                "console": False, **config}
         (tmp_path / "monitor.yaml").write_text(yaml.safe_dump(doc))
-        self.clock = SimulatedClock(T0)
+        self.clock = SimulatedClock(start)
+        self.start = start
         self.daemon = Daemon(load_config(tmp_path / "monitor.yaml"), clock=self.clock)
         self.first_fired: dict[tuple[str, str], float] = {}  # (alertname, fingerprint) -> seconds after T0
         self.alerts: dict[str, Any] = {}  # fingerprint -> the alert when it first fired
@@ -119,7 +120,7 @@ class SimulatedDaemon:
                     self.clock.advance(step)
                     elapsed += step
                     if before is not None:
-                        before(self.clock.now() - T0)
+                        before(self.clock.now() - self.start)
                     for src in sources:
                         self.daemon._take(src, await src.poll(self.daemon.clock))
                     with self.daemon.lock:
@@ -127,7 +128,7 @@ class SimulatedDaemon:
                     for a in self.daemon.pipeline.book.firing():
                         key = (a.labels["alertname"], a.fingerprint)
                         if key not in self.first_fired:
-                            self.first_fired[key] = self.clock.now() - T0
+                            self.first_fired[key] = self.clock.now() - self.start
                             self.alerts[a.fingerprint] = a
         asyncio.run(go())
 

@@ -415,7 +415,7 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
             if key == "jsonl":
                 _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
-    cfg.file_sd = config_discovery.file_sd(doc.get("file_sd"), _section, _dur, _text)
+    cfg.file_sd = config_discovery.file_sd(doc.get("file_sd"), _section, _dur, _text, base)
     cfg.ray = config_discovery.ray(doc.get("ray"), _section, _dur, _text)
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
     cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")

@@ -2,7 +2,7 @@
 
 ```yaml
 file_sd:                          # Prometheus file_sd_configs: JSON/YAML lists of {targets, labels}
-  - files: [/tmp/ray/prom_metrics_service_discovery.json]   # paths or globs
+  - files: [/tmp/ray/prom_metrics_service_discovery.json]   # paths or globs (relative: to this file)
     job: ray                      # the `job` label (a group's own `job` label wins)
     interval: 5s                  # scrape interval of every discovered target
     timeout: 3s
@@ -19,6 +19,7 @@ ray:                              # Ray's State API, for dead actors and workers
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from monitor.errors import ConfigError
@@ -33,14 +34,22 @@ Duration = Callable[[Any, str], float]
 Text = Callable[[Any, str], str]
 
 
-def file_sd(raw: Any, section: Section, dur: Duration, text: Text) -> list[FileSDConfig]:
+def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = Path(".")) -> list[FileSDConfig]:
+    """``file_sd`` as a list of entries; a single entry, a path or a list of paths are accepted as short
+    forms (``file_sd: targets.json`` = ``[{files: [targets.json]}]``)."""
     if raw is None:
         return []
+    if isinstance(raw, (str, dict)):
+        raw = [raw]
     if not isinstance(raw, list):
         raise ConfigError("file_sd: expected a list like [{files: [targets.json], job: vllm}]")
+    if raw and all(isinstance(e, str) for e in raw):
+        raw = [{"files": raw}]
     out = []
     for i, entry in enumerate(raw):
         key = f"file_sd[{i}]"
+        if isinstance(entry, str):
+            entry = {"files": [entry]}
         entry = section(entry, key, "{files: [targets.json], job: vllm}")
         files = entry.get("files")
         if isinstance(files, str):
@@ -49,6 +58,7 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text) -> list[FileS
             raise ConfigError(f"{key}.files: expected a list of file paths or globs, e.g. "
                               "[/tmp/ray/prom_metrics_service_discovery.json]")
         interval = dur(entry.get("interval", 5), f"{key}.interval")
+        files = [f if Path(f).is_absolute() else str(base / f) for f in files]  # relative: to the config file
         out.append(FileSDConfig(tuple(files), text(entry.get("job", "file_sd"), f"{key}.job"), interval,
                                 dur(entry.get("timeout", min(interval, 3.0)), f"{key}.timeout"),
                                 dur(entry.get("refresh_interval", 300), f"{key}.refresh_interval"),

@@ -119,3 +119,10 @@ def test_the_ray_example_config_loads() -> None:
     cfg = load_config(Path(__file__).resolve().parents[2] / "monitor/examples/ray-cluster.yaml")
     assert cfg.file_sd[0].files == ("/tmp/ray/prom_metrics_service_discovery.json",)
     assert cfg.ray is not None and cfg.ray.dashboard_url == "http://127.0.0.1:8265"
+
+
+@pytest.mark.parametrize("section", ["sd.json", ["a.json", "b.json"], {"files": "sd.json"}, ["sd.json"]])
+def test_short_forms_of_the_section(tmp_path: Path, section: object) -> None:
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd": section}))
+    (cfg,) = load_config(tmp_path / "m.yaml").file_sd
+    assert cfg.files and cfg.job == "file_sd" and cfg.interval == 5.0

@@ -26,6 +26,8 @@ nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m, evict_after: 1h}
 retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
+file_sd: [{files: [/tmp/ray/prom_metrics_service_discovery.json], job: ray}]   # monitor/config_discovery.py
+ray: {dashboard_url: "http://127.0.0.1:8265"}   # Ray's State API (token as Ray's clients read it)
 ```
 Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
 ``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),

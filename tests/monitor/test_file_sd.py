@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from deployment_fakes import Exposition, SimulatedDaemon, write_sd
 
+from harness.deployment import Exposition, SimulatedDaemon, write_sd
 from monitor.config import load_config
 from monitor.errors import ConfigError
 from monitor.sources.file_sd import FileSDConfig, FileSDError, FileSDSource, parse_groups

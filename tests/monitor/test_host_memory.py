@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from deployment_fakes import Exposition, SimulatedDaemon, fixture, set_value, write_sd
 
 from alerting.config import DEFAULT_RULES
 from alerting.correlate import Correlator, load_rules
+from harness.deployment import Exposition, SimulatedDaemon, fixture, set_value, write_sd
 from monitor.detectors.exhaustion import ExhaustionDetector
 from tests.alerting.helpers import alert
 

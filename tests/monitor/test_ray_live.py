@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from deployment_fakes import SimulatedDaemon
 
 from alerting.clock import SimulatedClock
+from harness.deployment import SimulatedDaemon
 from monitor.sources.ray_state import RayAuthError, RayConfig, RayStateSource
 from monitor.sources.scrape_http import ScrapeClient
 

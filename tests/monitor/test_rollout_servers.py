@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from deployment_fakes import (
+
+from harness.deployment import (
     Exposition,
     SimulatedDaemon,
     VLLMServer,
@@ -18,7 +19,6 @@ from deployment_fakes import (
     set_value,
     write_sd,
 )
-
 from monitor.detectors.events import CounterStallDetector
 from monitor.sources.prom_text import parse_exposition
 from monitor.sources.relabel import relabel

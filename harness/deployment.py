@@ -1,4 +1,5 @@
-"""Loopback stand-ins for the rest of a verl deployment (issue 33) and a daemon driven on simulated time.
+"""Loopback stand-ins for the rest of a verl deployment (issue 33) and a daemon driven on simulated time,
+for tests/monitor (rollout servers, file_sd, host memory, Ray) and benchmarks/deployment_pages.py.
 
 ``Exposition``: one HTTP server on 127.0.0.1 (port 0) serving a text body the test changes between
 scrapes -- a vLLM or SGLang server built from tests/fixtures/*.prom (exposition rendered from their
@@ -9,6 +10,7 @@ real daemon (config file, file_sd, rules, alert book), its sources polled and it
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from monitor.daemon import Daemon
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape_http import ScrapeClient
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"  # samples in the peers' own formats
 T0 = 1_796_000_000.0
 
 
@@ -87,7 +89,7 @@ class VLLMServer(Exposition):
 def write_sd(path: Path, groups: list[dict[str, Any]]) -> None:
     """Write a file_sd file atomically (as Ray does: temp file, then rename)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(groups) if path.suffix in (".yml", ".yaml") else __import__("json").dumps(groups))
+    tmp.write_text(yaml.safe_dump(groups) if path.suffix in (".yml", ".yaml") else json.dumps(groups))
     tmp.replace(path)
 
 

@@ -38,6 +38,7 @@ from monitor.model import Sample, SourceBatch
 from monitor.sources.base import DownLabels, Polled, Round
 
 JOB = "ray_state"
+SERIES = "verl_ray_death"
 RECENT_S = 600.0  # a death is paged while it is this recent (the State API keeps dead actors for hours)
 NOT_PAGED = frozenset({"ray_kill", "out_of_scope", "user_exit"})
 _EXIT_CODE = re.compile(r"exit code (-?\d+)")
@@ -156,10 +157,10 @@ class RayStateSource:
         batch = SourceBatch(self.metric)
         for key, d in list(self.deaths.items()):
             if now - d.at <= RECENT_S:
-                batch.samples.append(Sample("verl_ray_death", d.labels, 1.0, now))
+                batch.samples.append(Sample(SERIES, d.labels, 1.0, now))
             elif not d.resolved:
                 d.resolved = True
-                batch.samples.append(Sample("verl_ray_death", d.labels, 0.0, now))
+                batch.samples.append(Sample(SERIES, d.labels, 0.0, now))
             elif now - d.at > 2 * RECENT_S:
                 del self.deaths[key]
                 self.done.add(key)

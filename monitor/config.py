@@ -57,7 +57,7 @@ from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console", "retention", "file_sd", "ray"}
+            "console", "retention", "file_sd", "file_sd_configs", "ray"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
@@ -417,7 +417,10 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
             if key == "jsonl":
                 _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
-    cfg.file_sd = config_discovery.file_sd(doc.get("file_sd"), _section, _dur, _text, base)
+    if "file_sd" in doc and "file_sd_configs" in doc:
+        raise ConfigError("file_sd/file_sd_configs: give one of them (the same section, Prometheus' spelling too)")
+    raw_sd = doc.get("file_sd", doc.get("file_sd_configs"))
+    cfg.file_sd = config_discovery.file_sd(raw_sd, _section, _dur, _text, base)
     cfg.ray = config_discovery.ray(doc.get("ray"), _section, _dur, _text)
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
     cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")

@@ -50,7 +50,7 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = 
         key = f"file_sd[{i}]"
         if isinstance(entry, str):
             entry = {"files": [entry]}
-        entry = section(entry, key, "{files: [targets.json], job: vllm}")
+        entry = section(entry, key, "{files: [targets.json], job: vllm}")  # file_sd_configs: the same keys
         files = entry.get("files")
         if isinstance(files, str):
             files = [files]

@@ -7,10 +7,12 @@ Causes, read from Ray 2.60's answers for real deaths (tests/monitor/test_ray_liv
 
 - ``ray_oom``: Ray's memory monitor killed it (``death_cause.oom_context``; worker ``exit_type``
   ``NODE_OUT_OF_MEMORY``): the host, not the GPU, ran out of memory;
-- ``killed``: the worker process vanished without an exit code (Ray: "Worker unexpectedly exits with a
-  connection error code 2"): SIGKILL -- the kernel OOM killer's signal --, a segfault or ``ray stop
-  --force``; the diagnosis tells a kernel OOM kill by the host's memory at that time;
-- ``exit``: the process exited with a code ("Worker exits with an exit code 3");
+- ``killed``: the worker process ended without an exit status (Ray: "Worker unexpectedly exits with a
+  connection error code 2"): SIGKILL -- the kernel OOM killer's signal --, a segfault, ``os._exit`` or
+  ``ray stop --force`` all read the same in Ray; the diagnosis tells a kernel OOM kill by the host's
+  memory at that time;
+- ``exit``: the process exited with a code ("Worker exits with an exit code 3": ``sys.exit``, an
+  uncaught exception ending the worker);
 - ``node_lost``: its node died (``reason: NODE_DIED``);
 - ``init_error``: an exception in ``__init__`` (``creation_task_failure_context``);
 - ``ray_kill``, ``out_of_scope``, ``user_exit``: deliberate ends; reported, not paged by the default rules.
@@ -99,8 +101,10 @@ def classify(actor: dict[str, Any], worker: dict[str, Any] | None) -> tuple[str,
     code = _EXIT_CODE.search(text)
     if code:
         return "exit", f"exited with code {code.group(1)}"
-    return "killed", ("the worker process vanished without an exit code (SIGKILL: the kernel OOM killer, "
-                      "a segfault or ray stop --force)")
+    # Ray cannot tell these apart (measured: os._exit, SIGKILL and SIGSEGV read the same); the diagnosis
+    # tells a kernel OOM kill by the host's memory on that node (WorkerOOMKilled)
+    return "killed", ("its process ended without an exit status: SIGKILL (e.g. the kernel OOM killer), a crash, "
+                      "os._exit or ray stop --force")
 
 
 def _first_line(text: str) -> str:

@@ -126,3 +126,12 @@ def test_short_forms_of_the_section(tmp_path: Path, section: object) -> None:
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd": section}))
     (cfg,) = load_config(tmp_path / "m.yaml").file_sd
     assert cfg.files and cfg.job == "file_sd" and cfg.interval == 5.0
+
+
+def test_prometheus_spelling_of_the_section(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd_configs": [{"files": ["sd.json"], "job": "vllm"}]}))
+    (cfg,) = load_config(tmp_path / "m.yaml").file_sd
+    assert cfg.files == (str(tmp_path / "sd.json"),) and cfg.job == "vllm"  # relative to the config file
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd_configs": ["a.json"], "file_sd": ["b.json"]}))
+    with pytest.raises(ConfigError, match="give one of them"):
+        load_config(tmp_path / "m.yaml")

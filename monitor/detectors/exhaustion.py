@@ -5,7 +5,7 @@ last ``window`` seconds of the series' *floor*: each sample replaced by the lowe
 seconds before it (a rolling minimum). A training step draws host memory down and frees it again; the
 floor of a cycle shorter than ``floor`` is flat, while a steady fall is its own floor (no lag) -- on raw
 samples Theil-Sen reads every step's drawdown as a fall. One spike must not tilt the line either. Every
-``every`` seconds of sample time, once the floor spans half the window:
+``every`` seconds of sample time, once the floor spans ``min_span`` seconds (2 min):
 
 - the slope's *upper* confidence bound must be below zero (the fall is real, not noise);
 - minutes left = (fitted level now - ``floor``) / -slope, and the condition holds while that is at most
@@ -34,8 +34,11 @@ MAX_POINTS = 120  # Theil-Sen is O(n^2) in pairs: a 10-min window at 1 s is thin
 
 class ExhaustionDetector(Detector):
     def __init__(self, horizon: float = 1800.0, window: float = 600.0, every: float = 30.0, floor: float = 240.0,
-                 empty_at: float = 0.0, confidence: float = 0.95, persistence: int = 2, min_samples: int = 10) -> None:
-        """``empty_at``: the level that counts as exhausted (0: none left)."""
+                 empty_at: float = 0.0, confidence: float = 0.95, persistence: int = 2, min_samples: int = 10,
+                 min_span: float = 120.0) -> None:
+        """``empty_at``: the level that counts as exhausted (0: none left). ``min_span``: seconds of floor
+        before the first judgement (a monitor started during a fall speaks after ``floor + min_span``)."""
+        self.min_span_s = min(min_span, window)
         self.horizon_s, self.window_s, self.every_s, self.floor_s = horizon, window, every, floor
         self.empty_at = empty_at
         self.persistence, self.min_samples = persistence, min_samples
@@ -49,7 +52,7 @@ class ExhaustionDetector(Detector):
         self._last = Finding(0.0, False)
 
     def unfillable(self, interval: float) -> str | None:
-        return short_window("window", self.window_s / 2, interval, self.min_samples)
+        return short_window("window", self.min_span_s, interval, self.min_samples)
 
     def update(self, t: float, value: float) -> Finding:
         self._window.add(t, value)
@@ -61,7 +64,7 @@ class ExhaustionDetector(Detector):
         ts, vs = rolling_floor(*self._window.arrays(), self.floor_s)
         keep = ts >= t - self.window_s
         ts, vs = ts[keep], vs[keep]
-        if len(ts) < self.min_samples or t - ts[0] < self.window_s / 2:
+        if len(ts) < self.min_samples or t - ts[0] < self.min_span_s:
             self._streak = 0
             return Finding(t, False)
         if len(ts) > MAX_POINTS:

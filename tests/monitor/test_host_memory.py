@@ -106,3 +106,12 @@ def test_a_plain_exit_is_not_called_an_oom() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
     assert c.observe(alert("RayActorDied", cause="exit", actor_class="RolloutWorker", pid="1"), 0) == ([], [])
     assert [a.name for a in c.expire(61)] == ["RayActorDied"]  # routed alone after the window
+
+
+def test_a_monitor_started_during_a_fall_pages_after_its_floor_and_two_minutes() -> None:
+    level, rate = 10 * GB, 10 * GB / (15 * 60)  # already falling: empty 15 min after the monitor starts
+    page = _first_page([(t, level - rate * t) for t in np.arange(0, 15 * 60, 15.0)])
+    assert page is not None
+    t, stated = page
+    assert t <= 4 * 60 + 2 * 60 + 60, t  # floor 4 min + min_span 2 min + persistence
+    assert 0.5 <= stated / (15 - t / 60) <= 2.0

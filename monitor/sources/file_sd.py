@@ -38,6 +38,7 @@ import httpx
 import yaml
 
 from alerting.clock import Clock
+from alerting.safe_config import UnsafeYAML, load_yaml_text
 from monitor.model import SourceBatch
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.prom_text import Target, scrape
@@ -63,9 +64,11 @@ class FileSDError(ValueError):
 
 def parse_groups(text: str, path: str, defaults: FileSDConfig) -> list[Target]:
     """The targets a file_sd file describes (raises FileSDError naming the file and the entry)."""
-    try:
-        doc = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    try:  # YAML without aliases: the file is written by another program and may be hostile
+        doc = json.loads(text) if path.endswith(".json") else load_yaml_text(text, path)
+    except UnsafeYAML as exc:
+        raise FileSDError(str(exc).splitlines()[0]) from None
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
         raise FileSDError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
                           f"({str(exc).splitlines()[0][:120]})") from None
     if doc is None:
@@ -83,11 +86,11 @@ def parse_groups(text: str, path: str, defaults: FileSDConfig) -> list[Target]:
         for address in group.get("targets") or []:
             if not isinstance(address, str) or not _ADDRESS_RE.match(address):
                 raise FileSDError(f"{path}: group {i}: target {str(address)[:60]!r} is not host:port")
-            out.append(_target(address, labels, path, defaults))
+            out.append(_target(address, labels, defaults))
     return out
 
 
-def _target(address: str, labels: dict[str, str], path: str, cfg: FileSDConfig) -> Target:
+def _target(address: str, labels: dict[str, str], cfg: FileSDConfig) -> Target:
     scheme = labels.get("__scheme__", "http")
     metrics_path = labels.get("__metrics_path__", "/metrics")
     params = {k[len("__param_"):]: v for k, v in labels.items() if k.startswith("__param_")}

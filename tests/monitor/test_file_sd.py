@@ -135,3 +135,14 @@ def test_prometheus_spelling_of_the_section(tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd_configs": ["a.json"], "file_sd": ["b.json"]}))
     with pytest.raises(ConfigError, match="give one of them"):
         load_config(tmp_path / "m.yaml")
+
+
+def test_a_yaml_alias_bomb_is_refused_not_expanded() -> None:
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
+    with pytest.raises(FileSDError, match="sd.yaml"):
+        parse_groups(bomb, "sd.yaml", CFG)
+
+
+def test_json_nested_too_deep_is_one_error() -> None:
+    with pytest.raises(FileSDError, match="not valid JSON"):
+        parse_groups("[" * 100000 + "]" * 100000, "sd.json", CFG)

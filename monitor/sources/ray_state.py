@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from alerting.clock import Clock
-from monitor.model import Sample, SourceBatch
+from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources.base import DownLabels, Polled, Round
 
 JOB = "ray_state"
@@ -168,8 +168,8 @@ class RayStateSource:
             elif now - d.at > 2 * RECENT_S:
                 del self.deaths[key]
                 self.done.add(key)
-        up = {"job": JOB, "target": self.metric, "instance": self.down.instance or "", "node": "ray"}
-        batch.samples.append(Sample("up", up, 1.0, now))
+        up = with_node({"job": JOB, "target": self.metric, "instance": self.down.instance or ""}, None)
+        batch.samples.append(Sample("up", up, 1.0, now))  # the same series a failed round sets to 0
         return Round([Polled(batch, seen=now, source=self.metric)], duration=time.perf_counter() - started)
 
     def _learn(self, actors: list[dict[str, Any]], workers: list[dict[str, Any]], now: float) -> None:

@@ -156,7 +156,8 @@ class RayStateSource:
         workers = await self._get("/api/v0/workers?detail=1&limit=10000&filter_keys=is_alive"
                                   "&filter_predicates=%3D&filter_values=False")
         now = clock.now()
-        self._learn(actors, workers, now)
+        listed = self._learn(actors, workers, now)
+        self.done &= listed  # what Ray no longer lists cannot come back: the memory stays bounded by Ray's
         self.polls += 1
         batch = SourceBatch(self.metric)
         for key, d in list(self.deaths.items()):
@@ -172,11 +173,14 @@ class RayStateSource:
         batch.samples.append(Sample("up", up, 1.0, now))  # the same series a failed round sets to 0
         return Round([Polled(batch, seen=now, source=self.metric)], duration=time.perf_counter() - started)
 
-    def _learn(self, actors: list[dict[str, Any]], workers: list[dict[str, Any]], now: float) -> None:
+    def _learn(self, actors: list[dict[str, Any]], workers: list[dict[str, Any]], now: float) -> set[str]:
+        """New deaths into ``deaths``; returns the keys of every death Ray lists now."""
         by_pid = {(w.get("node_id"), w.get("pid")): w for w in workers}
         seen_pids = set()
+        listed: set[str] = set()
         for a in actors:
             key = f"actor:{a.get('actor_id')}"
+            listed.add(key)
             worker = by_pid.get((a.get("node_id"), a.get("pid")))
             seen_pids.add((a.get("node_id"), a.get("pid")))
             if key not in self.deaths and key not in self.done:
@@ -186,9 +190,11 @@ class RayStateSource:
             if ident in seen_pids or w.get("worker_type") not in (None, "WORKER") or not w.get("pid"):
                 continue  # an actor's worker is reported with its actor; drivers are not workers
             key = f"worker:{w.get('worker_id')}"
+            listed.add(key)
             new = key not in self.deaths and key not in self.done
             if new and w.get("exit_type") in ("NODE_OUT_OF_MEMORY", "SYSTEM_ERROR"):
                 self._add(key, self._death("worker", "task worker", {}, w, now), now)
+        return listed
 
     def _add(self, key: str, death: _Death, now: float) -> None:
         if now - death.at > RECENT_S:  # died long before we looked: history, not news

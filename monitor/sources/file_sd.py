@@ -14,6 +14,8 @@ inventory script can write). Semantics follow Prometheus' ``discovery/file`` and
   round, removed ones are dropped with their series (``Round.gone``), so a target taken out of the
   file never looks like one that went silent (no TrainerDown, no absence alert); a target whose
   labels changed starts its series anew the same way;
+- a file that does not exist holds no targets (Ray writes its file once it runs; a file deleted drops
+  its targets), as a Prometheus glob matching nothing;
 - a file that cannot be read or parsed is one logged line and a counted error
   (``verl_monitor_scrape_errors_total{target="file_sd:<name>",reason="file_sd_invalid"}``); the
   targets it held before are kept, as Prometheus keeps a file's last good groups.
@@ -145,6 +147,9 @@ class FileSDSource:
         for p in paths:
             if stamps[p] == self._stamps.get(p) and p in self._groups and not due:
                 groups[p] = self._groups[p]
+                continue
+            if stamps[p][1] < 0:  # not there (yet): no targets, as Prometheus' glob matching no file
+                groups[p] = []
                 continue
             try:
                 groups[p] = parse_groups(Path(p).read_text(encoding="utf-8"), p, self.config)

@@ -146,3 +146,17 @@ def test_a_yaml_alias_bomb_is_refused_not_expanded() -> None:
 def test_json_nested_too_deep_is_one_error() -> None:
     with pytest.raises(FileSDError, match="not valid JSON"):
         parse_groups("[" * 100000 + "]" * 100000, "sd.json", CFG)
+
+
+def test_a_file_not_there_yet_is_no_targets_and_no_error(tmp_path: Path) -> None:
+    srv = Exposition("y 1\n")
+    sd = tmp_path / "prom_metrics_service_discovery.json"
+    src = FileSDSource(FileSDConfig((str(sd),), job="ray"), None)  # type: ignore[arg-type]
+    try:
+        assert src.refresh() == ([], []) and not src.targets
+        write_sd(sd, [{"targets": [srv.address], "labels": {"job": "ray"}}])  # Ray started
+        assert src.refresh() == ([], []) and list(src.targets) == [srv.address]
+        sd.unlink()
+        assert src.refresh() == ([srv.address], [])
+    finally:
+        srv.close()

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,8 @@ def ray_cluster():
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait(10)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_missing_token_is_said_plainly(ray_cluster, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001

@@ -39,6 +39,7 @@ from monitor.sources.base import Round, Source
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape import ScrapeSource
 from monitor.sources.scrape_http import ScrapeClient
+from monitor.targets import SourceBoard
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
@@ -73,6 +74,7 @@ class Daemon:
         self.progress = health.Progress()
         self._pruned_at = -float("inf")
         self.intake = Intake(self.pipeline, self.metrics, self.clock, self.lock)
+        self.sources = SourceBoard()  # what /targets shows
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
@@ -111,6 +113,7 @@ class Daemon:
             self.metrics.scrape_duration.labels(src.metric).set(got.duration)
         if got.up is not None:
             self.metrics.target_up.labels(src.metric).set(1 if got.up else 0)
+        self.sources.took(src, got)
 
     async def _run_source(self, src: Source) -> None:
         # rounds are due on the event loop's monotonic time (what asyncio sleeps on), samples on self.clock
@@ -124,6 +127,7 @@ class Daemon:
                     self._freeze_if_grown()
                 except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                     self.intake.mark_down(src.metric, exc, src.down)
+                    self.sources.failed(src, exc)
                 self.progress.done(src.name, src.budget)
                 mono = time.monotonic()
                 due = mono + src.interval if src.wait_after else due + src.interval
@@ -200,6 +204,8 @@ class Daemon:
         async with ScrapeClient(limits=limits) as client:  # scrapes on h11, the trainers' API on httpx
             sources = build_sources(self.config, client, self.metrics.registry, self._want_outliers)
             self.intake.caches.update((s.metric, s.target.cache) for s in sources if isinstance(s, ScrapeSource))
+            for s in sources:
+                self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks.append(asyncio.create_task(self._eval_loop()))
             if ready is not None:

@@ -65,7 +65,8 @@ class SourceBoard:
                 st.health, st.error = "down", _one_line(got.failures[-1])
             elif got.up is not None:
                 st.health = "up" if got.up else "down"
-                st.error = "" if got.up else st.error
+                rejected = sorted({r for p in got.polled for r in p.batch.errors})
+                st.error = "" if got.up else (", ".join(rejected) or st.error)
             elif got.polled and st.health == "unknown":
                 st.health = "up"
 

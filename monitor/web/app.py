@@ -112,11 +112,12 @@ def build_app(api: Any) -> Starlette:
         if request.method == "GET":
             return page(request, "login.html", next=nxt, error="")
         form = await _form(request)
+        nxt = auth.safe_next((form or {}).get("next", "/"))
         if form is None or not auth.csrf_ok(request, form):
             return page(request, "login.html", 403, next=nxt, error="The form expired: try again.")
         if not auth.token_ok(form.get("token", ""), api.token):
             return page(request, "login.html", 401, next=nxt, error="That is not the monitor's token.")
-        resp = RedirectResponse(auth.safe_next(form.get("next", "/")), 303)
+        resp = RedirectResponse(nxt, 303)
         resp.set_cookie(auth.SESSION_COOKIE, auth.session_value(api.token), **auth.cookie_args(auth.SESSION_S))  # type: ignore[arg-type]
         return resp
 

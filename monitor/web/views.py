@@ -104,9 +104,9 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
     members = []
     if kind == "incident":  # the member alerts now firing with their own plots
         _, alerts = await call(api, "GET", "/api/v1/alerts")
-        names = set(row["members"])
+        ids = set(row["members"])  # the members' fingerprints
         members = [alert_row(m, "alert", m.get("state", "firing")) for m in (alerts or {}).get("data", [])
-                   if m.get("labels", {}).get("alertname") in names]
+                   if m.get("fingerprint") in ids]
     return {"a": row, "members": members, "silences_on": api.daemon.engine is not None}
 
 

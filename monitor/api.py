@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -21,10 +22,12 @@ from urllib.parse import parse_qs
 import anyio
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from monitor.durations import DurationError, parse_duration
 from monitor.httpguard import OVERSIZE, GuardedServer
@@ -35,6 +38,7 @@ MAX_BODY = 4 * 1024 * 1024
 READ_DEADLINE_S = 10.0  # a request (headers and body) must arrive within this; slow senders are cut off
 WEBHOOK_PATH = "/api/v1/alertmanager/webhook"
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 class BodyTooLarge(Exception):
@@ -65,15 +69,19 @@ class Exchange:
 class MonitorAPI:
     """Routes requests to the daemon's pipeline (``daemon.Daemon``)."""
 
-    def __init__(self, daemon: Any, host: str, port: int, token: str | None) -> None:
-        from monitor.web.app import build_app  # the console imports this module's names
-
+    def __init__(self, daemon: Any, host: str, port: int, token: str | None,
+                 app: Callable[[MonitorAPI], Any] | None = None) -> None:
+        """``app(api)``: the ASGI app to serve (``monitor.listener`` passes the console's, which ends in
+        ``endpoint``); without one, the JSON API alone. Bound at once: OSError when the port is taken."""
         self.daemon = daemon
         self.token = token
+        asgi = app(self) if app is not None else Starlette(routes=[Route("/{rest:path}", self.endpoint, methods=METHODS)])
         # request line and headers within READ_DEADLINE_S, at most 128 connections (monitor.httpguard)
-        self.server = GuardedServer(build_app(self), host, port, header_deadline_s=READ_DEADLINE_S,
-                                    max_body=MAX_BODY)
-        self.port = self.server.port
+        self.server = GuardedServer(asgi, host, port, header_deadline_s=READ_DEADLINE_S, max_body=MAX_BODY)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     def start(self) -> None:
         self.server.start()

@@ -26,7 +26,7 @@ import httpx
 from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
-from monitor import alerting_stage, health
+from monitor import alerting_stage, health, listener
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
@@ -78,7 +78,7 @@ class Daemon:
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
-        return MonitorAPI(self, self.config.host, self.config.port, self.config.bearer_token)
+        return listener.listen(self, self.config.host, self.config.port, self.config.bearer_token)
 
     def health(self) -> dict[str, Any]:
         return health.report(self)

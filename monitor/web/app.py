@@ -137,7 +137,7 @@ def build_app(api: Any) -> Starlette:
         Route("/silences/new", new_silence), Route("/silences/{sid:str}/expire", expire, methods=["POST"]),
         Route("/targets", targets), Route("/rules", rules), Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
-        Route("/{rest:path}", json_api, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),  # /api/*, /healthz, /metrics; JSON 404 for the rest
+        Route("/{rest:path}", json_api, methods=monitor.api.METHODS),  # /api/*, /healthz, /metrics; JSON 404 for the rest
     ])
 
 

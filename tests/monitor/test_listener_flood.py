@@ -3,6 +3,7 @@ keeps its last slots for those two); issue 35: the token and path checks hold on
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from pathlib import Path
@@ -41,12 +42,10 @@ def test_135_idle_connections_do_not_starve_healthz_and_metrics(tmp_path: Path) 
         answered = 0
         for i in range(40):
             path = "/healthz" if i % 2 == 0 else "/metrics"
-            try:
+            with contextlib.suppress(httpx.HTTPError):
                 answered += httpx.get(f"{d.url}{path}", timeout=3).status_code == 200
-            except httpx.HTTPError:
-                pass
         assert answered == 40
-        assert d.daemon.api.server.evicted >= 2  # 130 > 128: the idle made room (keep-alive ones also time out)
+        assert d.daemon.api.server.evicted >= 2  # 135 > 128: idle holders made room
     finally:
         for s in held:
             s.close()

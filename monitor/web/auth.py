@@ -62,4 +62,5 @@ def cookie_args(max_age: int) -> dict[str, object]:
 
 def safe_next(target: str) -> str:
     """Only a path on this server (``//host`` and ``/\\host`` would leave it)."""
-    return target if target.startswith("/") and not target.startswith(("//", "/\\")) else "/"
+    ok = target.startswith("/") and not target.startswith(("//", "/\\")) and target.isprintable()
+    return target if ok else "/"

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, quote
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -100,10 +101,11 @@ def build_app(api: Any) -> Starlette:
         return RedirectResponse("/silences", 303)
 
     async def targets(request: Request) -> Response:
-        return login_first(request) or page(request, "targets.html", targets=views.targets(api))
+        # the daemon's lock may be held by an evaluation tick: wait in a worker, not on the server's loop
+        return login_first(request) or page(request, "targets.html", targets=await run_in_threadpool(views.targets, api))
 
     async def rules(request: Request) -> Response:
-        return login_first(request) or page(request, "rules.html", rules=views.rules(api))
+        return login_first(request) or page(request, "rules.html", rules=await run_in_threadpool(views.rules, api))
 
     async def login(request: Request) -> Response:
         nxt = auth.safe_next(request.query_params.get("next", "/"))

@@ -91,7 +91,7 @@ async def overview(api: MonitorAPI) -> dict[str, Any]:
         return ({"firing": 0, "pending": 1}.get(r["state"], 2), SEVERITY_ORDER.get(r["severity"], 9), r["name"])
 
     return {"alerts": sorted(rows, key=order), "incidents": sorted(inc_rows, key=order),
-            "health": d.health(), "silences_on": d.engine is not None}
+            "health": await run_in_threadpool(d.health), "silences_on": d.engine is not None}
 
 
 async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:

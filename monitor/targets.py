@@ -59,7 +59,7 @@ class SourceBoard:
             if st is None:
                 return
             st.last_round, st.duration = time.time(), got.duration
-            st.samples = sum(len(p.batch.samples) for p in got.polled)
+            st.samples = sum(len(p.batch.samples) + (len(p.batch.known[0]) if p.batch.known else 0) for p in got.polled)
             st.batch_sources |= {p.source or p.batch.source for p in got.polled}
             if got.failures:
                 st.health, st.error = "down", _one_line(got.failures[-1])

@@ -41,3 +41,25 @@ def test_hostile_label_text_is_escaped_in_the_pages() -> None:
                                                    health={"status": "ok", "reasons": [hostile], "series": 0,
                                                            "firing": 1, "uptime_s": 1.0})
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_the_alert_book_lists_recent_resolves_newest_first(tmp_path) -> None:  # noqa: ANN001
+    from test_monitor_alerts import feed, make
+
+    from alerting.clock import SimulatedClock
+
+    clock, recs = SimulatedClock(0), []
+    p = make(tmp_path, clock, recs)
+    try:
+        assert p.book.recently_resolved() == []
+        for t in range(0, 70, 10):
+            feed(p, clock, t, 90)
+        assert p.book.recently_resolved() == []  # firing
+        for t in range(70, 110, 10):
+            feed(p, clock, t, 50)
+        [gone] = p.book.recently_resolved()
+        assert gone.status == "resolved" and gone.name == "Hot" and gone.ends_at == 100
+        row = views.alert_row(gone.to_json(), "alert", "resolved")
+        assert row["ended"] == "1970-01-01 00:01:40 UTC" and row["summary"] == "1 at 90.0"
+    finally:
+        p.close()

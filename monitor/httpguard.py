@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import sys
 import threading
@@ -158,6 +159,9 @@ class GuardedServer:
             self.sock.close()
             raise
         self.server_address = self.sock.getsockname()[:2]
+        # uvicorn logs its start and stop at INFO and every malformed request at WARNING: a hostile client
+        # would write the log full; the daemon logs its own listening line, the guards count in attributes
+        logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
         protocol = type("Protocol", (GuardedProtocol,), {"guard": self})
         config = uvicorn.Config(app, http=protocol, lifespan="off", access_log=False, log_config=None,
                                 timeout_keep_alive=int(max(1, keep_alive_s)), timeout_graceful_shutdown=1,

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from monitor_http import RunningDaemon
+from monitor_http import RunningDaemon, metric
 
 from monitor.httpguard import GuardedServer
 
@@ -46,6 +46,7 @@ def test_135_idle_connections_do_not_starve_healthz_and_metrics(tmp_path: Path) 
                 answered += httpx.get(f"{d.url}{path}", timeout=3).status_code == 200
         assert answered == 40
         assert d.daemon.api.server.evicted >= 2  # 135 > 128: idle holders made room
+        assert (metric(d.url, "verl_monitor_http_connections_closed_total", reason="evicted") or 0) >= 2
     finally:
         for s in held:
             s.close()

@@ -58,7 +58,7 @@ class GuardedProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.opened = self.idle_since = time.monotonic()
+        self.idle_since = self.armed_at = time.monotonic()
         self.pending = False  # bytes of a request arrived whose response is not complete
         self._deadline: asyncio.TimerHandle | None = None
         if not self.guard.admit(self):
@@ -79,6 +79,7 @@ class GuardedProtocol(H11Protocol):
 
     def _arm(self) -> None:
         self._disarm()
+        self.armed_at = time.monotonic()  # this request's header phase began (not the connection's age)
         self._deadline = self.loop.call_later(self.guard.header_deadline_s, self._late)
 
     def _disarm(self) -> None:
@@ -208,8 +209,8 @@ class GuardedServer:
         if idle:
             return min(idle, key=lambda c: c.idle_since)
         stale = time.monotonic() - self.header_deadline_s / 2
-        stuck = [c for c in others if c.in_headers and c.opened < stale]
-        return min(stuck, key=lambda c: c.opened) if stuck else None
+        stuck = [c for c in others if c.in_headers and c.armed_at < stale]
+        return min(stuck, key=lambda c: c.armed_at) if stuck else None
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -13,7 +13,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,6 @@ class Exchange:
     body: bytes = b""
     ctype: str = "application/json"
     close_connection: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class MonitorAPI:
@@ -106,9 +105,7 @@ class MonitorAPI:
         await run_in_threadpool(self.handle, h, request.method)
         if h.status is None:  # the client was too slow or went away: nothing to say, close
             return Response(b"", 408, headers={"connection": "close"})
-        headers = dict(h.extra)
-        if h.close_connection:
-            headers["connection"] = "close"
+        headers = {"connection": "close"} if h.close_connection else None
         return Response(h.body, h.status, headers=headers, media_type=h.ctype)
 
     @staticmethod

@@ -1,6 +1,7 @@
 """``verl-monitor run``: the daemon only schedules. One asyncio loop runs a task per source
 (``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own timeout)
-and the evaluation tick; the HTTP listener (uvicorn, monitor.listener) runs in its own thread and event loop; ``lock`` serialises the pipeline.
+and the evaluation tick; the HTTP listener (uvicorn, ``monitor/listener.py``) runs in its own thread and
+event loop; ``lock`` serialises the pipeline.
 
 Never blind, applied here once for every source: a round that raises is counted in
 ``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target, reason), sets the

@@ -143,3 +143,18 @@ def test_paths_cannot_leave_the_plot_directory(guarded: RunningDaemon) -> None:
         status = int(data.split(b" ", 2)[1])
         assert status in (400, 404), (target, status)
         assert b"SQLite" not in data and b"listen" not in data and b"root:" not in data, target
+
+
+def test_answers_are_not_held_back_by_nagle() -> None:
+    """uvicorn writes a response's head and body apart: without TCP_NODELAY on the accepted socket each
+    keep-alive answer waits for the client's delayed ACK (~40 ms)."""
+    server = GuardedServer(_echo, "127.0.0.1", 0)
+    server.start()
+    try:
+        with httpx.Client() as c:
+            assert c.get(f"http://127.0.0.1:{server.port}/healthz").text == "/healthz"
+            [conn] = list(server.server.server_state.connections)
+            sock = conn.transport.get_extra_info("socket")
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        server.stop()

@@ -30,7 +30,7 @@ SECONDS = {
 }
 # ... or in samples (judgements)
 SAMPLES = {"rare_value": ("history",), "context_anomaly": ("history",)}
-INSTANT = frozenset({"threshold", "value_age", "staleness"})  # judge the newest sample (and its time) only
+INSTANT = frozenset({"threshold", "value_age", "staleness", "step_overrun"})  # judge the newest sample (and its time) only
 
 
 @cache

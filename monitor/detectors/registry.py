@@ -12,6 +12,7 @@ from monitor.detectors.changepoint import LevelShiftDetector
 from monitor.detectors.context import ContextAnomalyDetector
 from monitor.detectors.drift import TrendDriftDetector
 from monitor.detectors.events import CounterIncreaseDetector, WindowDropDetector
+from monitor.detectors.hang import StepOverrunDetector
 from monitor.detectors.ks import KSShiftDetector
 from monitor.detectors.leak import LeakDetector
 from monitor.detectors.staleness import StalenessDetector, ValueAgeDetector
@@ -36,6 +37,7 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "level_shift": LevelShiftDetector,
     "rare_value": RareValueDetector,
     "context_anomaly": ContextAnomalyDetector,
+    "step_overrun": StepOverrunDetector,
 }
 
 

@@ -42,7 +42,6 @@ import math
 import os
 import statistics
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -51,11 +50,13 @@ import yaml
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import OffsetStore, writer_holds
+from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress
+from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 
-JOB = "verl_jsonl"            # job label of every JSONL series (plumbing: never an alert label)
+__all__ = ["IN_PROGRESS", "JOB", "JsonlTail", "MappedRecord", "RunLiveness", "in_progress"]
+
 TIME_KEYS = ("timestamp", "_timestamp", "time")
 HEAD_BYTES = 64
-_EPS = 1e-3                    # least spacing between two records (keeps samples distinct)
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 HISTORY_RECORDS = 240          # records re-read before a resumed offset (the longest step window + warm-up)
 HISTORY_BYTES = 4 << 20
@@ -92,70 +93,6 @@ class MappedRecord:
                     continue
                 out.append(Sample(m.name, with_node({**labels0, **m.labels}, self.node), value * m.factor, t))
         return nonfinite
-
-
-class RunLiveness:
-    """Is the run behind a JSONL file alive, finished, or down?
-
-    ``up`` is 1 while the file keeps growing within ``max(down_after_s, down_after_steps x step
-    interval)`` (the step interval being the larger of verl's own step time and the typical gap between
-    writes: 0.6-0.7 flush only every 8 KB, i.e. every few steps); after that the run is *finished* (quiet for good) when its last step reached
-    ``total_steps`` or, with ``total_steps`` unknown, when no process holds the file open any more;
-    otherwise it is *down* (0): stopped before its last step, or the writer is alive but stuck. A
-    file already idle that long when the monitor starts, or one without a record yet, is not judged
-    (``up`` is None).
-    """
-
-    def __init__(self, total_steps: int | None = None, down_after_s: float = 600.0, down_after_steps: float = 3.0,
-                 writer_open: Callable[[], bool | None] | None = None, check_every_s: float = 30.0) -> None:
-        self.total_steps, self.down_after_s, self.down_after_steps = total_steps, down_after_s, down_after_steps
-        self.writer_open = writer_open or (lambda: None)
-        self.check_every_s = check_every_s
-        self.state = "waiting"         # waiting | live | finished | down | idle_at_start
-        self.last_arrival = -math.inf
-        self.last_step: float | None = None
-        self._intervals: deque[float] = deque(maxlen=16)
-        self._write_gaps: deque[float] = deque(maxlen=16)
-        self._checked_at = -math.inf
-        self._writer: bool | None = None
-
-    def window(self) -> float:
-        step = statistics.median(self._intervals) if self._intervals else 0.0
-        writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
-        return max(self.down_after_s, self.down_after_steps * max(step, writes))
-
-    def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
-        """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
-        self._intervals.extend(intervals)
-        if step is not None:
-            self.last_step = step
-        if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
-            self._write_gaps.append(arrival - self.last_arrival)
-        self.last_arrival = max(self.last_arrival, arrival)
-        if self.state != "waiting" and arrival >= self.last_arrival:
-            self.state = "live"  # new records after a finish or an outage: a (re)started run
-
-    def up(self, now: float) -> float | None:
-        if self.state == "waiting" and math.isfinite(self.last_arrival):
-            self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"
-        if self.state in ("waiting", "idle_at_start") or self.last_step is None:
-            return None  # nothing to judge before the first record (model loading, compilation, 8 KB buffer)
-        if self.state == "finished":
-            return 1.0
-        if self.total_steps is not None and self.last_step is not None and self.last_step >= self.total_steps:
-            self.state = "finished"
-            return 1.0
-        if now - self.last_arrival <= self.window():
-            self.state = "live"
-            return 1.0
-        if now - self._checked_at >= self.check_every_s:
-            self._checked_at = now
-            self._writer = self.writer_open()
-        if self.total_steps is None and self._writer is False:
-            self.state = "finished"  # the writer closed the file (verl's FileLogger.finish)
-            return 1.0
-        self.state = "down"
-        return 0.0
 
 
 class JsonlTail:
@@ -408,6 +345,9 @@ class JsonlTail:
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
+        running = self.liveness.running(now, self._t_last) if self._ino is not None else None
+        if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
+            batch.samples.append(Sample(IN_PROGRESS, with_node({"job": JOB}, self.node), running, now))
         self._save()
         return batch
 

@@ -1,0 +1,196 @@
+"""Hangs (issue 32): a verl step running past max(5 min, 3x its own median) is paged (TrainingStalled, P0)
+live from the JSONL tail on a simulated clock and in ``replay`` of a finished log, before NCCL's own 600 s
+timeout at 60-s steps; a normal finish, a slow healthy run and the run's first steps page nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+
+from alerting.clock import SimulatedClock
+from monitor.detectors.hang import StepOverrunDetector
+from monitor.pipeline import Pipeline
+from monitor.replay import replay
+from monitor.rules import load_rule_files
+from monitor.sources.tail_state import OffsetStore
+from monitor.sources.verl_jsonl import IN_PROGRESS, JsonlTail, RunLiveness, in_progress
+
+T0 = 1_767_225_600.0
+NCCL_TIMEOUT_S = 600.0  # actor_rollout_ref.nccl_timeout's default
+
+
+def record(step: int, step_s: float, update_actor_s: float | None = None) -> bytes:
+    """One verl ``file`` logger line (0.9 layout: save_checkpoint inside the step timer)."""
+    actor = update_actor_s if update_actor_s is not None else 0.2 * step_s
+    data = {"timing_s/gen": 0.5 * step_s, "timing_s/update_actor": actor, "timing_s/step": step_s - 0.2 * step_s + actor,
+            "critic/score/mean": 0.5, "actor/entropy": 0.6, "actor/pg_loss": 0.01,
+            "actor/perf/max_memory_allocated_gb": 40.0, "training/global_step": step}
+    return json.dumps({"step": step, "data": data}).encode() + b"\n"
+
+
+def test_detector_pages_past_max_floor_and_ratio_of_the_median_then_clears() -> None:
+    det = StepOverrunDetector(ratio=3.0, min_s=300.0, min_steps=5)
+    t = 0.0
+    for _ in range(8):  # 60-s steps, sampled every 10 s
+        for k in range(6):
+            assert not det.update(t + 10.0 * k, 10.0 * k).active
+        t += 60.0
+    assert not det.update(t + 290.0, 290.0).active  # under the 5-min floor (3 x 60 s = 180 s is below it)
+    f = det.update(t + 310.0, 310.0)
+    assert f.active and f.details["median_s"] == 60.0 and f.details["threshold_s"] == 300.0
+    assert round(f.details["ratio"], 1) == 5.2
+    assert not det.update(t + 1800.0, 0.0).active  # the step ended: a new one began
+
+
+def test_detector_scales_with_slow_steps_and_waits_for_the_run_to_have_steps() -> None:
+    det = StepOverrunDetector(ratio=3.0, min_s=300.0, min_steps=5)
+    assert not det.update(5000.0, 5000.0).active  # no step seen yet: not a hang it can judge
+    det.reset()
+    t = 0.0
+    for _ in range(6):  # 20-min steps
+        det.update(t, 0.0)
+        t += 1200.0
+    det.update(t, 0.0)
+    assert not det.update(t + 3000.0, 3000.0).active  # 2.5 steps: a slow step, not a hang
+    assert det.update(t + 3700.0, 3700.0).active       # past 3 median steps
+
+
+def _live(tmp_path: Path, lines: list[bytes], times: list[float], total_steps: int | None,
+          writer_closes: bool, until: float) -> list[tuple[float, dict]]:
+    """Write each line at its time (mtime = its time), poll every 30 s of simulated time into the default
+    rules; the (time, record) of every alert transition."""
+    path = tmp_path / "run.jsonl"
+    clock = SimulatedClock(times[0] - 60.0)
+    events: list[tuple[float, dict]] = []
+    pipe = Pipeline(load_rule_files(None), clock,
+                    on_record=lambda r: events.append((clock.now(), r)) if r.get("kind") == "alert" else None)
+    closed = {"v": False}
+    tail = JsonlTail(path, "gpu-1", offsets=OffsetStore(tmp_path / "offsets.json"),
+                     liveness=RunLiveness(total_steps, writer_open=lambda: not closed["v"]))
+    fh = path.open("wb")
+
+    def poll(now: float) -> None:
+        clock.set(now)
+        pipe.ingest(tail.poll(now).samples, "jsonl")
+        pipe.tick()
+
+    now = clock.now()
+    for line, t in zip(lines, times, strict=True):
+        while now + 30.0 < t:
+            now += 30.0
+            poll(now)
+        fh.write(line)
+        fh.flush()
+        os.utime(path, (t, t))
+        now = t
+        poll(now)
+    if writer_closes:
+        fh.close()
+        closed["v"] = True
+    while now < until:
+        now += 30.0
+        poll(now)
+    if not fh.closed:
+        fh.close()
+    tail.close()
+    pipe.close()
+    return events
+
+
+def _fired(events: list[tuple[float, dict]], name: str) -> list[tuple[float, str, dict]]:
+    return [(t, r["status"], r) for t, r in events if r["labels"]["alertname"] == name]
+
+
+def test_live_hang_in_update_actor_is_paged_before_the_nccl_timeout_and_resolves_when_the_step_ends(
+        tmp_path: Path) -> None:
+    step_s, hang_at = 60.0, 30
+    times, lines, t = [], [], T0
+    for step in range(1, 41):
+        actor = 1800.0 if step == hang_at else None  # a 30-min hang inside update_actor
+        line = record(step, step_s, actor)
+        t += json.loads(line)["data"]["timing_s/step"]
+        times.append(t)
+        lines.append(line)
+    events = _live(tmp_path, lines, times, total_steps=40, writer_closes=True, until=times[-1] + 3600.0)
+    stalls = _fired(events, "TrainingStalled")
+    assert [s for _, s, _ in stalls] == ["firing", "resolved"], stalls
+    began = times[hang_at - 2]  # the last record before the hung step
+    fired_at, _, rec = stalls[0]
+    assert began + 300.0 < fired_at <= began + 300.0 + 60.0 < began + NCCL_TIMEOUT_S
+    summary = rec["annotations"]["summary"]
+    assert "running for 5" in summary and "its median step of 60 s" in summary, summary
+    assert "actor_rollout_ref.nccl_timeout" in rec["annotations"]["runbook"]
+    assert stalls[1][0] >= times[hang_at - 1]  # resolved once the hung step's record arrived
+    # the log's liveness says the same 10+ min later (no new step for max(10 min, 3 steps))
+    down = _fired(events, "TrainerDown")
+    assert down and down[0][0] > fired_at + 300.0
+    assert not [e for e in events if e[1]["labels"]["severity"] in ("P0", "P1", "P2")
+                and e[1]["labels"]["alertname"] not in ("TrainingStalled", "TrainerDown")]
+
+
+def test_live_normal_finish_and_a_run_that_grows_its_step_time_page_no_hang(tmp_path: Path) -> None:
+    times, lines, t = [], [], T0
+    for step in range(1, 61):
+        step_s = 60.0 * (1.0 + step / 30.0)  # steps grow 60 s -> 180 s with the responses
+        line = record(step, step_s)
+        t += json.loads(line)["data"]["timing_s/step"]
+        times.append(t)
+        lines.append(line)
+    # total_steps unknown: the finish is known from the writer closing the file (verl's FileLogger.finish)
+    events = _live(tmp_path, lines, times, total_steps=None, writer_closes=True, until=times[-1] + 7200.0)
+    assert _fired(events, "TrainingStalled") == []
+    assert [e for e in events if e[1]["labels"]["severity"] in ("P0", "P1", "P2")] == []
+
+
+def test_in_progress_samples_fill_the_gaps_of_a_finished_log() -> None:
+    samples = in_progress([0.0, 60.0, 200.0], "n")
+    assert {s.name for s in samples} == {IN_PROGRESS}
+    assert [(s.t, s.value) for s in samples] == [(0.0, 0.0), (30.0, 30.0), (60.0, 0.0), (90.0, 30.0), (120.0, 60.0),
+                                                 (150.0, 90.0), (180.0, 120.0), (200.0, 0.0)]
+    assert len(in_progress([0.0, 86400.0 * 3], None)) <= 242  # a days-long gap stays bounded
+
+
+def _replay_alerts(path: Path) -> list[dict]:
+    out = io.StringIO()
+    replay(path, load_rule_files(None), out)
+    return [r for r in map(json.loads, out.getvalue().splitlines()) if r.get("kind") == "alert"]
+
+
+def test_replay_pages_a_gap_inside_a_finished_log_where_the_live_tail_would_have(tmp_path: Path) -> None:
+    log = tmp_path / "hung.jsonl"
+    lines = [record(step, 60.0, 1800.0 if step == 30 else None) for step in range(1, 41)]
+    log.write_bytes(b"".join(lines))
+    os.utime(log, (T0, T0))
+    alerts = _replay_alerts(log)
+    stalls = [r for r in alerts if r["labels"]["alertname"] == "TrainingStalled"]
+    assert [r["status"] for r in stalls] == ["firing", "resolved"], stalls
+    # records carry no time: replay times them back from the file's mtime by their timers, so the hung
+    # step's record lies 1800 + 48 s after its predecessor and the page 5 min after that predecessor
+    assert "x its median step of 60 s" in stalls[0]["annotations"]["summary"]
+    began = T0 - 10 * 60.0 - (1800.0 + 0.8 * 60.0)  # steps 31-40 after the hung one, then the hung step
+    fired = datetime.fromisoformat(stalls[0]["firedAt"].replace("Z", "+00:00")).timestamp()
+    assert began + 300.0 < fired <= began + 330.0 + 5.0  # a tick at most every 30 s of the gap (and 5 s)
+    assert not [r for r in alerts if r["labels"]["severity"] in ("P0", "P1", "P2")
+                and r["labels"]["alertname"] != "TrainingStalled"]
+
+    healthy = tmp_path / "healthy.jsonl"
+    healthy.write_bytes(b"".join(record(step, 60.0) for step in range(1, 41)))
+    assert [r for r in _replay_alerts(healthy) if r["labels"]["severity"] in ("P0", "P1", "P2")] == []
+
+
+def test_running_is_none_once_the_run_finished_or_its_writer_closed() -> None:
+    open_ = {"v": True}
+    live = RunLiveness(None, writer_open=lambda: open_["v"], check_every_s=0.0)
+    assert live.running(100.0, 50.0) is None  # nothing arrived yet
+    live.observe(100.0, 1.0, [60.0])
+    live.up(100.0)
+    assert live.running(400.0, 100.0) == 300.0
+    open_["v"] = False
+    assert live.running(460.0, 100.0) is None  # verl's FileLogger.finish closed the file: a normal end
+    done = RunLiveness(10, writer_open=lambda: True)
+    done.observe(100.0, 10.0, [60.0])
+    done.up(100.0)
+    assert done.running(1000.0, 100.0) is None  # the last step was logged

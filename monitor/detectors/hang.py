@@ -23,30 +23,50 @@ class StepOverrunDetector(Detector):
     never logged is TrainerDown's case). ``min_s`` keeps fast runs from paging on a slow checkpoint or
     validation. Judged in the run's own steps, so the same rule holds at 10 s and at 1 h per step.
 
+    ``value: timestamp``: the series is instead the Unix time the loop last made progress (our trainer's
+    ``verl_heartbeat_timestamp_seconds``, set when a step ends); the running step began then, and a value
+    <= 0 ("never yet", as exporters initialise it) counts from the first sample seen. ``before_steps_s``:
+    the bound while fewer than ``min_steps`` steps are known (0: not judged) -- the heartbeat rule's fixed
+    5 min, which a trainer stuck in its first step must still get.
+
     Tested by tests/monitor/test_hang.py.
     """
 
-    def __init__(self, ratio: float = 3.0, min_s: float = 300.0, history: int = 32, min_steps: int = 5) -> None:
+    def __init__(self, ratio: float = 3.0, min_s: float = 300.0, history: int = 32, min_steps: int = 5,
+                 value: str = "elapsed", before_steps_s: float = 0.0) -> None:
         if ratio <= 1.0:
             raise ValueError(f"ratio must be > 1 (a multiple of the median step), got {ratio}")
+        if value not in ("elapsed", "timestamp"):
+            raise ValueError(f"value must be 'elapsed' or 'timestamp', got {value!r}")
         self.ratio, self.min_s, self.history, self.min_steps = ratio, min_s, history, min_steps
+        self.timestamp, self.before_steps_s = value == "timestamp", before_steps_s
         self.reset()
 
     def reset(self) -> None:
         self._steps: deque[float] = deque(maxlen=self.history)
         self._start: float | None = None
+        self._first: float | None = None
 
     def update(self, t: float, value: float) -> Finding:
-        start = t - value
+        if self._first is None:
+            self._first = t
+        if self.timestamp:
+            start = value if value > 0 else self._first
+            elapsed = t - start
+        else:
+            start, elapsed = t - value, value
         if self._start is None or start > self._start + _NEW_STEP_S:
             if self._start is not None:
                 self._steps.append(start - self._start)
             self._start = start
+        details = {"value": elapsed, "elapsed_s": elapsed, "started_at": start}
         if len(self._steps) < self.min_steps:
-            return Finding(t, False, 0.0, {"value": value, "elapsed_s": value})
+            if self.before_steps_s <= 0:
+                return Finding(t, False, 0.0, details)
+            hit = elapsed > self.before_steps_s
+            return Finding(t, hit, min(1.0, elapsed / self.before_steps_s), {**details, "threshold_s": self.before_steps_s})
         median = statistics.median(self._steps)
         threshold = max(self.min_s, self.ratio * median)
-        hit = value > threshold
-        return Finding(t, hit, min(1.0, value / threshold),
-                       {"value": value, "elapsed_s": value, "median_s": median, "threshold_s": threshold,
-                        "ratio": value / median if median > 0 else float("inf"), "started_at": start})
+        return Finding(t, elapsed > threshold, min(1.0, elapsed / threshold),
+                       {**details, "median_s": median, "threshold_s": threshold,
+                        "ratio": elapsed / median if median > 0 else float("inf")})

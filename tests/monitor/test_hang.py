@@ -10,6 +10,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from alerting.clock import SimulatedClock
 from monitor.detectors.hang import StepOverrunDetector
 from monitor.pipeline import Pipeline
@@ -194,3 +196,23 @@ def test_running_is_none_once_the_run_finished_or_its_writer_closed() -> None:
     done.observe(100.0, 10.0, [60.0])
     done.up(100.0)
     assert done.running(1000.0, 100.0) is None  # the last step was logged
+
+
+def test_heartbeat_mode_judges_our_trainer_against_its_own_step_time() -> None:
+    """Our trainer's TrainingStalled: the heartbeat is the time the last step ended; 5 min before steps are
+    known (a trainer stuck in its first step), then max(5 min, 3x the median step) -- 20-min steps are not
+    stalled 5 min into a step."""
+    det = StepOverrunDetector(ratio=3.0, min_s=300.0, min_steps=5, value="timestamp", before_steps_s=300.0)
+    assert not det.update(100.0, 0.0).active         # never beat yet: counted from the first sample
+    assert det.update(401.0, 0.0).active              # stuck in the first step for 5 min
+    det.reset()
+    beat = 1000.0
+    for _ in range(7):  # 20-min steps, scraped every minute
+        for k in range(20):
+            det.update(beat + 60.0 * k + 1.0, beat)
+        beat += 1200.0
+    assert not det.update(beat + 1800.0, beat).active  # 30 min into a 20-min-step run: 1.5 steps
+    f = det.update(beat + 3700.0, beat)
+    assert f.active and f.details["median_s"] == 1200.0
+    with pytest.raises(ValueError, match="elapsed' or 'timestamp"):
+        StepOverrunDetector(value="age")

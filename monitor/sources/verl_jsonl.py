@@ -121,6 +121,7 @@ class JsonlTail:
         self._saved = self.offsets.get(str(self.path.resolve()))
         self._history = b""  # the records before a resumed offset, replayed with the first poll
         self._opened_before = False  # a re-open after a read error resumes without replaying history
+        self._progress_t = -math.inf  # time of the last verl_step_in_progress_seconds sample
 
     # -- file handling -------------------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class JsonlTail:
         self._opened_before = True
         return True
 
-    def _replay_history(self, batch: SourceBatch) -> None:
+    def _replay_history(self, batch: SourceBatch) -> float | None:
         """The records before a resumed offset (module docstring), timed back from the saved last time."""
         raw, self._history = self._history, b""
         records = [MappedRecord(r, self.node) for r in
@@ -182,6 +183,9 @@ class JsonlTail:
             if m.interval is not None:
                 self._intervals.append(m.interval)
         batch.samples.extend(scratch.samples)
+        # the run's last step before the offset: liveness (TrainerDown, the running step) judges a run
+        # that logs nothing new after a restart -- one that hangs -- from it
+        return next((m.step for m in reversed(records) if m.step is not None), None)
 
     def _read(self, batch: SourceBatch) -> bytes:
         """Everything new, following truncation and rotation; the old file is drained first."""
@@ -296,8 +300,7 @@ class JsonlTail:
             self._partial = b""
             return batch
         grew = self._offset != offset_before and not first_open
-        if self._history:
-            self._replay_history(batch)
+        history_step = self._replay_history(batch) if self._history else None
         lines = text.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted
@@ -328,7 +331,7 @@ class JsonlTail:
             times = self._times([m for _, m in timeless], anchor)
             stamped += [(i, m, t) for (i, m), t in zip(timeless, times, strict=True)]
         stamped.sort(key=lambda x: x[0])
-        last_step: float | None = None
+        last_step: float | None = history_step
         for _, m, t in stamped:
             if m.samples(t, batch):
                 self._nonfinite_steps += 1
@@ -347,9 +350,21 @@ class JsonlTail:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
         running = self.liveness.running(now, self._t_last) if self._ino is not None else None
         if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
-            batch.samples.append(Sample(IN_PROGRESS, with_node({"job": JOB}, self.node), running, now))
+            self._progress(batch, [s.t for s in batch.samples if s.name == "verl_nonfinite_steps_total"], running, now)
         self._save()
         return batch
+
+    def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
+        """0 at each record of this poll (a step ended there: a backlog or the history before a resumed
+        offset tells the hang rule the run's step times at once), then the running step's seconds now."""
+        labels = with_node({"job": JOB}, self.node)
+        for t in sorted(set(record_times)):
+            if self._progress_t < t < now:
+                batch.samples.append(Sample(IN_PROGRESS, labels, 0.0, t))
+                self._progress_t = t
+        if now > self._progress_t:
+            batch.samples.append(Sample(IN_PROGRESS, labels, running, now))
+            self._progress_t = now
 
     def _config_info(self, now: float, batch: SourceBatch) -> None:
         """The run's resolved config, as ``verl_config_info`` (read again when the file changes)."""

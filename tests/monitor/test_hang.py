@@ -216,3 +216,31 @@ def test_heartbeat_mode_judges_our_trainer_against_its_own_step_time() -> None:
     assert f.active and f.details["median_s"] == 1200.0
     with pytest.raises(ValueError, match="elapsed' or 'timestamp"):
         StepOverrunDetector(value="age")
+
+
+def test_a_monitor_restarted_during_a_hang_still_pages_it_from_the_records_before_its_offset(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    offsets = OffsetStore(tmp_path / "offsets.json")
+    t, times = T0, []
+    with path.open("wb") as fh:
+        for step in range(1, 31):
+            t += 60.0
+            fh.write(record(step, 75.0))  # timing_s/step 60 s
+            fh.flush()
+            os.utime(path, (t, t))
+            times.append(t)
+        first = JsonlTail(path, "gpu-1", offsets=offsets, liveness=RunLiveness(100, writer_open=lambda: True))
+        first.poll(t + 120.0)  # the first monitor saw the run 2 min into its hang, then stopped
+        first.close()
+        clock = SimulatedClock(t + 180.0)
+        fired: list[float] = []
+        pipe = Pipeline(load_rule_files(None), clock, on_record=lambda r: fired.append(clock.now()) if (
+            r.get("kind") == "alert" and r["status"] == "firing" and r["labels"]["alertname"] == "TrainingStalled") else None)
+        tail = JsonlTail(path, "gpu-1", offsets=offsets, liveness=RunLiveness(100, writer_open=lambda: True))
+        for now in range(int(t + 180.0), int(t + 420.0), 30):
+            clock.set(float(now))
+            pipe.ingest(tail.poll(float(now)).samples, "jsonl")
+            pipe.tick()
+        tail.close()
+        pipe.close()
+    assert fired and t + 300.0 < fired[0] <= t + 330.0

@@ -80,15 +80,16 @@ class RunLiveness:
 
     def running(self, now: float, last_record: float) -> float | None:
         """Seconds the current step has been running (since the record at ``last_record``) while the run
-        is live; None before its first record, once it finished, or when its writer closed the file
-        (verl's FileLogger.finish at a normal end: not a hang)."""
+        is live; None before its first record, once it finished, or when no process holds the file any
+        more (verl's FileLogger.finish at a normal end, or a trainer that died: TrainerDown's case, not a
+        hang)."""
         if self.state in ("waiting", "idle_at_start", "finished") or self.last_step is None \
                 or not math.isfinite(last_record):
             return None
         if self.total_steps is not None and self.last_step >= self.total_steps:
             return None
         elapsed = max(0.0, now - last_record)
-        if elapsed > self.down_after_s / 4.0 and self.total_steps is None:
+        if elapsed > self.down_after_s / 4.0:  # a closed file: finished, or the trainer died (TrainerDown's)
             if now - self._checked_at >= self.check_every_s:
                 self._checked_at = now
                 self._writer = self.writer_open()

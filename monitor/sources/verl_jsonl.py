@@ -198,6 +198,7 @@ class JsonlTail:
         if st.st_size < self._offset or (self._head and head and head != self._head):
             batch.error("truncated")  # copytruncate or a verl restart ("w"): start over
             self._offset, self._partial, self._head = 0, b"", ""
+            self.liveness.restarted()
             self._fh.seek(0)
         chunks.append(self._fh.read(self.read_limit))
         try:

@@ -97,6 +97,11 @@ class RunLiveness:
                 return None
         return elapsed
 
+    def restarted(self) -> None:
+        """The log was truncated (verl opens it with "w": a resumed run): like a new run, nothing is judged
+        before its first record -- a resumed trainer loading its model and checkpoint is not hung."""
+        self.last_step = None
+
     def up(self, now: float) -> float | None:
         if self.state == "waiting" and math.isfinite(self.last_arrival):
             self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"

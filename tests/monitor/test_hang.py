@@ -244,3 +244,27 @@ def test_a_monitor_restarted_during_a_hang_still_pages_it_from_the_records_befor
         tail.close()
         pipe.close()
     assert fired and t + 300.0 < fired[0] <= t + 330.0
+
+
+def test_a_resumed_run_loading_its_checkpoint_is_not_hung(tmp_path: Path) -> None:
+    """verl truncates its log on a restart ("w"): until the resumed run's first record nothing is judged,
+    however long the model and checkpoint take to load."""
+    path = tmp_path / "run.jsonl"
+    tail = JsonlTail(path, "gpu-1", liveness=RunLiveness(None, writer_open=lambda: True))
+    t = T0
+    with path.open("wb") as fh:
+        for step in range(1, 21):
+            t += 60.0
+            fh.write(record(step, 75.0))
+            fh.flush()
+            os.utime(path, (t, t))
+            tail.poll(t)
+    path.write_bytes(b"")  # the resumed trainer opened the log again
+    os.utime(path, (t + 30.0, t + 30.0))
+    polled = [tail.poll(t + 30.0 * k) for k in range(2, 40)]  # 20 min of model and checkpoint loading
+    assert not [s for b in polled for s in b.samples if s.name == IN_PROGRESS]
+    with path.open("ab") as fh:
+        fh.write(record(15, 75.0))  # resumed from the step-15 checkpoint: steps repeat
+    os.utime(path, (t + 1230.0, t + 1230.0))
+    assert [s.value for s in tail.poll(t + 1240.0).samples if s.name == IN_PROGRESS] == [0.0, 10.0]
+    tail.close()

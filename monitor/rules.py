@@ -13,7 +13,8 @@ rules:
     # `warmup_steps: N` hides a series' first N samples from the detector; `for_steps: N` likewise
     # raises `for` to N x the interval, `keep_firing_for_steps: N` `keep_firing_for`; `per_step: true`
     # (rules on a per-step log): the steps replace the seconds once the interval is known
-    # (monitor/detectors/cadence.py)
+    # (monitor/detectors/cadence.py); a leak detector on a memory *peak* may name `explain_by: [selectors]`,
+    # the work series (same node and job) whose new highs explain a rise (monitor/detectors/work.py)
     when:                              # optional extra conditions, joined on the same node
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
         detector: {type: fluctuation, window: 60s, min_relative: 0.05}

@@ -122,6 +122,7 @@ class JsonlTail:
         self._history = b""  # the records before a resumed offset, replayed with the first poll
         self._opened_before = False  # a re-open after a read error resumes without replaying history
         self._progress_t = -math.inf  # time of the last verl_step_in_progress_seconds sample
+        self._step_ends: list[float] = []  # this poll's records that a line-by-line writer wrote as they ended
 
     # -- file handling -------------------------------------------------------------------------------
 
@@ -182,6 +183,8 @@ class JsonlTail:
                                         float(self._nonfinite_steps), ts))
             if m.interval is not None:
                 self._intervals.append(m.interval)
+            if verl_keys.release_08(m.data):
+                self._step_ends.append(ts)
         batch.samples.extend(scratch.samples)
         # the run's last step before the offset: liveness (TrainerDown, the running step) judges a run
         # that logs nothing new after a restart -- one that hangs -- from it
@@ -342,6 +345,8 @@ class JsonlTail:
                 self._intervals.append(m.interval)
             self._t_last = max(self._t_last, t)
             last_step = m.step if m.step is not None else last_step
+            if verl_keys.release_08(m.data):
+                self._step_ends.append(t)
         if stamped or grew or (first_open and self._opened_mtime is not None):
             arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
@@ -351,13 +356,17 @@ class JsonlTail:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
         running = self.liveness.running(now, self._t_last) if self._ino is not None else None
         if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
-            self._progress(batch, [s.t for s in batch.samples if s.name == "verl_nonfinite_steps_total"], running, now)
+            self._progress(batch, [*self._step_ends, self._t_last], running, now)
+        self._step_ends = []
         self._save()
         return batch
 
     def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
-        """0 at each record of this poll (a step ended there: a backlog or the history before a resumed
-        offset tells the hang rule the run's step times at once), then the running step's seconds now."""
+        """0 where a step ended (``record_times``), then the running step's seconds now. A line-by-line
+        writer (verl 0.8+) wrote each record as its step ended, so a backlog or the history before a resumed
+        offset tells the hang rule the run's step times at once; 0.6-0.7 write through an 8 KB buffer, a
+        few steps at a time, so only the newest record of a poll counts there: the steps the hang rule
+        learns are then the gaps between writes, which is how long the log goes quiet when healthy."""
         labels = with_node({"job": JOB}, self.node)
         for t in sorted(set(record_times)):
             if self._progress_t < t < now:

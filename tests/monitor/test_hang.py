@@ -268,3 +268,23 @@ def test_a_resumed_run_loading_its_checkpoint_is_not_hung(tmp_path: Path) -> Non
     os.utime(path, (t + 1230.0, t + 1230.0))
     assert [s.value for s in tail.poll(t + 1240.0).samples if s.name == IN_PROGRESS] == [0.0, 10.0]
     tail.close()
+
+
+def test_a_buffered_writer_quiet_between_its_bursts_is_not_hung(tmp_path: Path) -> None:
+    """verl 0.6-0.7 write through an 8 KB buffer: four 100-s steps land at once every 400 s. The hang rule
+    learns the gaps between writes, not the steps, so the quiet between bursts pages nothing; a real hang
+    (no burst for 3 of those gaps) still does."""
+    def record_07(step: int) -> bytes:
+        data = {"timing_s/gen": 50.0, "timing_s/update_actor": 20.0, "timing_s/step": 100.0,
+                "perf/max_memory_allocated_gb": 40.0, "critic/score/mean": 0.5, "training/global_step": step}
+        return json.dumps({"step": step, "data": data}).encode() + b"\n"
+
+    bursts, times, t = [], [], T0
+    for first in range(1, 61, 4):
+        t += 400.0
+        bursts.append(b"".join(record_07(s) for s in range(first, first + 4)))
+        times.append(t)
+    events = _live(tmp_path, bursts, times, total_steps=100, writer_closes=False, until=times[-1] + 1500.0)
+    stalls = _fired(events, "TrainingStalled")
+    assert len(stalls) == 1 and stalls[0][1] == "firing"
+    assert times[-1] + 1200.0 < stalls[0][0] <= times[-1] + 1260.0  # 3 write gaps after the last burst

@@ -19,9 +19,10 @@ class StepOverrunDetector(Detector):
     the 8 KB buffer of verl 0.6-0.7 that writes several steps at once).
 
     Active while the running step is past ``max(min_s, ratio x the median of the last ``history``
-    steps)``, once ``min_steps`` steps have been seen (the first steps compile and warm up: a run that
-    never logged is TrainerDown's case). ``min_s`` keeps fast runs from paging on a slow checkpoint or
-    validation. Judged in the run's own steps, so the same rule holds at 10 s and at 1 h per step.
+    steps, or of the last ``recent`` when larger)``, once ``min_steps`` steps have been seen (the first
+    steps compile and warm up: a run that never logged is TrainerDown's case). ``min_s`` keeps fast runs
+    from paging on a slow checkpoint or validation. Judged in the run's own steps, so the same rule holds
+    at 10 s and at 1 h per step.
 
     ``value: timestamp``: the series is instead the Unix time the loop last made progress (our trainer's
     ``verl_heartbeat_timestamp_seconds``, set when a step ends); the running step began then, and a value
@@ -33,13 +34,13 @@ class StepOverrunDetector(Detector):
     """
 
     def __init__(self, ratio: float = 3.0, min_s: float = 300.0, history: int = 32, min_steps: int = 5,
-                 value: str = "elapsed", before_steps_s: float = 0.0) -> None:
+                 value: str = "elapsed", before_steps_s: float = 0.0, recent: int = 5) -> None:
         if ratio <= 1.0:
             raise ValueError(f"ratio must be > 1 (a multiple of the median step), got {ratio}")
         if value not in ("elapsed", "timestamp"):
             raise ValueError(f"value must be 'elapsed' or 'timestamp', got {value!r}")
         self.ratio, self.min_s, self.history, self.min_steps = ratio, min_s, history, min_steps
-        self.timestamp, self.before_steps_s = value == "timestamp", before_steps_s
+        self.timestamp, self.before_steps_s, self.recent = value == "timestamp", before_steps_s, max(1, recent)
         self.reset()
 
     def reset(self) -> None:
@@ -65,7 +66,9 @@ class StepOverrunDetector(Detector):
                 return Finding(t, False, 0.0, details)
             hit = elapsed > self.before_steps_s
             return Finding(t, hit, min(1.0, elapsed / self.before_steps_s), {**details, "threshold_s": self.before_steps_s})
-        median = statistics.median(self._steps)
+        # the median of the last `recent` steps too, when larger: a run whose steps just doubled (longer
+        # responses, a slower node) is judged by its new pace within a few steps, not by 32 old ones
+        median = max(statistics.median(self._steps), statistics.median(list(self._steps)[-self.recent:]))
         threshold = max(self.min_s, self.ratio * median)
         return Finding(t, elapsed > threshold, min(1.0, elapsed / threshold),
                        {**details, "median_s": median, "threshold_s": threshold,

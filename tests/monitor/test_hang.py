@@ -288,3 +288,16 @@ def test_a_buffered_writer_quiet_between_its_bursts_is_not_hung(tmp_path: Path) 
     stalls = _fired(events, "TrainingStalled")
     assert len(stalls) == 1 and stalls[0][1] == "firing"
     assert times[-1] + 1200.0 < stalls[0][0] <= times[-1] + 1260.0  # 3 write gaps after the last burst
+
+
+def test_a_run_whose_steps_slow_down_is_judged_by_its_new_pace() -> None:
+    """A healthy cadence change (steps 60 s -> 150 s: longer responses, a slower node) pages nothing: after
+    5 of the new steps the bound is 3 x 150 s, not 3 x the 60 s that 32 older steps still say."""
+    det = StepOverrunDetector(ratio=3.0, min_s=300.0, min_steps=5)
+    t = 0.0
+    for step_s in [60.0] * 32 + [150.0] * 6:
+        det.update(t, 0.0)
+        t += step_s
+    det.update(t, 0.0)
+    assert not det.update(t + 420.0, 420.0).active  # 2.8 of the new steps
+    assert det.update(t + 460.0, 460.0).active

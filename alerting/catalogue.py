@@ -27,9 +27,10 @@ THRESHOLD_KEY = {
     "threshold": "value", "value_age": "max_age", "staleness": "max_gap", "counter_increase": "min_increase",
     "window_drop": "min_relative_drop", "leak": "min_slope_per_min", "drift": "alpha",
     "level_shift": "min_relative_shift", "baseline_ratio": "ratio", "context_anomaly": "threshold",
-    "ks_shift": "alpha", "counter_stall": "window", "exhaustion": "horizon",
+    "ks_shift": "alpha", "counter_stall": "window", "exhaustion": "horizon", "step_overrun": "min_s",
 }
-DURATION_DETECTORS = {"value_age", "staleness", "counter_stall", "exhaustion"}  # thresholds that are durations
+# thresholds that are durations
+DURATION_DETECTORS = {"value_age", "staleness", "counter_stall", "exhaustion", "step_overrun"}
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,8 @@ class Injection:
     expects: tuple[str, ...]
     # regexes a chat message must match to count as the diagnosis of this fault: (cause, fix)
     diagnosis: tuple[str, str] = ("", "")
+    # alerts the fault may cause downstream, true when they fire after it was injected (not required)
+    consequences: tuple[str, ...] = ()
 
 
 DEMO_PLAN: tuple[Injection, ...] = (
@@ -58,7 +60,12 @@ DEMO_PLAN: tuple[Injection, ...] = (
               ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"),
               (r"Reward Model OOM on node", r"reward_batch_size from \d+ to \d+")),
     Injection("kl", "KL drift (kl_coef forced to 0)", ("faults.kl_drift_at_step=120",), 120, ("KLDriftDetected",),
-              (r"kl_coef = 0\.0 since step \d+ \(verl_kl_coef; config says 0\.2\)", r"Set kl_coef back to 0\.2")),
+              (r"kl_coef = 0\.0 since step \d+ \(verl_kl_coef; config says 0\.2\)", r"Set kl_coef back to 0\.2"),
+              # with no KL penalty the toy policy runs away: its reward saturates at 1.0 and its entropy
+              # collapses, then (~90 steps on) it jumps off and its scores fall to ~0.5 at once; the trainer's
+              # reward guard pauses those batches (extreme_ratio) and RewardVarianceSpike reports the pauses --
+              # a true alert the injected fault caused, seen whenever the demo runs long enough (issue 32)
+              consequences=("RewardVarianceSpike",)),
 )
 
 
@@ -117,6 +124,7 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
                 delivered_fp.setdefault(fp, ev["t"])
                 deliveries[fp] = deliveries.get(fp, 0) + 1
     outcomes = []
+    caused: dict[str, str] = {}  # alertname -> the injection that caused it (a consequence, after it)
     for inj in plan:
         # a fault at step N acts during step N: injected when step N-1 was logged; "from the start":
         # the trainer's first step
@@ -128,6 +136,9 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
                             "delivered": delivered_fp.get(det[1]) if det else None,
                             "deliveries": deliveries.get(det[1], 0) if det else 0}
         outcomes.append(FaultOutcome(inj.name, at, alerts, first_diagnosis(journal.of("message"), at, *inj.diagnosis)))
+        for name in inj.consequences:
+            if name in fired and at is not None and fired[name][0] >= at:
+                caused.setdefault(name, inj.name)
     expected = {n for inj in plan for n in inj.expects}
     return {
         "faults": [{"injection": o.injection, "injected_at": o.injected_at, "ok": o.ok,
@@ -136,7 +147,8 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
                     else round(o.diagnosed - o.injected_at, 1)} for o in outcomes],
         "all_diagnosed": all(o.diagnosed is not None for o in outcomes),
         "unmeasured_claims": unmeasured_claims(journal, plan),
-        "unexpected_alerts": sorted(set(fired) - expected),
+        "unexpected_alerts": sorted(set(fired) - expected - set(caused)),
+        "caused_alerts": caused,
         "incidents": [{"alertname": e["alertname"], "t": e["t"]} for e in incidents],
         "messages_received": len(journal.of("message")),
         "all_detected_and_delivered": all(o.ok for o in outcomes),
@@ -160,6 +172,8 @@ def print_summary(summary: dict[str, Any], wall_s: float) -> None:
               + ("" if f["time_to_diagnosis_s"] is None else f"  time to diagnosis {f['time_to_diagnosis_s']:.1f}s"))
     for inc in summary["incidents"]:
         print(f"incident  {inc['alertname']} at {inc['t']:.1f}s")
+    for name, injection in sorted(summary.get("caused_alerts", {}).items()):
+        print(f"also fired, caused by an injected fault: {name} (after: {injection})")
     if summary["unexpected_alerts"]:
         print("also fired (not injected): " + ", ".join(summary["unexpected_alerts"]))
     print(f"chat messages received by the stand-in: {summary['messages_received']}")

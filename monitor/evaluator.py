@@ -17,6 +17,7 @@ from typing import Any
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
+from monitor.detectors.work import WorkLog
 from monitor.history import samples_needed
 from monitor.model import PLUMBING_LABELS
 from monitor.rules import Rule
@@ -90,6 +91,11 @@ class Evaluator:
         self._helpers: dict[tuple[int, int, tuple[str, ...]], list[Binding]] = defaultdict(list)
         self._ticking: list[Binding] = []
         self._hot: dict[int, Binding] = {}  # id(binding) -> primary binding that is or was just active
+        # work that explains a memory peak's rise (a condition's explain_by, monitor/detectors/work.py): one
+        # log per (rule, condition, node, job), fed by the work series, read by that rule's leak detectors
+        self._explaining = [(ri, ci, c) for ri, r in enumerate(rules) for ci, c in enumerate(r.conditions) if c.explain_by]
+        self._work_logs: dict[tuple[int, int, str, str], WorkLog] = {}
+        self._work_feeds: dict[int, list[WorkLog]] = {}
         # called once per binding whose detector window cannot hold its minimum samples (the pipeline
         # logs it and sets verl_monitor_rule_window_unfillable)
         self.on_unfillable: Callable[[Binding, str], None] | None = None
@@ -106,7 +112,8 @@ class Evaluator:
             for ci, cond in enumerate(rule.conditions):
                 if not cond.matches(series.name, labels):
                     continue
-                b = Binding(rule, ri, ci, series, cond.new_detector())
+                b = Binding(rule, ri, ci, series,
+                            cond.new_detector(self._work_log(ri, ci, labels) if cond.explain_by else None))
                 if ci == 0:
                     b.labels = self.alert_labels(rule, labels)
                     b.fp = fingerprint(b.labels)
@@ -116,11 +123,21 @@ class Evaluator:
                 if getattr(b.detector, "ticks", False):
                     self._ticking.append(b)
                 found.append(b)
+        feeds = [self._work_log(ri, ci, labels) for ri, ci, c in self._explaining if c.explains(series.name, labels)]
+        if feeds:
+            self._work_feeds[series.id] = feeds
         # most series match no rule: they share one empty tuple (a list each was ~56 B x 40 000 series)
         self._by_series[series.id] = bound = found or _UNBOUND
         if found:
             self._size(series, bound)
         return bound
+
+    def _work_log(self, ri: int, ci: int, labels: dict[str, str]) -> WorkLog:
+        key = (ri, ci, labels.get("node", "unknown"), labels.get("job", ""))
+        log = self._work_logs.get(key)
+        if log is None:
+            log = self._work_logs[key] = WorkLog()
+        return log
 
     def _size(self, series: Series, bound: Sequence[Binding]) -> None:
         """Room in the series' ring for the longest history one of its bindings reads, at its interval."""
@@ -141,6 +158,9 @@ class Evaluator:
         """``seen``: the scrape time, when the sample came from a scrape. Absence detectors (``ticks``)
         take it instead of the stamp: liveness comes from the scrape's success, never from stamps."""
         bound = self.bindings(series)
+        if self._work_feeds:
+            for log in self._work_feeds.get(series.id, ()):
+                log.add(series.id, t, value)
         for b in bound:
             ticks = seen is not None and getattr(b.detector, "ticks", False)
             f = b.detector.update(seen if ticks else t, value)
@@ -169,6 +189,7 @@ class Evaluator:
     def forget(self, series: Series) -> None:
         """The store evicted the series: drop its bindings (their detectors' memory goes with them)."""
         labels = series.labels
+        self._work_feeds.pop(series.id, None)
         bound = self._by_series.pop(series.id, ())
         if any(getattr(b.detector, "ticks", False) for b in bound):  # only a removed target's are ever evicted
             self._ticking = [b for b in self._ticking if b.series is not series]

@@ -30,7 +30,8 @@ SECONDS = {
 }
 # ... or in samples (judgements)
 SAMPLES = {"rare_value": ("history",), "context_anomaly": ("history",)}
-INSTANT = frozenset({"threshold", "value_age", "staleness", "counter_stall"})  # judge the newest sample (and its time) only
+# judge the newest sample (and its time) only
+INSTANT = frozenset({"threshold", "value_age", "staleness", "counter_stall", "step_overrun"})
 
 
 @cache

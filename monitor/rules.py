@@ -13,7 +13,8 @@ rules:
     # `warmup_steps: N` hides a series' first N samples from the detector; `for_steps: N` likewise
     # raises `for` to N x the interval, `keep_firing_for_steps: N` `keep_firing_for`; `per_step: true`
     # (rules on a per-step log): the steps replace the seconds once the interval is known
-    # (monitor/detectors/cadence.py)
+    # (monitor/detectors/cadence.py); a leak detector on a memory *peak* may name `explain_by: [selectors]`,
+    # the work series (same node and job) whose new highs explain a rise (monitor/detectors/work.py)
     join_on: [node, server]            # what `when:` joins on (default [node]; server: a rollout server's address)
     when:                              # optional extra conditions, joined on the same node
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
@@ -42,6 +43,7 @@ from alerting.vocabulary import Vocabulary
 from monitor import durations
 from monitor.detectors import registry
 from monitor.detectors.cadence import CadenceScaled
+from monitor.detectors.work import WorkLog
 from monitor.errors import ConfigError
 from monitor.selectors import Selector, SelectorError, parse_selector
 
@@ -72,14 +74,21 @@ class Condition:
     steps: dict[str, float] = field(default_factory=dict)  # duration parameter -> samples (cadence.py)
     warmup_steps: int = 0
     per_step: bool = False  # the steps replace the seconds (a per-step log's rule, cadence.py)
+    # the work series that explain a memory peak's rise (leak detector, monitor/detectors/work.py)
+    explain_by: tuple[Selector, ...] = ()
 
     def matches(self, name: str, labels: dict[str, str]) -> bool:
         return any(s.matches(name, labels) for s in self.selectors)
 
-    def new_detector(self) -> registry.Detector:
+    def explains(self, name: str, labels: dict[str, str]) -> bool:
+        return any(s.matches(name, labels) for s in self.explain_by)
+
+    def new_detector(self, work: WorkLog | None = None) -> registry.Detector:
+        params = dict(self.params) if work is None else {**self.params, "work": work}
         if not self.steps and not self.warmup_steps:
-            return registry.build(self.detector_type, dict(self.params), self.spike_filter)
-        return CadenceScaled(lambda p: registry.build(self.detector_type, p, self.spike_filter), dict(self.params),
+            return registry.build(self.detector_type, params, self.spike_filter)
+        return CadenceScaled(lambda p: registry.build(self.detector_type, p if work is None else {**p, "work": work},
+                                                      self.spike_filter), dict(self.params),
                              dict(self.steps), self.warmup_steps,
                              ticks=bool(getattr(registry.DETECTORS[self.detector_type], "ticks", False)),
                              per_step=self.per_step)
@@ -142,8 +151,9 @@ def _condition(raw: Any, where: str) -> Condition:
     kind = det["type"]
     if kind not in registry.DETECTORS:
         raise RuleError(f"{where}.detector.type: unknown {kind!r}; use one of {', '.join(sorted(registry.DETECTORS))}")
-    params = {k: v for k, v in det.items() if k not in ("type", "spike_filter", "steps", "warmup_steps", "per_step")}
-    allowed = registry.accepted_params(kind)
+    params = {k: v for k, v in det.items()
+              if k not in ("type", "spike_filter", "steps", "warmup_steps", "per_step", "explain_by")}
+    allowed = registry.accepted_params(kind) - {"work"}  # the work log is the evaluator's, never a rule's
     for k, v in list(params.items()):
         if k not in allowed:
             raise RuleError(f"{where}.detector.{k}: not a parameter of {kind}; use one of {', '.join(sorted(allowed))}")
@@ -169,7 +179,15 @@ def _condition(raw: Any, where: str) -> Condition:
     per_step = det.get("per_step", False)
     if not isinstance(per_step, bool) or (per_step and not steps):
         raise RuleError(f"{where}.detector.per_step: expected true or false, with `steps:` naming the windows")
-    cond = Condition(selectors, kind, params, spike, {str(k): float(n) for k, n in steps.items()}, warmup, per_step)
+    explain = det.get("explain_by") or []
+    if "explain_by" in det and "work" not in registry.accepted_params(kind):
+        raise RuleError(f"{where}.detector.explain_by: only a leak detector judges memory against work")
+    try:
+        explain_by = tuple(parse_selector(str(s)) for s in (explain if isinstance(explain, list) else [explain]))
+    except SelectorError as exc:
+        raise RuleError(f"{where}.detector.explain_by: {exc}") from exc
+    cond = Condition(selectors, kind, params, spike, {str(k): float(n) for k, n in steps.items()}, warmup, per_step,
+                     explain_by)
     try:
         cond.new_detector()
     except (TypeError, ValueError) as exc:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.stats import norm
 
 from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
+from monitor.detectors.work import WorkLog
 
 
 class LeakDetector(Detector):
@@ -35,6 +38,18 @@ class LeakDetector(Detector):
        sampled floor can tell from a leak.
     5. Persistence: 1-4 hold for ``persistence`` consecutive evaluations.
 
+    6. Work (``work``, a rule's ``explain_by:``; for a *peak* series only, issue 32): the test runs on the
+       peak's rise at the steps whose work set no new high (monitor/detectors/work.py) -- a peak that
+       ratchets while the run warms up or while its responses grow rises with its work and is no leak;
+       a leak lifts it at steps that did no more work than before. And at least
+       ``min_unexplained_share`` of the window's rise must be such rise: on verl-written runs a leak's
+       peak rose 70-85 % at steps without a new work high, a healthy x1.9 response growth's 23-27 %
+       (a noisy batch statistic sets its highs at other steps than the peak's own noise does). Samples
+       newer than the last record with work wait for it (a record's memory keys come before its length
+       keys). A fall of the peak is a restarted process (a peak never falls): the window and the work
+       highs start over, and the next ``warmup_after_restart`` samples are not judged. The rate the
+       alert states stays the peak's own.
+
     Theil-Sen because a single freed or allocated spike must not tilt the line. State is the raw
     window (bounded by ``max_samples``); one evaluation costs an FFT and O(buckets^2) slopes.
 
@@ -45,10 +60,13 @@ class LeakDetector(Detector):
 
     def __init__(self, min_slope_per_min: float = 10e6, window: float = 1800.0, every: float = 60.0,
                  floor: float = 30.0, confidence: float = 0.95, persistence: int = 2, min_buckets: int = 6,
-                 min_effect_sd: float = 1.0, min_acf: float = 0.3, max_samples: int = 4096) -> None:
+                 min_effect_sd: float = 1.0, min_acf: float = 0.3, max_samples: int = 4096,
+                 work: WorkLog | None = None, warmup_after_restart: int = 5, min_unexplained_share: float = 0.5) -> None:
         self.min_slope, self.window_s, self.every_s, self.floor_s = min_slope_per_min, window, every, floor
         self.confidence, self.persistence, self.min_buckets = confidence, persistence, min_buckets
         self.min_effect_sd, self.min_acf, self.max_samples = min_effect_sd, min_acf, max_samples
+        self.work, self.warmup_after_restart = work, warmup_after_restart
+        self.min_unexplained_share = min_unexplained_share
         self._z = float(norm.ppf(0.5 + confidence / 2.0))
         self.reset()
 
@@ -57,11 +75,22 @@ class LeakDetector(Detector):
         self._every = Every(self.every_s)
         self._streak = 0
         self._last = Finding(0.0, False)
+        self._prev = math.inf
+        self._skip = 0
 
     def unfillable(self, interval: float) -> str | None:
         return short_window("window", self.window_s, interval, 3 * self.min_buckets)
 
     def update(self, t: float, value: float) -> Finding:
+        if self.work is not None:
+            fell, self._prev = value < self._prev, value
+            if fell and len(self._window):
+                self.reset()  # a peak fell: the process restarted (a resumed run), its peaks start over
+                self._prev, self._skip = value, self.warmup_after_restart
+                self.work.restart()
+            if self._skip > 0:
+                self._skip -= 1
+                return Finding(t, False)
         self._window.add(t, value)
         if self._every.due(t):
             self._last = self._evaluate(t)
@@ -73,6 +102,12 @@ class LeakDetector(Detector):
         if n < 3 * self.min_buckets or t - ts[0] < 0.9 * self.window_s:
             self._streak = 0
             return Finding(t, False)
+        raw_t, raw_v = ts, vs
+        if self.work is not None and len(self.work):
+            ts, vs = unexplained_rise(ts, vs, self.work)
+            if len(ts) < 3 * self.min_buckets:
+                self._streak = 0
+                return Finding(t, False)
         dt = float(np.median(np.diff(ts)))
         period = sawtooth_period(vs, dt, self.window_s / 3.0, self.min_acf)
         bucket = max(self.floor_s, period + 2.0 * dt)
@@ -90,11 +125,17 @@ class LeakDetector(Detector):
         jitter = 1.4826 * float(np.median(np.abs(curv - np.median(curv)))) / np.sqrt(6.0)
         rise = slope * float(x[-1])
         ok = lo > self.min_slope and rise >= resolution + self.min_effect_sd * jitter
+        if raw_t is not ts:  # most of the peak's rise must be unexplained by work (a leak: ~70-85 %)
+            raw_rise = float(raw_v[raw_t <= ts[-1]][-1] - raw_v[0])
+            ok = ok and float(vs[-1] - vs[0]) >= self.min_unexplained_share * raw_rise
         # The rate the alert states: the window's slope understates a leak that began inside the window
         # (a flat stretch before it pulls the median slope down: 49 MB/min reported for 300), so the
         # later half's own Theil-Sen slope is used when it is steeper -- the rate of the leak now.
         half = len(bt) // 2
         rate = max(slope, sen_slope(x[half:], by[half:], self._z)[0]) if len(bt) - half >= 3 else slope
+        if raw_t is not ts:  # the peak's own rate, not its unexplained part's
+            rx = (raw_t - raw_t[0]) / 60.0
+            rate = max(sen_slope(rx, raw_v, self._z)[0], sen_slope(rx[len(rx) // 2:], raw_v[len(rx) // 2:], self._z)[0])
         self._streak = self._streak + 1 if ok else 0
         details = {"slope_per_min": float(slope), "slope_per_s": float(slope) / 60.0, "rate_per_min": float(rate),
                    "lower_per_min": float(lo), "upper_per_min": float(hi), "intercept": float(intercept),
@@ -102,6 +143,19 @@ class LeakDetector(Detector):
                    "rise": rise, "floor_noise": noise, "resolution": resolution, "jitter": jitter,
                    "period_s": period, "bucket_s": bucket}
         return Finding(t, self._streak >= self.persistence, min(1.0, max(0.0, lo / self.min_slope)), details)
+
+
+def unexplained_rise(ts: np.ndarray, vs: np.ndarray, work: WorkLog) -> tuple[np.ndarray, np.ndarray]:
+    """The peak as it would be had it risen only at steps whose work set no new high: its first value
+    plus the running sum of those steps' rises. Samples after the last record with work are left out."""
+    keep = ts <= work.last_t
+    ts, vs = ts[keep], vs[keep]
+    if len(ts) < 2:
+        return ts, vs
+    rise = np.maximum(np.diff(vs), 0.0)
+    explained = np.fromiter((work.at_high(t) for t in ts[1:].tolist()), bool, len(ts) - 1)
+    rise[explained] = 0.0
+    return ts, vs[0] + np.concatenate(([0.0], np.cumsum(rise)))
 
 
 def sawtooth_period(v: np.ndarray, dt: float, max_period: float, min_acf: float) -> float:

@@ -13,6 +13,7 @@ from monitor.detectors.context import ContextAnomalyDetector
 from monitor.detectors.drift import TrendDriftDetector
 from monitor.detectors.events import CounterIncreaseDetector, CounterStallDetector, WindowDropDetector
 from monitor.detectors.exhaustion import ExhaustionDetector
+from monitor.detectors.hang import StepOverrunDetector
 from monitor.detectors.ks import KSShiftDetector
 from monitor.detectors.leak import LeakDetector
 from monitor.detectors.staleness import StalenessDetector, ValueAgeDetector
@@ -39,6 +40,7 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "context_anomaly": ContextAnomalyDetector,
     "counter_stall": CounterStallDetector,
     "exhaustion": ExhaustionDetector,
+    "step_overrun": StepOverrunDetector,
 }
 
 

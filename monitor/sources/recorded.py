@@ -16,7 +16,7 @@ import numpy as np
 
 from monitor.model import SourceBatch, with_node
 from monitor.sources.relabel import relabel_columns
-from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
+from monitor.sources.verl_jsonl import IN_PROGRESS, JsonlTail, RunLiveness, in_progress
 
 
 class InputError(ValueError):
@@ -87,7 +87,8 @@ def read_records(path: str | Path, node: str | None = None) -> tuple[SourceBatch
     tail = JsonlTail(path, node, liveness=RunLiveness(writer_open=lambda: False))
     batch = tail.poll(Path(path).stat().st_mtime)
     tail.close()
-    batch.samples = [s for s in batch.samples if s.name != "up"]
+    batch.samples = [s for s in batch.samples if s.name not in ("up", IN_PROGRESS)]
+    batch.samples.extend(in_progress([s.t for s in batch.samples if s.name == "verl_nonfinite_steps_total"], node))
     return batch, sum(batch.errors.values())
 
 

@@ -42,7 +42,6 @@ import math
 import os
 import statistics
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -51,11 +50,13 @@ import yaml
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import OffsetStore, writer_holds
+from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress
+from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 
-JOB = "verl_jsonl"            # job label of every JSONL series (plumbing: never an alert label)
+__all__ = ["IN_PROGRESS", "JOB", "JsonlTail", "MappedRecord", "RunLiveness", "in_progress"]
+
 TIME_KEYS = ("timestamp", "_timestamp", "time")
 HEAD_BYTES = 64
-_EPS = 1e-3                    # least spacing between two records (keeps samples distinct)
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 HISTORY_RECORDS = 240          # records re-read before a resumed offset (the longest step window + warm-up)
 HISTORY_BYTES = 4 << 20
@@ -94,70 +95,6 @@ class MappedRecord:
         return nonfinite
 
 
-class RunLiveness:
-    """Is the run behind a JSONL file alive, finished, or down?
-
-    ``up`` is 1 while the file keeps growing within ``max(down_after_s, down_after_steps x step
-    interval)`` (the step interval being the larger of verl's own step time and the typical gap between
-    writes: 0.6-0.7 flush only every 8 KB, i.e. every few steps); after that the run is *finished* (quiet for good) when its last step reached
-    ``total_steps`` or, with ``total_steps`` unknown, when no process holds the file open any more;
-    otherwise it is *down* (0): stopped before its last step, or the writer is alive but stuck. A
-    file already idle that long when the monitor starts, or one without a record yet, is not judged
-    (``up`` is None).
-    """
-
-    def __init__(self, total_steps: int | None = None, down_after_s: float = 600.0, down_after_steps: float = 3.0,
-                 writer_open: Callable[[], bool | None] | None = None, check_every_s: float = 30.0) -> None:
-        self.total_steps, self.down_after_s, self.down_after_steps = total_steps, down_after_s, down_after_steps
-        self.writer_open = writer_open or (lambda: None)
-        self.check_every_s = check_every_s
-        self.state = "waiting"         # waiting | live | finished | down | idle_at_start
-        self.last_arrival = -math.inf
-        self.last_step: float | None = None
-        self._intervals: deque[float] = deque(maxlen=16)
-        self._write_gaps: deque[float] = deque(maxlen=16)
-        self._checked_at = -math.inf
-        self._writer: bool | None = None
-
-    def window(self) -> float:
-        step = statistics.median(self._intervals) if self._intervals else 0.0
-        writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
-        return max(self.down_after_s, self.down_after_steps * max(step, writes))
-
-    def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
-        """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
-        self._intervals.extend(intervals)
-        if step is not None:
-            self.last_step = step
-        if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
-            self._write_gaps.append(arrival - self.last_arrival)
-        self.last_arrival = max(self.last_arrival, arrival)
-        if self.state != "waiting" and arrival >= self.last_arrival:
-            self.state = "live"  # new records after a finish or an outage: a (re)started run
-
-    def up(self, now: float) -> float | None:
-        if self.state == "waiting" and math.isfinite(self.last_arrival):
-            self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"
-        if self.state in ("waiting", "idle_at_start") or self.last_step is None:
-            return None  # nothing to judge before the first record (model loading, compilation, 8 KB buffer)
-        if self.state == "finished":
-            return 1.0
-        if self.total_steps is not None and self.last_step is not None and self.last_step >= self.total_steps:
-            self.state = "finished"
-            return 1.0
-        if now - self.last_arrival <= self.window():
-            self.state = "live"
-            return 1.0
-        if now - self._checked_at >= self.check_every_s:
-            self._checked_at = now
-            self._writer = self.writer_open()
-        if self.total_steps is None and self._writer is False:
-            self.state = "finished"  # the writer closed the file (verl's FileLogger.finish)
-            return 1.0
-        self.state = "down"
-        return 0.0
-
-
 class JsonlTail:
     """Follows one verl JSONL file; ``poll(now)`` returns what arrived since the last poll."""
 
@@ -184,6 +121,8 @@ class JsonlTail:
         self._saved = self.offsets.get(str(self.path.resolve()))
         self._history = b""  # the records before a resumed offset, replayed with the first poll
         self._opened_before = False  # a re-open after a read error resumes without replaying history
+        self._progress_t = -math.inf  # time of the last verl_step_in_progress_seconds sample
+        self._step_ends: list[float] = []  # this poll's records that a line-by-line writer wrote as they ended
 
     # -- file handling -------------------------------------------------------------------------------
 
@@ -224,7 +163,7 @@ class JsonlTail:
         self._opened_before = True
         return True
 
-    def _replay_history(self, batch: SourceBatch) -> None:
+    def _replay_history(self, batch: SourceBatch) -> float | None:
         """The records before a resumed offset (module docstring), timed back from the saved last time."""
         raw, self._history = self._history, b""
         records = [MappedRecord(r, self.node) for r in
@@ -244,7 +183,12 @@ class JsonlTail:
                                         float(self._nonfinite_steps), ts))
             if m.interval is not None:
                 self._intervals.append(m.interval)
+            if verl_keys.release_08(m.data):
+                self._step_ends.append(ts)
         batch.samples.extend(scratch.samples)
+        # the run's last step before the offset: liveness (TrainerDown, the running step) judges a run
+        # that logs nothing new after a restart -- one that hangs -- from it
+        return next((m.step for m in reversed(records) if m.step is not None), None)
 
     def _read(self, batch: SourceBatch) -> bytes:
         """Everything new, following truncation and rotation; the old file is drained first."""
@@ -257,6 +201,7 @@ class JsonlTail:
         if st.st_size < self._offset or (self._head and head and head != self._head):
             batch.error("truncated")  # copytruncate or a verl restart ("w"): start over
             self._offset, self._partial, self._head = 0, b"", ""
+            self.liveness.restarted()
             self._fh.seek(0)
         chunks.append(self._fh.read(self.read_limit))
         try:
@@ -359,8 +304,7 @@ class JsonlTail:
             self._partial = b""
             return batch
         grew = self._offset != offset_before and not first_open
-        if self._history:
-            self._replay_history(batch)
+        history_step = self._replay_history(batch) if self._history else None
         lines = text.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted
@@ -391,7 +335,7 @@ class JsonlTail:
             times = self._times([m for _, m in timeless], anchor)
             stamped += [(i, m, t) for (i, m), t in zip(timeless, times, strict=True)]
         stamped.sort(key=lambda x: x[0])
-        last_step: float | None = None
+        last_step: float | None = history_step
         for _, m, t in stamped:
             if m.samples(t, batch):
                 self._nonfinite_steps += 1
@@ -401,6 +345,8 @@ class JsonlTail:
                 self._intervals.append(m.interval)
             self._t_last = max(self._t_last, t)
             last_step = m.step if m.step is not None else last_step
+            if verl_keys.release_08(m.data):
+                self._step_ends.append(t)
         if stamped or grew or (first_open and self._opened_mtime is not None):
             arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
@@ -408,8 +354,27 @@ class JsonlTail:
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
+        running = self.liveness.running(now, self._t_last) if self._ino is not None else None
+        if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
+            self._progress(batch, [*self._step_ends, self._t_last], running, now)
+        self._step_ends = []
         self._save()
         return batch
+
+    def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
+        """0 where a step ended (``record_times``), then the running step's seconds now. A line-by-line
+        writer (verl 0.8+) wrote each record as its step ended, so a backlog or the history before a resumed
+        offset tells the hang rule the run's step times at once; 0.6-0.7 write through an 8 KB buffer, a
+        few steps at a time, so only the newest record of a poll counts there: the steps the hang rule
+        learns are then the gaps between writes, which is how long the log goes quiet when healthy."""
+        labels = with_node({"job": JOB}, self.node)
+        for t in sorted(set(record_times)):
+            if self._progress_t < t < now:
+                batch.samples.append(Sample(IN_PROGRESS, labels, 0.0, t))
+                self._progress_t = t
+        if now > self._progress_t:
+            batch.samples.append(Sample(IN_PROGRESS, labels, running, now))
+            self._progress_t = now
 
     def _config_info(self, now: float, batch: SourceBatch) -> None:
         """The run's resolved config, as ``verl_config_info`` (read again when the file changes)."""

@@ -58,3 +58,18 @@ def test_a_missed_fault_exits_1_and_a_caught_one_0(monkeypatch: pytest.MonkeyPat
 
 def test_a_healthy_run_misses_nothing() -> None:
     assert demo.every_fault_caught({"faults": [], "all_detected_and_delivered": True, "all_diagnosed": True})
+
+
+def test_an_alert_the_kl_fault_causes_after_its_injection_is_no_unexpected_alert() -> None:
+    """Issue 32: with kl_coef forced to 0 the toy policy runs away and the trainer's reward guard pauses its
+    batches; RewardVarianceSpike then is the KL fault's consequence -- but only after the fault was injected."""
+    kl = next(inj for inj in demo.DEMO_PLAN if inj.key == "kl")
+    journal = Journal(t0=time.time() - 100.0, echo=False)
+    journal.add("alert", None, status="firing", alertname="RewardVarianceSpike", fingerprint="early")
+    before = demo.summarize(journal, [kl], {119: 200.0}, trainer_started=5.0)  # fired before the injection
+    assert before["unexpected_alerts"] == ["RewardVarianceSpike"] and before["caused_alerts"] == {}
+
+    after = demo.summarize(journal, [kl], {119: 50.0}, trainer_started=5.0)  # injected at 50 s, fired at ~100 s
+    assert after["unexpected_alerts"] == [] and after["caused_alerts"] == {"RewardVarianceSpike": kl.name}
+    journal.add("alert", None, status="firing", alertname="TrainerDown", fingerprint="other")
+    assert demo.summarize(journal, [kl], {119: 50.0}, trainer_started=5.0)["unexpected_alerts"] == ["TrainerDown"]

@@ -13,6 +13,7 @@ from monitor.selectors import parse_selector
 from monitor.sources import ray_state, stragglers, verl_checkpoints
 from monitor.sources.alertmanager import CATALOGUE
 from monitor.sources.prom_text import parse_exposition
+from monitor.sources.verl_jsonl import IN_PROGRESS
 from verl.metrics.catalog import BY_NAME
 
 # dcgm-exporter field names the defaults use (dcgm-exporter's default counters CSV).
@@ -51,15 +52,16 @@ def test_default_selectors_name_real_series() -> None:
             for s in c.selectors:
                 assert s.name is not None
                 used.add(s.name)
-                assert (s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up" or s.name in PEER_SERIES
-                        or s.name in DERIVED), s.name
+                # up and the running step's seconds are the monitor's own (the verl log tail's liveness)
+                assert (s.name in BY_NAME or s.name in DCGM_FIELDS or s.name in ("up", IN_PROGRESS)
+                        or s.name in PEER_SERIES or s.name in DERIVED), s.name
                 if s.name in PEER_SERIES:
                     assert {m.name for m in s.matchers} <= PEER_SERIES[s.name], s.text
                     continue
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the
                     # verl JSONL source adds to its series (job="verl_jsonl", stat="peak" on torch peaks)
-                    assert (spec is None or m.name in spec.labels or s.name == "up"
+                    assert (spec is None or m.name in spec.labels or s.name in ("up", IN_PROGRESS)
                             or m.name in VERL_JSONL_LABELS), (s.name, m.name)
     # both name families are covered for memory, temperature, XID and NVLink
     assert {"verl_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",

@@ -1,0 +1,125 @@
+"""Liveness of the run behind a verl JSONL log (TrainerDown) and how long its current step has been
+running (TrainingStalled's hang rule, issue 32), both fed by ``JsonlTail`` (monitor/sources/verl_jsonl.py)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable
+
+from monitor.model import Sample, with_node
+
+JOB = "verl_jsonl"             # job label of every JSONL series (plumbing: never an alert label)
+MIN_SPACING_S = 1e-3                  # least spacing between two records (keeps samples distinct)
+IN_PROGRESS = "verl_step_in_progress_seconds"  # seconds since the run's last record, while it is live
+IN_PROGRESS_EVERY_S = 30.0     # its spacing inside the gaps of a finished log (replay, ``in_progress``)
+IN_PROGRESS_MAX_PER_GAP = 240  # and at most this many samples per gap (a days-long gap stays cheap)
+
+
+def in_progress(record_times: list[float], node: str | None) -> list[Sample]:
+    """``verl_step_in_progress_seconds`` as the live tail would have sampled it between the records of a
+    finished log (``replay``): 0 at each record, then every ``IN_PROGRESS_EVERY_S`` until the next one,
+    so a gap inside the log -- a step that hung for 30 min and then finished -- is judged as it ran.
+    Nothing after the last record: a finished log ended there."""
+    labels = with_node({"job": JOB}, node)
+    times = sorted(set(record_times))
+    out: list[Sample] = []
+    for t0, t1 in zip(times, times[1:], strict=False):
+        out.append(Sample(IN_PROGRESS, labels, 0.0, t0))
+        every = max(IN_PROGRESS_EVERY_S, (t1 - t0) / IN_PROGRESS_MAX_PER_GAP)
+        k = 1
+        while t0 + k * every < t1 - MIN_SPACING_S:
+            out.append(Sample(IN_PROGRESS, labels, k * every, t0 + k * every))
+            k += 1
+    if times:
+        out.append(Sample(IN_PROGRESS, labels, 0.0, times[-1]))
+    return out
+
+
+class RunLiveness:
+    """Is the run behind a JSONL file alive, finished, or down?
+
+    ``up`` is 1 while the file keeps growing within ``max(down_after_s, down_after_steps x step
+    interval)`` (the step interval being the larger of verl's own step time and the typical gap between
+    writes: 0.6-0.7 flush only every 8 KB, i.e. every few steps); after that the run is *finished* (quiet for good) when its last step reached
+    ``total_steps`` or, with ``total_steps`` unknown, when no process holds the file open any more;
+    otherwise it is *down* (0): stopped before its last step, or the writer is alive but stuck. A
+    file already idle that long when the monitor starts, or one without a record yet, is not judged
+    (``up`` is None).
+    """
+
+    def __init__(self, total_steps: int | None = None, down_after_s: float = 600.0, down_after_steps: float = 3.0,
+                 writer_open: Callable[[], bool | None] | None = None, check_every_s: float = 30.0) -> None:
+        self.total_steps, self.down_after_s, self.down_after_steps = total_steps, down_after_s, down_after_steps
+        self.writer_open = writer_open or (lambda: None)
+        self.check_every_s = check_every_s
+        self.state = "waiting"         # waiting | live | finished | down | idle_at_start
+        self.last_arrival = -math.inf
+        self.last_step: float | None = None
+        self._intervals: deque[float] = deque(maxlen=16)
+        self._write_gaps: deque[float] = deque(maxlen=16)
+        self._checked_at = -math.inf
+        self._writer: bool | None = None
+
+    def window(self) -> float:
+        step = statistics.median(self._intervals) if self._intervals else 0.0
+        writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
+        return max(self.down_after_s, self.down_after_steps * max(step, writes))
+
+    def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
+        """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
+        self._intervals.extend(intervals)
+        if step is not None:
+            self.last_step = step
+        if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
+            self._write_gaps.append(arrival - self.last_arrival)
+        self.last_arrival = max(self.last_arrival, arrival)
+        if self.state != "waiting" and arrival >= self.last_arrival:
+            self.state = "live"  # new records after a finish or an outage: a (re)started run
+
+    def running(self, now: float, last_record: float) -> float | None:
+        """Seconds the current step has been running (since the record at ``last_record``) while the run
+        is live; None before its first record, once it finished, or when no process holds the file any
+        more (verl's FileLogger.finish at a normal end, or a trainer that died: TrainerDown's case, not a
+        hang)."""
+        if self.state in ("waiting", "idle_at_start", "finished") or self.last_step is None \
+                or not math.isfinite(last_record):
+            return None
+        if self.total_steps is not None and self.last_step >= self.total_steps:
+            return None
+        elapsed = max(0.0, now - last_record)
+        if elapsed > self.down_after_s / 4.0:  # a closed file: finished, or the trainer died (TrainerDown's)
+            if now - self._checked_at >= self.check_every_s:
+                self._checked_at = now
+                self._writer = self.writer_open()
+            if self._writer is False:
+                return None
+        return elapsed
+
+    def restarted(self) -> None:
+        """The log was truncated (verl opens it with "w": a resumed run): like a new run, nothing is judged
+        before its first record -- a resumed trainer loading its model and checkpoint is not hung."""
+        self.last_step = None
+
+    def up(self, now: float) -> float | None:
+        if self.state == "waiting" and math.isfinite(self.last_arrival):
+            self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"
+        if self.state in ("waiting", "idle_at_start") or self.last_step is None:
+            return None  # nothing to judge before the first record (model loading, compilation, 8 KB buffer)
+        if self.state == "finished":
+            return 1.0
+        if self.total_steps is not None and self.last_step is not None and self.last_step >= self.total_steps:
+            self.state = "finished"
+            return 1.0
+        if now - self.last_arrival <= self.window():
+            self.state = "live"
+            return 1.0
+        if now - self._checked_at >= self.check_every_s:
+            self._checked_at = now
+            self._writer = self.writer_open()
+        if self.total_steps is None and self._writer is False:
+            self.state = "finished"  # the writer closed the file (verl's FileLogger.finish)
+            return 1.0
+        self.state = "down"
+        return 0.0

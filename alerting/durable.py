@@ -8,6 +8,10 @@
 - ``committed`` runs the crash-point hook after each commit of the alert path: with
   ``VERL_CRASH_AFTER_COMMIT=N`` in the environment the process dies (``os._exit``, as abrupt as kill -9)
   right after its N-th commit; ``tests/monitor/test_crash_points.py`` kills the monitor at every boundary.
+- State files are never reached through a symbolic link (issue 36): ``refuse_link`` refuses a path that
+  is one (a state_db or lock linked to a file elsewhere would have it overwritten), and ``write_replace``
+  writes a temporary file opened ``O_CREAT|O_EXCL|O_NOFOLLOW`` (a planted link or hard link at the
+  temporary name is removed, never written through) before renaming it over the target.
 - ``reappear`` notices a state file deleted under a running process (its open connection still writes
   into the unlinked inode) and copies the live database back to the path with SQLite's backup API.
 """
@@ -15,6 +19,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -41,10 +46,14 @@ def classify(exc: BaseException, path: str | Path | None = None) -> str:
     if kind == "io_error" and path is not None:
         probe = Path(str(path) + ".probe")  # one tiny write tells EROFS / ENOSPC apart from a bad disk
         try:
-            with open(probe, "wb") as fh:
-                fh.write(b"x")
-                fh.flush()
-                os.fsync(fh.fileno())
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(probe)
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, b"x")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             probe.unlink()
         except OSError as err:
             with contextlib.suppress(OSError):
@@ -154,6 +163,30 @@ def commit_count() -> int:
     return _commits
 
 
+def refuse_link(path: str | Path, what: str = "state file") -> None:
+    """OSError(ELOOP) naming ``path`` when it is a symbolic link: state is written only where configured."""
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, f"{what} {path} is a symbolic link; refusing to follow it (it would write "
+                                   "a file elsewhere): give a real path", str(path))
+
+
+def write_replace(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole, without following a link at either name (raises OSError)."""
+    path = Path(path)
+    refuse_link(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a stale temporary, or a link planted there: removed, not written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # autocommit mode; writers use explicit transactions. check_same_thread is off because the API
     # thread, the evaluation loop and delivery workers share a connection behind their owner's lock.
@@ -172,6 +205,8 @@ def open_sqlite(path: str | Path, schema: str, health: StorageHealth | None = No
         conn.executescript(schema)
         return conn
     p.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        refuse_link(str(p) + suffix, "state database")
     conn: sqlite3.Connection | None = None
     try:
         conn = _connect(p)

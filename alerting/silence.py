@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alerting.durable import write_replace
 from alerting.matchers import Matcher, all_match, parse_matcher
 from alerting.model import Alert, rfc3339
 
@@ -150,9 +150,7 @@ class SilenceStore:
         text = json.dumps([list(r) for r in rows])
         if text == self._saved and self.snapshot.exists():
             return  # unchanged (the engine asks once a minute)
-        tmp = self.snapshot.with_name(self.snapshot.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.snapshot)
+        write_replace(self.snapshot, text.encode())
         self._saved = text
 
     def add(self, matchers: list[str], starts_at: float, ends_at: float, created_by: str = "verl-alert",

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
+
+from alerting.durable import write_replace
 
 
 class OffsetStore:
@@ -15,7 +18,8 @@ class OffsetStore:
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
         self._doc: dict[str, dict[str, Any]] = {}
-        if self.path is not None and self.path.is_file():
+        self._lock = threading.Lock()
+        if self.path is not None and self.path.is_file() and not self.path.is_symlink():
             try:
                 doc = json.loads(self.path.read_text(encoding="utf-8"))
                 self._doc = doc if isinstance(doc, dict) else {}
@@ -27,18 +31,17 @@ class OffsetStore:
         return entry if isinstance(entry, dict) else None
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
-        if self._doc.get(key) == entry:
-            return
-        self._doc[key] = entry
-        if self.path is None:
-            return
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self._doc), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # the offset is an optimisation; the next save retries
+        with self._lock:  # the tails read in worker threads (verl_log.py)
+            if self._doc.get(key) == entry:
+                return
+            self._doc[key] = entry
+            if self.path is None:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                write_replace(self.path, json.dumps(self._doc).encode())
+            except OSError:
+                pass  # the offset is an optimisation; the next save retries
 
 
 def writer_holds(path: Path) -> bool | None:

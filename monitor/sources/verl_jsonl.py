@@ -30,7 +30,13 @@ Guarantees (issue 12.5, 14.2):
 - ``null``/NaN/Inf values are counted (``nonfinite_value``); a record with one in an ``actor/*`` or
   ``critic/*`` key counts as a non-finite step: ``verl_nonfinite_steps_total`` feeds NonFiniteGradients.
 
-Liveness (TrainerDown for a JSONL source) lives in :class:`RunLiveness`, fed by the tail each poll.
+- *Bounded* (issue 36): the path is opened non-blocking and must be a regular file (a FIFO is refused,
+  the source marked down by name: ``problem``); a poll reads at most ``read_limit`` bytes (the backlog
+  continues on the next poll), and a line longer than ``MAX_LINE_BYTES`` is skipped to its newline,
+  counted ``line_too_long`` once, so memory stays bounded whatever the file holds.
+
+Liveness (TrainerDown for a JSONL source) lives in :class:`RunLiveness` (``tail_state.py``), fed by the
+tail each poll.
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ import math
 import os
 import statistics
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -50,7 +55,7 @@ import yaml
 
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
-from monitor.sources.tail_state import OffsetStore, writer_holds
+from monitor.sources.tail_state import NotRegularFile, OffsetStore, RunLiveness, open_regular, writer_holds
 
 JOB = "verl_jsonl"            # job label of every JSONL series (plumbing: never an alert label)
 TIME_KEYS = ("timestamp", "_timestamp", "time")
@@ -59,6 +64,8 @@ _EPS = 1e-3                    # least spacing between two records (keeps sample
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 HISTORY_RECORDS = 240          # records re-read before a resumed offset (the longest step window + warm-up)
 HISTORY_BYTES = 4 << 20
+READ_LIMIT = 16 << 20          # bytes read per poll at most (a backlog drains over several polls)
+MAX_LINE_BYTES = 4 << 20       # verl's lines are a few KB; a longer one is not a record: skipped, counted
 
 _number = verl_keys.finite_number
 
@@ -94,75 +101,11 @@ class MappedRecord:
         return nonfinite
 
 
-class RunLiveness:
-    """Is the run behind a JSONL file alive, finished, or down?
-
-    ``up`` is 1 while the file keeps growing within ``max(down_after_s, down_after_steps x step
-    interval)`` (the step interval being the larger of verl's own step time and the typical gap between
-    writes: 0.6-0.7 flush only every 8 KB, i.e. every few steps); after that the run is *finished* (quiet for good) when its last step reached
-    ``total_steps`` or, with ``total_steps`` unknown, when no process holds the file open any more;
-    otherwise it is *down* (0): stopped before its last step, or the writer is alive but stuck. A
-    file already idle that long when the monitor starts, or one without a record yet, is not judged
-    (``up`` is None).
-    """
-
-    def __init__(self, total_steps: int | None = None, down_after_s: float = 600.0, down_after_steps: float = 3.0,
-                 writer_open: Callable[[], bool | None] | None = None, check_every_s: float = 30.0) -> None:
-        self.total_steps, self.down_after_s, self.down_after_steps = total_steps, down_after_s, down_after_steps
-        self.writer_open = writer_open or (lambda: None)
-        self.check_every_s = check_every_s
-        self.state = "waiting"         # waiting | live | finished | down | idle_at_start
-        self.last_arrival = -math.inf
-        self.last_step: float | None = None
-        self._intervals: deque[float] = deque(maxlen=16)
-        self._write_gaps: deque[float] = deque(maxlen=16)
-        self._checked_at = -math.inf
-        self._writer: bool | None = None
-
-    def window(self) -> float:
-        step = statistics.median(self._intervals) if self._intervals else 0.0
-        writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
-        return max(self.down_after_s, self.down_after_steps * max(step, writes))
-
-    def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
-        """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
-        self._intervals.extend(intervals)
-        if step is not None:
-            self.last_step = step
-        if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
-            self._write_gaps.append(arrival - self.last_arrival)
-        self.last_arrival = max(self.last_arrival, arrival)
-        if self.state != "waiting" and arrival >= self.last_arrival:
-            self.state = "live"  # new records after a finish or an outage: a (re)started run
-
-    def up(self, now: float) -> float | None:
-        if self.state == "waiting" and math.isfinite(self.last_arrival):
-            self.state = "idle_at_start" if now - self.last_arrival > self.window() else "live"
-        if self.state in ("waiting", "idle_at_start") or self.last_step is None:
-            return None  # nothing to judge before the first record (model loading, compilation, 8 KB buffer)
-        if self.state == "finished":
-            return 1.0
-        if self.total_steps is not None and self.last_step is not None and self.last_step >= self.total_steps:
-            self.state = "finished"
-            return 1.0
-        if now - self.last_arrival <= self.window():
-            self.state = "live"
-            return 1.0
-        if now - self._checked_at >= self.check_every_s:
-            self._checked_at = now
-            self._writer = self.writer_open()
-        if self.total_steps is None and self._writer is False:
-            self.state = "finished"  # the writer closed the file (verl's FileLogger.finish)
-            return 1.0
-        self.state = "down"
-        return 0.0
-
-
 class JsonlTail:
     """Follows one verl JSONL file; ``poll(now)`` returns what arrived since the last poll."""
 
     def __init__(self, path: str | Path, node: str | None = None, *, offsets: OffsetStore | None = None,
-                 liveness: RunLiveness | None = None, read_limit: int = 1 << 30,
+                 liveness: RunLiveness | None = None, read_limit: int = READ_LIMIT,
                  resolved_config: str | Path | None = None) -> None:
         self.path = Path(path)
         self.resolved_config = Path(resolved_config) if resolved_config else None
@@ -184,6 +127,8 @@ class JsonlTail:
         self._saved = self.offsets.get(str(self.path.resolve()))
         self._history = b""  # the records before a resumed offset, replayed with the first poll
         self._opened_before = False  # a re-open after a read error resumes without replaying history
+        self._skipping = False  # inside an over-long line: discard up to its newline
+        self.problem: str | None = None  # why the path cannot be read at all (the source is down, /healthz)
 
     # -- file handling -------------------------------------------------------------------------------
 
@@ -196,13 +141,19 @@ class JsonlTail:
 
     def _open(self, batch: SourceBatch) -> bool:
         try:
-            fh = self.path.open("rb")
+            fh = open_regular(self.path)
         except FileNotFoundError:
             batch.error("file_missing")
             return False
-        except OSError:
-            batch.error("read_error")
+        except NotRegularFile as exc:
+            batch.error("not_regular_file")
+            self.problem = str(exc)
             return False
+        except OSError as exc:
+            batch.error("read_error")
+            self.problem = f"{self.path}: cannot open ({exc.strerror})"
+            return False
+        self.problem = None
         st = os.fstat(fh.fileno())
         self._fh, self._ino, self._offset, self._partial, self._head = fh, (st.st_dev, st.st_ino), 0, b"", ""
         self._opened_mtime = st.st_mtime
@@ -282,6 +233,24 @@ class JsonlTail:
         self._offset += len(chunks[0])
         return self._partial + chunks[0]
 
+    def _bounded_lines(self, text: bytes, batch: SourceBatch) -> list[bytes]:
+        """Complete lines of ``text`` (the rest kept as the partial line), over-long ones left out."""
+        if self._skipping:
+            nl = text.find(b"\n")
+            if nl < 0:
+                self._partial = b""
+                return []
+            text, self._skipping = text[nl + 1:], False
+        lines = text.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_LINE_BYTES:  # a "line" this long is not verl's: skipped to its newline
+            batch.error("line_too_long")
+            self._partial, self._skipping = b"", True
+        kept = [line for line in lines if len(line) <= MAX_LINE_BYTES]
+        if len(kept) < len(lines):
+            batch.error("line_too_long", len(lines) - len(kept))
+        return kept
+
     def _mtime(self) -> float | None:
         try:
             return os.fstat(self._fh.fileno()).st_mtime if self._fh else None
@@ -351,8 +320,9 @@ class JsonlTail:
         offset_before = self._offset
         try:
             text = self._read(batch)
-        except OSError:  # stale NFS handle, EIO: reopen next poll at the same place
+        except OSError as exc:  # stale NFS handle, EIO: reopen next poll at the same place
             batch.error("read_error")
+            self.problem = f"{self.path}: read failed ({exc.strerror})"
             self._offset = offset_before
             self._saved = self._state() if self._ino is not None else None
             self.close()
@@ -361,11 +331,7 @@ class JsonlTail:
         grew = self._offset != offset_before and not first_open
         if self._history:
             self._replay_history(batch)
-        lines = text.split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted
-            batch.error("line_too_long")
-            self._partial = b""
+        lines = self._bounded_lines(text, batch)
         own: list[tuple[int, MappedRecord, float]] = []
         timeless: list[tuple[int, MappedRecord]] = []
         for i, line in enumerate(lines):

@@ -130,6 +130,8 @@ class SilenceStore:
     def _load_snapshot(self) -> None:
         assert self.snapshot is not None
         try:
+            if self.snapshot.exists() and not self.snapshot.is_file():  # a FIFO would block the start
+                raise OSError(f"{self.snapshot} is not a regular file")
             rows = json.loads(self.snapshot.read_text())
         except FileNotFoundError:
             return

@@ -66,6 +66,7 @@ HISTORY_RECORDS = 240          # records re-read before a resumed offset (the lo
 HISTORY_BYTES = 4 << 20
 READ_LIMIT = 16 << 20          # bytes read per poll at most (a backlog drains over several polls)
 MAX_LINE_BYTES = 4 << 20       # verl's lines are a few KB; a longer one is not a record: skipped, counted
+CONFIG_BYTES = 4 << 20         # of the run's resolved config (Hydra's config.yaml is a few KB)
 
 _number = verl_keys.finite_number
 
@@ -386,7 +387,8 @@ class JsonlTail:
             if mtime == self._config_mtime:
                 return
             self._config_mtime = mtime
-            doc = yaml.safe_load(self.resolved_config.read_text(encoding="utf-8"))
+            with open_regular(self.resolved_config) as fh:  # never a FIFO's blocking read
+                doc = yaml.safe_load(fh.read(CONFIG_BYTES).decode("utf-8"))
         except (OSError, yaml.YAMLError, UnicodeDecodeError):
             batch.error("config_unreadable")
             return

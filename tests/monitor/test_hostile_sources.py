@@ -115,3 +115,11 @@ def test_a_fifo_source_is_down_by_name_on_healthz_and_the_other_loops_go_on(tmp_
     finally:
         d.stop()
         targets.close()
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_as_the_runs_resolved_config_is_counted_not_waited_on(tmp_path: Path) -> None:
+    log = tmp_path / "exp.jsonl"
+    log.write_bytes(json.dumps({"step": 1, "data": {"actor/entropy": 0.5}}).encode() + b"\n")
+    batch = JsonlTail(log, "n", resolved_config=_fifo(tmp_path, "config.yaml")).poll(1000.0)
+    assert batch.errors == {"config_unreadable": 1} and batch.samples

@@ -14,8 +14,8 @@ skipped when read, each named once in the log, so listing never fails (issue 36)
 RE2 (``alerting/matchers.py``).
 
 Cost is independent of the number of silences: matching goes through ``SilenceIndex`` and each label
-set's matching silences are remembered until the table changes (a tick re-checks only their times); the
-parsed rows of a listing are reused until the table changes.
+set's matching silences are remembered until the table changes (a tick re-checks only their times); a
+row is parsed (its regexes compiled) once, reused until it changes, and rendered for a listing once.
 """
 
 from __future__ import annotations
@@ -71,9 +71,12 @@ class Silence:
         return "active" if now < self.ends_at else "expired"
 
     def to_json(self, now: float) -> dict[str, Any]:
-        return {"id": self.id, "matchers": [m.to_json() for m in self.matchers],
-                "startsAt": rfc3339(self.starts_at), "endsAt": rfc3339(self.ends_at),
-                "createdBy": self.created_by, "comment": self.comment, "status": {"state": self.state(now)}}
+        static = self.__dict__.get("_static")
+        if static is None:  # rendered once per parsed row: a listing renders only the state per call
+            static = self.__dict__["_static"] = {
+                "id": self.id, "matchers": [m.to_json() for m in self.matchers], "startsAt": rfc3339(self.starts_at),
+                "endsAt": rfc3339(self.ends_at), "createdBy": self.created_by, "comment": self.comment}
+        return {**static, "status": {"state": self.state(now)}}
 
 
 class SilenceIndex:
@@ -122,6 +125,7 @@ class SilenceStore:
         self._generation = 0  # bumped by this store's own writes (data_version only sees other connections')
         self._listing: tuple[tuple[int, int], list[Silence]] | None = None
         self._bad: set[str] = set()  # invalid stored rows already named in the log
+        self._parsed: dict[str, tuple[tuple, Silence]] = {}  # id -> (row, its Silence): reused while unchanged
         self.snapshot = Path(snapshot) if snapshot is not None else None
         self._saved: str | None = None  # the snapshot's text as last written by this store
         if self.snapshot is not None:
@@ -189,6 +193,10 @@ class SilenceStore:
                                  "ORDER BY created_at, id", args).fetchall()
         out = []
         for r in rows:
+            known = self._parsed.get(r[0])
+            if known is not None and known[0] == r:  # parsed before and unchanged: RE2 compiles once per row
+                out.append(known[1])
+                continue
             try:
                 s = Silence(r[0], [parse_matcher(m) for m in json.loads(r[1])], float(r[2]), float(r[3]),
                             str(r[4]), str(r[5]))
@@ -199,7 +207,12 @@ class SilenceStore:
                     log.error("silence %s ignored: stored before validation and invalid (%s); expire it with "
                               "`verl-alert silence expire %s`", r[0], str(exc)[:200], r[0])
                 continue
+            self._parsed[r[0]] = (r, s)
             out.append(s)
+        if not where:  # the whole table was read: forget rows that are gone
+            present = {r[0] for r in rows}
+            for sid in [sid for sid in self._parsed if sid not in present]:
+                del self._parsed[sid]
         return out
 
     def all(self) -> list[Silence]:
@@ -214,6 +227,8 @@ class SilenceStore:
         key = self._key()
         if self._index is None or key != self._index_key:
             self._index = SilenceIndex(self._rows("WHERE ends_at>?", (now,)))
+            for sid in [sid for sid, (_, s) in self._parsed.items() if s.ends_at <= now]:
+                del self._parsed[sid]  # expired: the index no longer needs it (a listing parses it again)
             self._index_key = key
         return self._index
 

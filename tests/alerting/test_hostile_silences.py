@@ -109,4 +109,6 @@ def test_listing_parses_the_table_once_per_change(monkeypatch: pytest.MonkeyPatc
     assert len(store.all()) == 50
     assert len(store.all()) == 50 and parsed == 50
     store.add(['node="late"'], 0.0, 60.0)
-    assert len(store.all()) == 51
+    assert len(store.all()) == 51 and parsed == 52  # only the new row: checked by add, read by the listing
+    store.index(10.0)
+    assert parsed == 52  # the index reuses the parsed rows

@@ -57,8 +57,9 @@ class H(BaseHTTPRequestHandler):
         series = b'{"metric":{"__name__":"verl_x","i":"%d"},"values":[' + b",".join(
             b'[%d,"1.5"]' % t for t in range(1000)) + b']}'
         try:
-            if mode == "drip":
-                body = head + (series % 0) + b"]}}"
+            if mode == "drip":  # 20 points, about 500 bytes: 25 s at a byte every 50 ms
+                body = head + b'{"metric":{"__name__":"verl_x"},"values":[' + b",".join(
+                    b'[%d,"1.5"]' % t for t in range(20)) + b']}]}}'
                 for i in range(len(body)):
                     self.wfile.write(body[i:i + 1]); self.wfile.flush()
                     __import__("time").sleep(0.05)

@@ -75,8 +75,7 @@ class Daemon:
         self.progress = health.Progress()
         self._pruned_at = -float("inf")
         self.intake = Intake(self.pipeline, self.metrics, self.clock, self.lock)
-        self.source_problems: dict[str, str] = {}  # source name -> why its input is unusable (/healthz)
-        self.sources_down: set[str] = set()         # sources whose last round left them down
+        self.troubles = health.SourceTroubles()  # sources down, and why one cannot read its input (/healthz)
         self.sources = SourceBoard()  # what /targets shows
 
     def listen(self) -> MonitorAPI:
@@ -116,20 +115,8 @@ class Daemon:
             self.metrics.scrape_duration.labels(src.metric).set(got.duration)
         if got.up is not None:
             self.metrics.target_up.labels(src.metric).set(1 if got.up else 0)
-            (self.sources_down.discard if got.up else self.sources_down.add)(src.name)
-        self._problem(src, got.problem)
+        self.troubles.took(src.name, got.up, got.problem)
         self.sources.took(src, got)
-
-    def _problem(self, src: Source, problem: str | None) -> None:
-        """Remember (and log once, when it starts or changes) why a source cannot read its input."""
-        if problem is None:
-            if self.source_problems.pop(src.name, None) is not None:
-                log.info("%s: reading again", src.name)
-            return
-        if self.source_problems.get(src.name) != problem:
-            log.warning("%s: down: %s", src.name, problem)
-        self.source_problems[src.name] = problem
-        self.sources_down.add(src.name)
 
     async def _run_source(self, src: Source) -> None:
         # rounds are due on the event loop's monotonic time (what asyncio sleeps on), samples on self.clock
@@ -143,7 +130,7 @@ class Daemon:
                     self._freeze_if_grown()
                 except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                     self.intake.mark_down(src.metric, exc, src.down)
-                    self._problem(src, f"round failed ({type(exc).__name__}: {str(exc)[:160]})")
+                    self.troubles.took(src.name, False, f"round failed ({type(exc).__name__}: {str(exc)[:160]})")
                     self.sources.failed(src, exc)
                 self.progress.done(src.name, src.budget)
                 mono = time.monotonic()

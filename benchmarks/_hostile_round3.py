@@ -21,7 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-_PEAK = "import resource; PEAK = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+# the peak resident set of this interpreter (VmHWM: reset by exec, unlike ru_maxrss, which keeps the parent's)
+_PEAK = ("PEAK = lambda: int(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM'))) "
+         "/ 1024\n")
 
 JSONL_LONG_LINE = _PEAK + """
 import os, tempfile, time

@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
@@ -246,3 +247,22 @@ class Evaluator:
             b.joint_since = now
         return b.joint_since
 
+
+    def rule_states(self) -> list[dict[str, Any]]:
+        """Per rule, what ``/rules`` shows: series bound, how many hold their condition now, the warm-up
+        samples still to come (the least-advanced series) and the last value seen."""
+        out = [{"series": 0, "active": 0, "warmup_left": None, "last_value": None, "last_t": None}
+               for _ in self.rules]
+        for bound in self._by_series.values():
+            for b in bound:
+                if b.cond != 0:
+                    continue
+                row = out[b.rule_index]
+                row["series"] += 1
+                row["active"] += b.active
+                want = b.rule.conditions[0].warmup_steps
+                left = max(0, want - b.samples)
+                row["warmup_left"] = left if row["warmup_left"] is None else max(row["warmup_left"], left)
+                if row["last_t"] is None or b.series.last_t > row["last_t"]:
+                    row["last_t"], row["last_value"] = b.series.last_t, b.series.last_v
+        return out

@@ -6,9 +6,12 @@ other stages' own health into the answer (503 with the reasons when any is non-e
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from typing import Any
+
+log = logging.getLogger("monitor.daemon")
 
 STALE_LOOPS = 3          # a loop not completed for this many budgets degrades /healthz
 STUCK_NOTIFICATION_S = 300.0
@@ -31,6 +34,27 @@ class Progress:
                 for name, (last, budget) in sorted(self.marks.items()) if mono - last > STALE_LOOPS * budget]
 
 
+class SourceTroubles:
+    """Which sources their last round left down, and why a source cannot read its input at all (a FIFO
+    for a log path, Prometheus failing): /healthz names the latter; logged once when it starts or changes."""
+
+    def __init__(self) -> None:
+        self.problems: dict[str, str] = {}
+        self.down: set[str] = set()
+
+    def took(self, name: str, up: bool | None, problem: str | None) -> None:
+        if up is not None:
+            (self.down.discard if up else self.down.add)(name)
+        if problem is None:
+            if self.problems.pop(name, None) is not None:
+                log.info("%s: reading again", name)
+            return
+        if self.problems.get(name) != problem:
+            log.warning("%s: down: %s", name, problem)
+        self.problems[name] = problem
+        self.down.add(name)
+
+
 def report(daemon: Any) -> dict[str, Any]:
     """``reasons`` is non-empty when a source or the evaluation loop has not completed for STALE_LOOPS
     budgets, a source cannot read its input at all (a FIFO for a log path, Prometheus failing; named), the last evaluation tick failed, a state write is failing, a delivery worker is stuck or
@@ -48,8 +72,8 @@ def report(daemon: Any) -> dict[str, Any]:
     if pipeline.unsubmitted:
         reasons.append(f"alerting: {len(pipeline.unsubmitted)} alert transition(s) not yet taken by the engine")
     reasons += daemon.progress.stalled()
-    problems = getattr(daemon, "source_problems", {})
-    reasons += [f"{name}: down ({why})" for name, why in sorted(problems.items())]
+    troubles = daemon.troubles
+    reasons += [f"{name}: down ({why})" for name, why in sorted(troubles.problems.items())]
     engine = daemon.engine
     delivery_problems = getattr(engine, "delivery_problems", None)
     if delivery_problems is not None:
@@ -64,6 +88,6 @@ def report(daemon: Any) -> dict[str, Any]:
         reasons.append(f"outbox: oldest undelivered notification queued {now - oldest:.0f}s ago")
     return {"status": "degraded" if reasons else "ok", "reasons": reasons,
             "storage_events": daemon.storage.events(),
-            "sources_down": sorted(getattr(daemon, "sources_down", ())),
+            "sources_down": sorted(troubles.down),
             "series": len(pipeline.store), "firing": len(book.firing()),
             "uptime_s": round(time.time() - daemon.started, 1)}

@@ -20,12 +20,15 @@ prometheus:                       # optional: query a Prometheus server instead 
 jsonl: [{path: logs/exp.jsonl, node: gpu-08}]   # volcengine verl `file` logger output; also total_steps
                                                 # (trainer.total_training_steps), down_after (10m),
                                                 # down_after_steps (3), export (re-export on /metrics),
-                                                # resolved_config (.hydra/config.yaml: values for runbooks)
+                                                # resolved_config (.hydra/config.yaml: values for runbooks),
+                                                # checkpoint_dir (trainer.default_local_dir: tracker, saves)
 dmon: [{path: dmon.log, node: gpu-08}]          # or {command: [nvidia-smi, dmon, -s, pucvmet, -o, DT]}
 nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU exists
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m, evict_after: 1h}
 retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
+file_sd: [{files: [/tmp/ray/prom_metrics_service_discovery.json], job: ray}]   # monitor/config_discovery.py
+ray: {dashboard_url: "http://127.0.0.1:8265"}   # Ray's State API (token as Ray's clients read it)
 ```
 Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
 ``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),
@@ -45,24 +48,30 @@ from pathlib import Path
 from typing import Any
 
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
+from monitor import config_discovery
 from monitor.durations import DurationError, parse_duration
 from monitor.errors import ConfigError
+from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
+from monitor.sources.ray_state import RayConfig
 from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console", "retention"}
+            "console", "retention", "file_sd", "file_sd_configs", "ray"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
     "targets": {"name", "url", "node", "job", "interval", "timeout", "api_token", "api_token_env",
                 "body_size_limit", "sample_limit", "label_limit", "label_value_length_limit", "honor_timestamps"},
     "prometheus": {"url", "queries", "step", "interval", "chunk", "lookback", "timeout"},
-    "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config"},
+    "jsonl": {"path", "node", "total_steps", "down_after", "down_after_steps", "export", "resolved_config",
+              "checkpoint_dir"},
     "dmon": {"path", "command", "node"},
     "nvml": {"enabled", "interval"},
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
+    "file_sd": config_discovery.FILE_SD_KEYS,
+    "ray": config_discovery.RAY_KEYS,
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
@@ -90,6 +99,7 @@ class FileSourceConfig:
     down_after_steps: float = 3.0
     export: bool = False
     resolved_config: str | None = None  # the run's resolved verl config (Hydra's .hydra/config.yaml)
+    checkpoint_dir: str | None = None  # the run's trainer.default_local_dir (monitor/sources/verl_checkpoints.py)
 
 
 _JSONL_KEYS = SECTION_KEYS["jsonl"]
@@ -119,6 +129,8 @@ class MonitorConfig:
     console: bool | None = None  # None: print alerts to stdout when they are not sent anywhere
     from_file: bool = True  # False for `verl-monitor run` without --config
     target_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # target name -> trainer API token
+    file_sd: list[FileSDConfig] = field(default_factory=list)  # service discovery (config_discovery.py)
+    ray: RayConfig | None = None  # Ray's State API: dead actors and workers
 
     def fix(self, key: str) -> str:
         """Where the user changes ``key``: the config file, or a flag / the working directory without one."""
@@ -316,6 +328,8 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> No
     src.export = export
     if raw.get("resolved_config") is not None:
         src.resolved_config = str(_path(base, raw["resolved_config"], f"{key}.resolved_config"))
+    if raw.get("checkpoint_dir") is not None:
+        src.checkpoint_dir = str(_path(base, raw["checkpoint_dir"], f"{key}.checkpoint_dir"))
 
 
 def load_config(path: str | Path) -> MonitorConfig:
@@ -408,6 +422,11 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
             if key == "jsonl":
                 _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
+    if "file_sd" in doc and "file_sd_configs" in doc:
+        raise ConfigError("file_sd/file_sd_configs: give one of them (the same section, Prometheus' spelling too)")
+    raw_sd = doc.get("file_sd", doc.get("file_sd_configs"))
+    cfg.file_sd = config_discovery.file_sd(raw_sd, _section, _dur, _text, base)
+    cfg.ray = config_discovery.ray(doc.get("ray"), _section, _dur, _text)
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
     cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")
     cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")

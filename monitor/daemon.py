@@ -103,6 +103,9 @@ class Daemon:
     def _take(self, src: Source, got: Round) -> None:
         """File one round's results: its batches ingested, its failures counted, its gauges set."""
         self.pipeline.verl_nodes |= got.verl_nodes  # before ingest: new series of those nodes speak verl
+        for name in got.gone:  # a target taken out of service discovery is gone, not down
+            with self.lock:
+                self.pipeline.forget_source(name)
         for p in got.polled:
             self.ingest(p.batch, p.source, p.seen)
         if got.polled:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .deployment import cluster, rollout_servers
 from .grafana import SEL, Dashboard, Panel, Row, Target, Variable, rate, standard_variables, zero_if_empty
 
 CIRCUIT_STATES = [{
@@ -67,6 +68,18 @@ def step_time() -> Row:
               "percentunit", [Target(f"avg by (stage) (instance:verl_stage_seconds:ratio{{{SEL}}})", "{{stage}}")],
               width=8, min=0, max=1, thresholds=[(None, "green"), (0.5, "orange")],
               options={"displayMode": "gradient", "orientation": "horizontal"}),
+        # issue 33: per-rank times, gathered each step and exported by global rank 0
+        Panel("timeseries", "Stage time by rank",
+              "Wall time of each stage on each torchrun rank (verl_rank_stage_seconds). A straggler is the "
+              "rank whose stage stands above its peers; the peers' wait shows up later, in the next stage "
+              "with a collective. StragglerRank (monitor) pages it with rank, node and stage.",
+              "s", [Target(f"max by (rank, node, stage) (verl_rank_stage_seconds{{{SEL}}})",
+                           "rank {{rank}} ({{node}}) {{stage}}")], width=12),
+        Panel("timeseries", "Step time by rank",
+              "Wall time of the last step on each torchrun rank (verl_rank_step_seconds); the step's "
+              "collectives make them equal, so a spread here means ranks left the step at different times.",
+              "s", [Target(f"max by (rank, node) (verl_rank_step_seconds{{{SEL}}})", "rank {{rank}} ({{node}})")],
+              width=12),
     ])
 
 
@@ -253,5 +266,6 @@ def dashboard() -> Dashboard:
                     "memory growth, throughput, rollout buffer, fault tolerance and alerts.",
         tags=["verl", "ppo", "training"],
         variables=[*standard_variables("verl_global_step"), trainer_api],
-        rows=[overview(), step_time(), policy(), reward(), data(), throughput(), buffer(), faults(), alerts()],
+        rows=[overview(), step_time(), policy(), reward(), data(), throughput(), buffer(), faults(), alerts(),
+              rollout_servers(), cluster()],
     )

@@ -49,6 +49,8 @@ class Round:
     verl_nodes: set[str] = field(default_factory=set)  # nodes whose series were renamed from verl's words
     top_prompts: list[TopPrompts] = field(default_factory=list)
     problem: str | None = None  # the source's own input is unusable (a FIFO, Prometheus failing): /healthz names it
+    # series budgets (targets) that left service discovery: their series are dropped, not left to go stale
+    gone: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

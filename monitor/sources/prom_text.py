@@ -20,6 +20,9 @@ from monitor.model import Sample, SourceBatch, resolve_node, with_node
 from monitor.sources.scrape_cache import ScrapeCache
 from monitor.sources.scrape_http import ScrapeFailed, fetch
 
+# our trainer's global rank 0 exports every rank's times, each labelled with that rank's host (issue 33.6)
+PER_RANK_PREFIX = "verl_rank_"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -34,6 +37,7 @@ class Target:
     label_limit: int = 0              # labels one sample may carry (Prometheus' label_limit); 0 = no limit
     label_value_length_limit: int = 0  # characters of one label value; 0 = no limit
     honor_timestamps: bool = True     # False: every sample gets the scrape time, whatever it is stamped
+    labels: tuple[tuple[str, str], ...] = ()  # attached to every sample (a file_sd group's labels)
     # Its known lines (Prometheus' scrape cache); empty until the daemon teaches it what it stored.
     cache: ScrapeCache = field(default_factory=ScrapeCache, compare=False, repr=False)
 
@@ -107,7 +111,8 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
                 batch.error("nonfinite_value")
                 continue
             labels.update(extra)
-            labels["node"] = resolve_node(labels, node)
+            if not (name.startswith(PER_RANK_PREFIX) and labels.get("node")):
+                labels["node"] = resolve_node(labels, node)  # a per-rank series names its rank's own host
             samples.append(Sample(name, labels, value, ts if ts is not None and honor_timestamps else t))
     if cache is not None and values is not None:
         _known(batch, scan, values, t)
@@ -340,7 +345,7 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     # `instance` as Prometheus attaches it: without a configured node, every series of the target gets
     # the host part as its `node` (resolve_node), as Prometheus' relabelling in prometheus.yml does
     instance = httpx.URL(target.url).netloc.decode()
-    extra = {"job": target.job, "target": target.name, "instance": instance}
+    extra = {"job": target.job, "target": target.name, "instance": instance, **dict(target.labels)}
     up = False
     batch = SourceBatch(target.name)
     try:

@@ -10,6 +10,7 @@ from alerting.clock import Clock
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.prom_text import Target, scrape
 from monitor.sources.relabel import KnownUnits, relabel
+from monitor.sources.stragglers import StragglerScores
 
 
 def scrape_offset(url: str, interval: float) -> float:
@@ -30,11 +31,13 @@ class ScrapeSource:
         self.offset = scrape_offset(target.url, target.interval)
         self.down = DownLabels(target.job, target.node, httpx.URL(target.url).netloc.decode())
         self.units = KnownUnits()
+        self.stragglers = StragglerScores()  # per-rank times of a torchrun job -> straggler scores
 
     async def poll(self, clock: Clock) -> Round:
         now = clock.now()
         batch, duration, up = await scrape(self.client, self.target, now)
         verl_nodes = relabel(batch, self.units)
+        self.stragglers.derive(batch)
         return Round([Polled(batch, seen=now, source=self.target.name)], up=up, duration=duration,
                      verl_nodes=verl_nodes)
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from alerting.clock import Clock
 from monitor.config import FileSourceConfig
+from monitor.model import SourceBatch
 from monitor.sources.base import DownLabels, Polled, Round, ThreadedRead
+from monitor.sources.stragglers import seqlen_imbalance
 from monitor.sources.tail_state import OffsetStore, writer_holds
+from monitor.sources.verl_checkpoints import CheckpointWatch
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
@@ -23,6 +26,8 @@ class VerlLogSource:
         tail.liveness = RunLiveness(cfg.total_steps, cfg.down_after, cfg.down_after_steps,
                                     writer_open=lambda: writer_holds(tail.path))
         self.tail, self.export = tail, export
+        # verl's checkpoint directory, judged against the log's steps (issue 33.5)
+        self.checkpoints = CheckpointWatch(cfg.checkpoint_dir, cfg.node) if cfg.checkpoint_dir else None
         self.name = self.metric = f"jsonl:{tail.path.name}"
         self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
         self.down = DownLabels("jsonl", cfg.node)
@@ -30,11 +35,22 @@ class VerlLogSource:
 
     async def poll(self, clock: Clock) -> Round:
         # the tail maps verl's keys to our names as it reads them (relabel.verl_key)
-        batch = await self.reader.run(self.tail.poll, clock.now())
+        batch = await self.reader.run(self._read, clock.now())
         if self.export is not None:
             self.export.update(batch.samples)
         problem = self.tail.problem
         return Round([Polled(batch, source=self.metric)], up=not problem, problem=problem)
 
+    def _read(self, now: float) -> SourceBatch:
+        """Every file read of a round (the log, the checkpoint directory), in the reader's worker thread."""
+        batch = self.tail.poll(now)
+        seqlen_imbalance(batch)  # verl's own per-dp-rank load record -> one ratio (issue 33.6)
+        if self.checkpoints is not None:
+            self.checkpoints.observe_log(batch.samples)
+            self.checkpoints.poll(now, batch)
+        return batch
+
     async def close(self) -> None:
         self.tail.close()
+        if self.checkpoints is not None:
+            self.checkpoints.close()

@@ -123,3 +123,18 @@ def test_a_fifo_as_the_runs_resolved_config_is_counted_not_waited_on(tmp_path: P
     log.write_bytes(json.dumps({"step": 1, "data": {"actor/entropy": 0.5}}).encode() + b"\n")
     batch = JsonlTail(log, "n", resolved_config=_fifo(tmp_path, "config.yaml")).poll(1000.0)
     assert batch.errors == {"config_unreadable": 1} and batch.samples
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_as_the_checkpoint_tracker_or_a_file_sd_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    from monitor.sources.file_sd import FileSDConfig, FileSDSource
+    from monitor.sources.verl_checkpoints import TRACKER, DirScan, _read_tracker
+
+    _fifo(tmp_path, TRACKER)
+    scan = DirScan()
+    _read_tracker(str(tmp_path), scan)  # os.open of a FIFO without O_NONBLOCK waited for a writer here
+    assert scan.tracker_bad and scan.errors == ["checkpoint_tracker_unreadable"]
+    sd = _fifo(tmp_path, "sd.json")
+    src = FileSDSource(FileSDConfig((str(sd),), job="ray"), None)  # type: ignore[arg-type]
+    got = asyncio.run(src.poll(SimulatedClock(1000.0)))
+    assert got.failures or any(p.batch.errors for p in got.polled)

@@ -10,7 +10,9 @@ from monitor_scenarios import T0, firing, run, times
 
 from monitor.rules import RuleError, load_rule_files, load_rules
 from monitor.selectors import parse_selector
+from monitor.sources import ray_state, stragglers, verl_checkpoints
 from monitor.sources.alertmanager import CATALOGUE
+from monitor.sources.prom_text import parse_exposition
 from verl.metrics.catalog import BY_NAME
 
 # dcgm-exporter field names the defaults use (dcgm-exporter's default counters CSV).
@@ -28,6 +30,18 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
 
 
 VERL_JSONL_LABELS = {"job", "stat"}
+# verl's peers (issue 33): names in their own output (tests/fixtures: vLLM, SGLang, Ray, node_exporter),
+# with the labels they carry, and the Ray State API source's own series
+PEER_SERIES: dict[str, set[str]] = {}
+for _fixture in (Path(__file__).resolve().parents[1] / "fixtures").glob("*.prom"):
+    for _line in _fixture.read_text().splitlines():
+        if _line and not _line.startswith("#"):
+            _sample = parse_exposition(_line, 0.0, "t", None, {})
+            for _s in _sample.samples:
+                PEER_SERIES.setdefault(_s.name, set()).update(_s.labels)
+PEER_SERIES[ray_state.SERIES] = {"cause", "kind", "actor_class", "pid", "node", "reason"}
+# series the monitor derives itself: from verl's checkpoint directory and per-rank times (issue 33)
+DERIVED = set(verl_checkpoints.DERIVED_SERIES) | set(stragglers.DERIVED_SERIES)
 
 
 def test_default_selectors_name_real_series() -> None:
@@ -37,7 +51,11 @@ def test_default_selectors_name_real_series() -> None:
             for s in c.selectors:
                 assert s.name is not None
                 used.add(s.name)
-                assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
+                assert (s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up" or s.name in PEER_SERIES
+                        or s.name in DERIVED), s.name
+                if s.name in PEER_SERIES:
+                    assert {m.name for m in s.matchers} <= PEER_SERIES[s.name], s.text
+                    continue
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the
                     # verl JSONL source adds to its series (job="verl_jsonl", stat="peak" on torch peaks)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from verl.metrics.catalog import STAGES
+
 
 @dataclass(frozen=True)
 class Range:
@@ -104,6 +106,9 @@ RANGES: dict[str, Range] = {
     "faults.throughput_drop_factor": FRACTION,
     "faults.kl_drift_at_step": AT_LEAST_0,
     "faults.kill_trainer_at_step": AT_LEAST_0,
+    "faults.slow_rank": AT_LEAST_0,
+    "faults.slow_rank_seconds": AT_LEAST_0,
+    "faults.slow_rank_from_step": AT_LEAST_1,
     "metrics.port": Range(lo=0, hi=65535),
     "metrics.interval_s": POSITIVE,
     "metrics.hardware_interval_s": POSITIVE,
@@ -125,4 +130,5 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "metrics.prompt_analysis": ("auto", "semantic", "lexical"),
     "actor.strategy": ("ddp", "fsdp"),
     "critic.strategy": ("ddp", "fsdp"),
+    "faults.slow_rank_stage": STAGES,
 }

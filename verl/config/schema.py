@@ -245,6 +245,14 @@ class FaultsConfig:
     """From this step kl_coef is forced to 0, so KL really drifts."""
     kill_trainer_at_step: int | None = None
     """SIGKILL the trainer itself during this step (after rollout, before the update)."""
+    slow_rank: int | None = None
+    """This torchrun rank (RANK) is a straggler: it sleeps slow_rank_seconds inside slow_rank_stage of every step from slow_rank_from_step."""
+    slow_rank_stage: str = "rollout"
+    """The stage the slow rank sleeps in (a verl_stage_seconds stage: rollout, reward, reference, ...)."""
+    slow_rank_seconds: float = 0.5
+    """How long the slow rank sleeps in that stage each step."""
+    slow_rank_from_step: int = 1
+    """The first step the slow rank is slow."""
     trigger_file: str | None = None
     """Runtime faults: each JSON line appended here ({"fault": "reward_hang"} or {"fault": "critic_oom"}) is injected at the next step's start."""
 

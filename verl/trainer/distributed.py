@@ -109,6 +109,16 @@ def gather_objects(value: Any, ctx: DistContext) -> list[Any]:
     return out
 
 
+def gather_rows(values: list[float], ctx: DistContext) -> list[list[float]]:
+    """``values`` of every rank, in rank order, on every rank (one ``all_gather`` of a small float64 tensor)."""
+    if not ctx.distributed:
+        return [list(values)]
+    mine = torch.tensor(values, dtype=torch.float64)
+    rows = [torch.empty_like(mine) for _ in range(ctx.world_size)]
+    dist.all_gather(rows, mine)
+    return [r.tolist() for r in rows]
+
+
 def any_across_ranks(flag: bool, ctx: DistContext) -> bool:
     """True on every rank when it is true on any rank (a MAX all-reduce)."""
     if not ctx.distributed:

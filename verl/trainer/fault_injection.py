@@ -303,13 +303,32 @@ class FaultTrigger:
             log.warning("faults.trigger_file %s cannot be read (%s); retried every step", self.path, exc)
 
 
+def slow_rank(hooks: StepHooks, config: FaultsConfig, clock: Clock, rank: int) -> None:
+    """``faults.slow_rank``: that rank sleeps inside its ``slow_rank_stage`` timer every step (a straggler);
+    its peers then wait for it in their next collective, as they would for a slow GPU or host."""
+    if config.slow_rank is None or config.slow_rank != rank:
+        return
+    current = StepContext(step=0)
+
+    def note_step(ctx: StepContext) -> None:
+        current.step = ctx.step
+
+    def sleep_in_stage(stage: str) -> None:
+        if current.step >= config.slow_rank_from_step:
+            clock.sleep(config.slow_rank_seconds)
+
+    hooks.on(STEP_START, note_step)
+    hooks.on_stage(config.slow_rank_stage, sleep_in_stage)
+
+
 def install_fault_plan(hooks: StepHooks, config: FaultsConfig, clock: Clock, device: torch.device, *,
                        step_oom: StepOOM, faulty_reward: FaultyReward, rollout: Any, num_workers: int,
-                       checkpointer: Any) -> CoreFaults:
+                       checkpointer: Any, rank: int = 0) -> CoreFaults:
     """Register every injection of ``faults:`` at its stage boundary or component seam; returns the
     trainer-core faults (kept for their state, e.g. ``leaked_bytes``; ``trigger``: the runtime trigger)."""
     core = CoreFaults(config, clock, device)
     core.register(hooks)
+    slow_rank(hooks, config, clock, rank)
     step_oom.register(hooks)
     if config.trigger_file:
         core.trigger = FaultTrigger(config.trigger_file, faulty_reward, step_oom)

@@ -138,7 +138,7 @@ class RLTrainer:
         self.fault_plan = install_fault_plan(
             self.hooks, cfg.faults, self.clock, self.placement.actor, step_oom=self.updates.injected,
             faulty_reward=self.reward_path.faulty, rollout=self.rollout, num_workers=cfg.rollout_worker_num,
-            checkpointer=self.checkpointer)
+            checkpointer=self.checkpointer, rank=self.ctx.rank)
         self.telemetry = Telemetry(cfg, self.ctx, self.registry, self.clock, self.buffer, m.n_layers)
         self.metrics = self.telemetry.metrics
         self.parts = StepParts(cfg, self.ctx, self.placement, m, self.loader, self.buffer, self.data_guards,
@@ -273,7 +273,7 @@ class RLTrainer:
     def step(self) -> StepStats:
         """One PPO step (``verl.trainer.ppo_step``), then the step counter, the checkpoint and the report."""
         ctx = StepContext(step=self.global_step + 1)
-        timer = StageTimer(self.clock)
+        timer = StageTimer(self.clock, enter=self.hooks.enter_stage)
         started = self.clock.monotonic()
         outcome = ppo_step(self.parts, ctx, timer)
         self.global_step = ctx.step
@@ -282,6 +282,7 @@ class RLTrainer:
         ctx.step_seconds = self.clock.monotonic() - started
         self.hooks.fire(STEP_END, ctx)
         stats = step_stats(outcome, ctx, timer.seconds, stall, self.ctx)
+        self.telemetry.observe_ranks(ctx.step_seconds, timer.seconds)  # a collective: on every rank
         scored = outcome.scored
         self.telemetry.observe(stats, scored.valid, scored.taken_at, scored.evicted)
         return stats

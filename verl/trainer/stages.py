@@ -5,8 +5,9 @@ block's seconds to ``timer.seconds["reward"]`` (``verl_stage_seconds{stage}``); 
 actor's old log-probs and its update) accumulates.
 
 ``StepHooks`` is the only way anything outside the PPO maths acts inside a step: callables registered for
-an event run at that stage boundary with the step's ``StepContext``. The fault plan
-(``verl.trainer.fault_plan``) registers its injections here; the step module knows no fault.
+an event run at that stage boundary with the step's ``StepContext``; ``on_stage`` hooks run on entry to a
+timed stage, inside its timer (a straggler's sleep counts as that stage's time, as a slow rank's would).
+The fault plan (``verl.trainer.fault_plan``) registers its injections here; the step module knows no fault.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class StepContext:
 class StepHooks:
     def __init__(self) -> None:
         self._hooks: dict[str, list[Callable[[StepContext], None]]] = defaultdict(list)
+        self._stage_hooks: dict[str, list[Callable[[str], None]]] = defaultdict(list)
 
     def on(self, event: str, hook: Callable[[StepContext], None]) -> None:
         if event not in EVENTS:
@@ -50,16 +52,26 @@ class StepHooks:
         for hook in self._hooks.get(event, ()):
             hook(ctx)
 
+    def on_stage(self, stage: str, hook: Callable[[str], None]) -> None:
+        self._stage_hooks[stage].append(hook)
+
+    def enter_stage(self, stage: str) -> None:
+        for hook in self._stage_hooks.get(stage, ()):
+            hook(stage)
+
 
 @dataclass
 class StageTimer:
     clock: Clock
     seconds: dict[str, float] = field(default_factory=dict)
+    enter: Callable[[str], None] | None = None  # ``StepHooks.enter_stage``: runs inside the stage's time
 
     @contextmanager
     def __call__(self, stage: str) -> Iterator[None]:
         start = self.clock.monotonic()
         try:
+            if self.enter is not None:
+                self.enter(stage)
             yield
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + self.clock.monotonic() - start

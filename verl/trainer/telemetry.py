@@ -5,6 +5,7 @@ terminal progress line."""
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import sys
 from collections.abc import Callable
@@ -12,13 +13,14 @@ from typing import Any
 
 from verl.config import Config
 from verl.data.buffer import Rollout, RolloutBuffer
+from verl.metrics.catalog import STAGES
 from verl.metrics.hardware import HardwareSampler
 from verl.metrics.outliers import OutlierBook, RewardRecord
 from verl.metrics.registry import MetricsRegistry
 from verl.metrics.server import MetricsServer
 from verl.metrics.sink import Sampler, StepStats, TrainerMetrics
 from verl.models.loading import model_label
-from verl.trainer.distributed import DistContext
+from verl.trainer.distributed import DistContext, gather_objects, gather_rows
 from verl.utils.clock import Clock
 
 log = logging.getLogger("verl.trainer")
@@ -40,6 +42,7 @@ class Telemetry:
         self.server: MetricsServer | None = None
         self.sampler: Sampler | None = None
         self._tty = sys.stderr.isatty()
+        self._rank_nodes: list[str] | None = None
 
     def config_info(self) -> dict[str, str]:
         cfg = self.config
@@ -86,6 +89,26 @@ class Telemetry:
                                      [max(0.0, now - r.created_at) for r in rollouts])
         if stats.global_step == 1 or stats.global_step % self.config.metrics.data_interval_steps == 0:
             self.metrics.report_data_level()
+
+    def observe_ranks(self, step_seconds: float, stage_seconds: dict[str, float]) -> None:
+        """Every rank's step and stage times, exported by global rank 0 as ``verl_rank_step_seconds`` /
+        ``verl_rank_stage_seconds{rank,node,stage}`` (the monitor scores stragglers on them).
+
+        Gathered, not served by each rank: one ``all_gather`` of 11 floats per rank per step costs nothing
+        beside the step's own collectives, gives one coherent vector per step on one endpoint (the monitor
+        compares peers of the same step), and needs no port per rank. A collective: every rank calls it."""
+        if not self.config.metrics.enabled:
+            return
+        rows = gather_rows([step_seconds, *(stage_seconds.get(s, math.nan) for s in STAGES)], self.ctx)
+        if self._rank_nodes is None:  # once: the host of each rank
+            self._rank_nodes = [str(h) for h in gather_objects(socket.gethostname(), self.ctx)]
+        if not self.ctx.is_main:
+            return
+        for rank, (row, node) in enumerate(zip(rows, self._rank_nodes, strict=True)):
+            self.registry["verl_rank_step_seconds"].labels(rank=str(rank), node=node).set(row[0])
+            for stage, seconds in zip(STAGES, row[1:], strict=True):
+                if not math.isnan(seconds):  # a stage this step skipped keeps its last time
+                    self.registry["verl_rank_stage_seconds"].labels(rank=str(rank), node=node, stage=stage).set(seconds)
 
     def report(self, s: StepStats) -> None:
         if not self.ctx.is_main:

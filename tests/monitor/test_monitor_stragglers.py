@@ -1,0 +1,132 @@
+"""Straggler scores from the per-rank stage times our trainer's rank 0 exports (issue 33.6): relative to the
+peers, the peers' wait not blamed on them, each step scored once, own-past ratio; the rank's own host kept
+through a scrape with a configured node; verl's own per-dp-rank load record as one ratio; and a slow rank
+(faults.slow_rank) of a real torchrun run paged by rank, node and stage."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+from monitor_scenarios import firing, run
+
+from monitor.model import Sample, SourceBatch
+from monitor.sources.prom_text import parse_exposition
+from monitor.sources.stragglers import StragglerScores, seqlen_imbalance
+
+NODES = {"0": "gpu-01", "1": "gpu-01", "2": "gpu-02", "3": "gpu-02"}
+
+
+def step_batch(times: dict[str, dict[str, float]], t: float = 100.0) -> SourceBatch:
+    """One scrape: ``times[rank][stage]`` seconds."""
+    return SourceBatch("trainer", [Sample("verl_rank_stage_seconds", {"rank": r, "node": NODES[r], "stage": st}, v, t)
+                                   for r, stages in times.items() for st, v in stages.items()])
+
+
+def scores(batch: SourceBatch, name: str = "verl_rank_straggler_score") -> dict[tuple[str, str], float]:
+    return {(s.labels["rank"], s.labels["stage"]): s.value for s in batch.samples if s.name == name}
+
+
+def normal(slow: float = 0.0, wait: float = 0.0) -> dict[str, float]:
+    return {"rollout": 0.4 + slow, "reward": 0.1, "critic": 0.2 + wait, "actor_update": 0.3}
+
+
+def test_the_slow_rank_is_scored_against_its_peers_and_their_wait_is_not_blamed() -> None:
+    b = step_batch({"0": normal(wait=0.8), "1": normal(slow=0.8), "2": normal(wait=0.8), "3": normal(wait=0.8)})
+    StragglerScores().derive(b)
+    got = scores(b)
+    assert got[("1", "rollout")] == pytest.approx(3.0)
+    # the others waited for rank 1 in the critic update's all-reduce: that is not theirs
+    assert got[("0", "critic")] == got[("2", "critic")] == 1.0
+    assert max(v for (r, _), v in got.items() if r != "1") <= 1.0
+    assert {s.labels["node"] for s in b.samples if s.labels.get("rank") == "2"} == {"gpu-02"}
+
+
+def test_two_ranks_blame_the_earlier_stage() -> None:
+    b = step_batch({"0": normal(wait=0.5), "1": normal(slow=0.5)})
+    StragglerScores().derive(b)
+    got = scores(b)
+    assert got[("1", "rollout")] > 2 and got[("0", "critic")] == 1.0
+
+
+def test_a_step_is_scored_once_and_its_own_past_is_kept() -> None:
+    s = StragglerScores()
+    for i in range(6):
+        times = {r: {**normal(), "reward": 0.1 + i * 1e-3} for r in ("0", "1")}  # each step a little apart
+        b = step_batch(times, t=100.0 + i)
+        s.derive(b)
+        assert scores(b)
+        again = step_batch(times, t=100.5 + i)
+        s.derive(again)
+        assert not scores(again)  # the next scrape before the next step: the same times
+    b = step_batch({"0": normal(slow=0.4), "1": normal()})
+    s.derive(b)
+    assert scores(b, "verl_rank_slowdown_ratio")[("0", "rollout")] == pytest.approx(2.0)
+    assert scores(b, "verl_rank_slowdown_ratio")[("1", "rollout")] == pytest.approx(1.0)
+
+
+def test_noise_below_the_floor_is_nobody_s_fault() -> None:
+    b = step_batch({"0": normal(slow=0.02), "1": normal(wait=0.02)})
+    StragglerScores().derive(b)
+    assert max(scores(b).values()) < 1.1
+
+
+def test_a_scrape_with_a_configured_node_keeps_each_rank_s_own_host() -> None:
+    text = ('verl_rank_stage_seconds{rank="1",node="gpu-02",stage="rollout"} 1.2\n'
+            'verl_stage_seconds{stage="rollout"} 0.4\n')
+    batch = parse_exposition(text, 10.0, "trainer", "gpu-01", {})
+    nodes = {s.name: s.labels["node"] for s in batch.samples}
+    assert nodes == {"verl_rank_stage_seconds": "gpu-02", "verl_stage_seconds": "gpu-01"}
+
+
+def test_verl_seqlen_balance_becomes_one_ratio_per_record() -> None:
+    labels = {"job": "verl_jsonl", "node": "n"}
+    b = SourceBatch("jsonl", [Sample("verl_jsonl_global_seqlen_balanced_max", labels, 3000.0, 1.0),
+                              Sample("verl_jsonl_global_seqlen_mean", labels, 2000.0, 1.0),
+                              Sample("verl_jsonl_global_seqlen_balanced_max", labels, 2100.0, 2.0)])
+    seqlen_imbalance(b)
+    assert [(s.t, s.value) for s in b.samples if s.name == "verl_rank_load_imbalance_ratio"] == [(1.0, 1.5)]
+
+
+def test_straggler_rule_pages_rank_node_and_stage_and_not_a_short_blip() -> None:
+    t = np.arange(0.0, 300.0, 5.0) + 1.7e9
+    slow = np.where(t - t[0] >= 120, 3.0, 1.0)
+    labels = {"rank": "3", "node": "gpu-02", "stage": "rollout"}
+    hits = firing(run([("verl_rank_straggler_score", labels, t, slow)]), "StragglerRank")
+    assert len(hits) == 1
+    assert {k: hits[0]["labels"][k] for k in labels} == labels
+    assert "Rank 3 on gpu-02 is a straggler in stage rollout: 3.0x" in hits[0]["annotations"]["summary"]
+    blip = np.where((t - t[0] >= 120) & (t - t[0] < 140), 3.0, 1.0)
+    assert firing(run([("verl_rank_straggler_score", labels, t, blip)]), "StragglerRank") == []
+
+
+@pytest.mark.slow
+def test_a_slow_rank_under_torchrun_is_paged_by_rank(tmp_path: Path) -> None:
+    """torchrun, 2 ranks, gloo, the tiny model; rank 1 sleeps 2 s in its rollout every step (well over 2x its
+    peer's rollout even on a loaded machine, where a 0.5 s sleep under a 1 s rollout is rightly no page);
+    the daemon scrapes rank 0 (benchmarks/straggler_paging.py's run, which also reports the delay)."""
+    from benchmarks.straggler_paging import measure
+
+    out = measure(2.0, tmp_path)
+    assert out.get("paged") == f"rank=1 stage=rollout node={socket.gethostname()}", out
+
+
+def test_load_imbalance_rule_needs_three_steps_of_it() -> None:
+    t = np.arange(0.0, 40 * 30.0, 30.0) + 1.7e9  # a verl log at 30 s per step
+    labels = {"job": "verl_jsonl", "node": "gpu-08"}
+    heavy = np.where(np.arange(len(t)) >= 20, 1.8, 1.05)
+    hits = firing(run([("verl_rank_load_imbalance_ratio", labels, t, heavy)]), "RankLoadImbalance")
+    assert len(hits) == 1 and "1.8x an even share" in hits[0]["annotations"]["summary"]
+    one_step = np.where(np.arange(len(t)) == 20, 1.8, 1.05)
+    assert firing(run([("verl_rank_load_imbalance_ratio", labels, t, one_step)]), "RankLoadImbalance") == []
+
+
+def test_more_ranks_than_the_cap_are_counted_not_scored() -> None:
+    from monitor.sources.stragglers import MAX_RANKS
+
+    b = SourceBatch("trainer", [Sample("verl_rank_stage_seconds", {"rank": str(r), "node": "n", "stage": "rollout"},
+                                       0.4, 1.0) for r in range(MAX_RANKS + 1)])
+    StragglerScores().derive(b)
+    assert not scores(b) and b.errors == {"straggler_ranks_over_cap": 1}

@@ -14,7 +14,7 @@ import pytest
 
 from harness.standin import WebhookStandIn
 from tests.monitor.monitor_http import wait_for
-from tests.monitor.test_storage_faults_e2e import Probe, _mount, _pages, _start, _trigger_fs_error, ext4
+from tests.monitor.test_storage_faults_e2e import Probe, _fail_disk, _mount, _pages, _start, ext4
 
 __all__ = ["ext4"]  # the fixture, used by name
 
@@ -30,9 +30,7 @@ def test_a_state_disk_repaired_in_place_pages_firing_and_resolved_without_restar
     probe, robot = Probe(), WebhookStandIn()
     d = _start(tmp_path, probe, robot)
     try:
-        assert wait_for(lambda: httpx.get(f"{d.url}/healthz").status_code == 200, timeout=10)
-        _trigger_fs_error(state)
-        probe.value = 1.0
+        _fail_disk(d, state, probe)
         assert wait_for(lambda: any(a["state"] == "firing" for a in _alerts(d)), timeout=10)
         assert httpx.get(f"{d.url}/healthz").status_code == 503
         probe.value = 0.0  # resolved while the disk still refuses: held in memory

@@ -8,13 +8,19 @@
 - ``committed`` runs the crash-point hook after each commit of the alert path: with
   ``VERL_CRASH_AFTER_COMMIT=N`` in the environment the process dies (``os._exit``, as abrupt as kill -9)
   right after its N-th commit; ``tests/monitor/test_crash_points.py`` kills the monitor at every boundary.
+- State files are never reached through a symbolic link (issue 36): ``refuse_link`` refuses a path that
+  is one (a state_db or lock linked to a file elsewhere would have it overwritten), and ``write_replace``
+  writes a temporary file opened ``O_CREAT|O_EXCL|O_NOFOLLOW`` (a planted link or hard link at the
+  temporary name is removed, never written through) before renaming it over the target.
 - ``reappear`` notices a state file deleted under a running process (its open connection still writes
-  into the unlinked inode) and copies the live database back to the path with SQLite's backup API.
+  into the unlinked inode), or replaced by another file (a disk repaired and mounted again), and copies
+  the live database back to the path with SQLite's backup API.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -41,10 +47,14 @@ def classify(exc: BaseException, path: str | Path | None = None) -> str:
     if kind == "io_error" and path is not None:
         probe = Path(str(path) + ".probe")  # one tiny write tells EROFS / ENOSPC apart from a bad disk
         try:
-            with open(probe, "wb") as fh:
-                fh.write(b"x")
-                fh.flush()
-                os.fsync(fh.fileno())
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(probe)
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, b"x")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             probe.unlink()
         except OSError as err:
             with contextlib.suppress(OSError):
@@ -79,6 +89,11 @@ class StorageHealth:
         self._logged: dict[tuple[str, str], float] = {}
         self.notes: dict[str, tuple[float, str]] = {}  # db -> (monotonic, event): moved aside, recreated
         self.moved_aside: set[str] = set()  # databases found corrupt at start and replaced by fresh ones
+
+    def failing(self, db: str | None = None) -> bool:
+        """Whether writes to ``db`` (default: to any database) are failing now."""
+        with self._lock:
+            return db in self._failing if db is not None else bool(self._failing)
 
     def failed(self, db: str, op: str, exc: BaseException, path: str | Path | None = None) -> None:
         reason = classify(exc, path)
@@ -154,12 +169,52 @@ def commit_count() -> int:
     return _commits
 
 
+def refuse_link(path: str | Path, what: str = "state file") -> None:
+    """OSError(ELOOP) naming ``path`` when it is a symbolic link: state is written only where configured."""
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, f"{what} {path} is a symbolic link; refusing to follow it (it would write "
+                                   "a file elsewhere): give a real path", str(path))
+
+
+def write_replace(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole, without following a link at either name (raises OSError)."""
+    path = Path(path)
+    refuse_link(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # a stale temporary, or a link planted there: removed, not written through
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class StateConnection(sqlite3.Connection):
+    """A state database's connection, knowing which file it opened (``identity``: device and inode)."""
+
+    identity: tuple[int, int] | None = None
+
+
+def _identity(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     # autocommit mode; writers use explicit transactions. check_same_thread is off because the API
     # thread, the evaluation loop and delivery workers share a connection behind their owner's lock.
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0)
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0,
+                           factory=StateConnection)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
+    conn.identity = _identity(path)
     return conn
 
 
@@ -172,6 +227,8 @@ def open_sqlite(path: str | Path, schema: str, health: StorageHealth | None = No
         conn.executescript(schema)
         return conn
     p.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        refuse_link(str(p) + suffix, "state database")
     conn: sqlite3.Connection | None = None
     try:
         conn = _connect(p)
@@ -200,20 +257,113 @@ def open_sqlite(path: str | Path, schema: str, health: StorageHealth | None = No
         return conn
 
 
-def reappear(conn: sqlite3.Connection, path: str | Path, health: StorageHealth | None = None
-             ) -> sqlite3.Connection | None:
-    """When ``path`` (or its directory) was deleted under the open ``conn``: recreate it with everything
-    ``conn`` still holds and return the new connection (the caller swaps it in); None when all is well."""
+class HeldInMemory:
+    """A state database held in memory while its filesystem is read-only (issue 36): the open file is
+    copied here and closed, so the disk holds no file of ours and can be unmounted, fsck'd and mounted
+    again without stopping the monitor. Reads answer from the copy; every write fails as on the
+    read-only disk (nothing counts as written, the callers keep their held writes and retry), until
+    ``reappear`` finds the directory writable and puts the copy back on disk."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.inner = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        conn.backup(self.inner)
+        conn.close()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    @staticmethod
+    def _check(sql: str) -> None:
+        if not sql.lstrip().upper().startswith(("SELECT", "PRAGMA DATA_VERSION", "ROLLBACK")):
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    def execute(self, sql: str, params: object = ()) -> sqlite3.Cursor:
+        self._check(sql)
+        return self.inner.execute(sql, params)  # type: ignore[arg-type]
+
+    def executemany(self, sql: str, seq: object) -> sqlite3.Cursor:
+        self._check(sql)
+        return self.inner.executemany(sql, seq)  # type: ignore[arg-type]
+
+
+def _read_only_fs(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _writable(directory: Path) -> bool:
+    """Whether a file can be created in ``directory`` now (a real write, not the mount flags alone)."""
+    if _read_only_fs(directory):
+        return False
+    probe = directory / ".verl-write-probe"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except OSError:
+        return False
+    return True
+
+
+def reappear(conn: sqlite3.Connection | HeldInMemory, path: str | Path, health: StorageHealth | None = None
+             ) -> sqlite3.Connection | HeldInMemory | None:
+    """Called before writes (each tick): the connection to use from now on, or None when all is well.
+
+    - writes (to this or a sibling database) are failing and the directory refuses even a new empty file (an ext4 error remounted it
+      read-only; ext4's ``emergency_ro`` does not show in the mount flags): the database is copied into
+      memory and the file closed (``HeldInMemory``), so the disk can be repaired under the running monitor;
+    - held in memory and the directory takes writes again (repaired and mounted, or unmounted): the copy
+      is written back to ``path`` and a connection to it returned -- the held writes land on their
+      next retry, the page goes out without a restart;
+    - ``path`` (or its directory) deleted under the open file, or replaced by another file (a disk
+      mounted again over it): opened again with everything ``conn`` still holds."""
     p = Path(path)
-    if str(p) == ":memory:" or p.exists():
+    if str(p) == ":memory:":
         return None
+    if isinstance(conn, HeldInMemory):
+        if not (p.parent.is_dir() and _writable(p.parent)):
+            return None
+        fresh = _reopen(conn.inner, p, _identity(p))
+        _note(health, p, f"state dir {p.parent} takes writes again; the database held in memory is back on disk")
+        return fresh
+    found = _identity(p)
+    if found is not None and health is not None and health.failing() and not _writable(p.parent):
+        held = HeldInMemory(conn)
+        _note(health, p, f"state dir {p.parent} is on a read-only filesystem: the database is held in memory "
+                         "and the disk released (repair it: umount, fsck, mount; the monitor keeps running and "
+                         "writes what it held once the directory takes writes)")
+        return held
+    opened = getattr(conn, "identity", None)
+    if found is not None and (opened is None or found == opened):
+        return None
+    fresh = _reopen(conn, p, found)
+    _note(health, p, f"state file {p} was deleted under the running monitor; recreated from memory" if found is None
+          else f"state file {p} was replaced under the running monitor (a repaired or remounted disk); reopened, "
+               "held writes retried")
+    return fresh
+
+
+def _reopen(conn: sqlite3.Connection, p: Path, found: tuple[int, int] | None) -> sqlite3.Connection:
+    """A connection to ``p`` holding what ``conn`` holds (``conn`` is closed)."""
     p.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(p, "state database")
     fresh = _connect(p)
-    conn.backup(fresh)
+    try:
+        conn.backup(fresh)
+    except sqlite3.Error:
+        if found is None:
+            fresh.close()
+            raise
+        # the old file is unreadable too: the file found at the path (what the repair kept) stands
     conn.close()
-    text = f"state file {p} was deleted under the running monitor; recreated from memory"
+    return fresh
+
+
+def _note(health: StorageHealth | None, p: Path, text: str) -> None:
     if health is not None:
         health.note(p.name, text)
     else:
         log.error(text)
-    return fresh

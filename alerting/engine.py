@@ -386,7 +386,7 @@ class AlertEngine:
             start = now if starts_at is None else starts_at
             end = ends_at if ends_at is not None else start + (duration_s if duration_s is not None else 3600.0)
             with self._transaction("silence", reload=False):
-                sid = self.silences_store.add(texts, start, end, created_by, comment)
+                sid = self.silences_store.add(texts, start, end, created_by, comment, now=now)
             self._save_silences()
             return sid
 

@@ -9,6 +9,13 @@
 - ``verify`` of a whole 1-rank checkpoint without checksums (JSON-Schema shape checks + metadata reads).
 
 Last line with --json: {"bomb_refused_max_s": s, "safe_metadata_over_pickle": r, "verify_no_checksums_s": s}.
+
+    python benchmarks/hostile_input.py --round3 [--tree CHECKOUT] [--embed-mb 100] [--json]
+
+issue 36's cases instead (a FIFO log path, a 300 MB JSONL line, a huge or dripping Prometheus answer, 3000
+silences, a late stamp, a ``.lock`` symlink, a 100 MB prompt), each in a fresh interpreter against
+``CHECKOUT`` (default: this one; an older checkout gives the "before" figures): see
+``benchmarks/_hostile_round3.py``. Last line with --json: {case: {figures...}}.
 """
 
 from __future__ import annotations
@@ -65,7 +72,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--round3", action="store_true", help="issue 36's hostile sources/silences/lock/prompt cases")
+    ap.add_argument("--tree", type=Path, default=ROOT, help="the checkout --round3 measures (default: this one)")
+    ap.add_argument("--long-line-mb", type=int, default=300)
+    ap.add_argument("--prom-body-mb", type=int, default=300)
+    ap.add_argument("--embed-mb", type=int, default=100, help="0 skips the prompt case")
     args = ap.parse_args()
+    if args.round3:
+        from benchmarks._hostile_round3 import run
+
+        res = run(args.tree.resolve(), args.long_line_mb, args.prom_body_mb, args.embed_mb)
+        for case, figures in res.items():
+            print(f"{case}: {figures}")
+        if args.json:
+            print(json.dumps(res))
+        return 0
     warnings.filterwarnings("ignore")
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:

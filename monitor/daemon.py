@@ -75,6 +75,7 @@ class Daemon:
         self.progress = health.Progress()
         self._pruned_at = -float("inf")
         self.intake = Intake(self.pipeline, self.metrics, self.clock, self.lock)
+        self.troubles = health.SourceTroubles()  # sources down, and why one cannot read its input (/healthz)
         self.sources = SourceBoard()  # what /targets shows
 
     def listen(self) -> MonitorAPI:
@@ -117,6 +118,7 @@ class Daemon:
             self.metrics.scrape_duration.labels(src.metric).set(got.duration)
         if got.up is not None:
             self.metrics.target_up.labels(src.metric).set(1 if got.up else 0)
+        self.troubles.took(src.name, got.up, got.problem)
         self.sources.took(src, got)
 
     async def _run_source(self, src: Source) -> None:
@@ -131,6 +133,7 @@ class Daemon:
                     self._freeze_if_grown()
                 except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                     self.intake.mark_down(src.metric, exc, src.down)
+                    self.troubles.took(src.name, False, f"round failed ({type(exc).__name__}: {str(exc)[:160]})")
                     self.sources.failed(src, exc)
                 self.progress.done(src.name, src.budget)
                 mono = time.monotonic()

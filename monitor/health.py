@@ -6,9 +6,12 @@ other stages' own health into the answer (503 with the reasons when any is non-e
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from typing import Any
+
+log = logging.getLogger("monitor.daemon")
 
 STALE_LOOPS = 3          # a loop not completed for this many budgets degrades /healthz
 STUCK_NOTIFICATION_S = 300.0
@@ -31,11 +34,34 @@ class Progress:
                 for name, (last, budget) in sorted(self.marks.items()) if mono - last > STALE_LOOPS * budget]
 
 
+class SourceTroubles:
+    """Which sources their last round left down, and why a source cannot read its input at all (a FIFO
+    for a log path, Prometheus failing): /healthz names the latter; logged once when it starts or changes."""
+
+    def __init__(self) -> None:
+        self.problems: dict[str, str] = {}
+        self.down: set[str] = set()
+
+    def took(self, name: str, up: bool | None, problem: str | None) -> None:
+        if up is not None:
+            (self.down.discard if up else self.down.add)(name)
+        if problem is None:
+            if self.problems.pop(name, None) is not None:
+                log.info("%s: reading again", name)
+            return
+        if self.problems.get(name) != problem:
+            log.warning("%s: down: %s", name, problem)
+        self.problems[name] = problem
+        self.down.add(name)
+
+
 def report(daemon: Any) -> dict[str, Any]:
     """``reasons`` is non-empty when a source or the evaluation loop has not completed for STALE_LOOPS
-    budgets, the last evaluation tick failed, a state write is failing, a delivery worker is stuck or
+    budgets, a source cannot read its input at all (a FIFO for a log path, Prometheus failing; named), the last evaluation tick failed, a state write is failing, a delivery worker is stuck or
     died, or the oldest undelivered notification is over 5 min old. ``storage_events`` lists the last
-    hour's recoveries (a corrupt database moved aside, a deleted state file recreated)."""
+    hour's recoveries (a corrupt database moved aside, a deleted state file recreated); ``sources_down``
+    names every source whose last round left it down (a scraped trainer that is down is an alert, not a
+    monitor failure: listed, not a reason)."""
     reasons = []
     if daemon.eval_error:
         reasons.append(f"evaluation: last tick failed ({daemon.eval_error})")
@@ -46,10 +72,12 @@ def report(daemon: Any) -> dict[str, Any]:
     if pipeline.unsubmitted:
         reasons.append(f"alerting: {len(pipeline.unsubmitted)} alert transition(s) not yet taken by the engine")
     reasons += daemon.progress.stalled()
+    troubles = daemon.troubles
+    reasons += [f"{name}: down ({why})" for name, why in sorted(troubles.problems.items())]
     engine = daemon.engine
-    problems = getattr(engine, "delivery_problems", None)
-    if problems is not None:
-        reasons += problems()
+    delivery_problems = getattr(engine, "delivery_problems", None)
+    if delivery_problems is not None:
+        reasons += delivery_problems()
     try:
         oldest = engine.oldest_undelivered() if engine is not None else None
     except (OSError, sqlite3.Error) as exc:
@@ -60,5 +88,6 @@ def report(daemon: Any) -> dict[str, Any]:
         reasons.append(f"outbox: oldest undelivered notification queued {now - oldest:.0f}s ago")
     return {"status": "degraded" if reasons else "ok", "reasons": reasons,
             "storage_events": daemon.storage.events(),
+            "sources_down": sorted(troubles.down),
             "series": len(pipeline.store), "firing": len(book.firing()),
             "uptime_s": round(time.time() - daemon.started, 1)}

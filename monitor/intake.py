@@ -25,6 +25,11 @@ from monitor.timeline import SteadyClock
 log = logging.getLogger("monitor.daemon")  # the daemon's voice: operators filter on it
 FUTURE_LIMIT_S = 600.0   # samples stamped further ahead are refused one by one (Prometheus: 10 min)
 LOG_EVERY_S = 60.0       # one log line per (source, reason) per minute, however often it fails
+HINTS = {  # the fix, for the reasons that have one the operator controls
+    "too_old_timestamp": ": stamped more than 5 min before the scrape, past where any rule can judge them; "
+                         "fix the target's clock or set honor_timestamps: false for it",
+    "future_timestamp": ": stamped more than 10 min ahead; fix the target's clock or set honor_timestamps: false",
+}
 
 
 class Intake:
@@ -67,7 +72,8 @@ class Intake:
             samples = kept
         for reason, n in batch.errors.items():
             self.metrics.scrape_errors.labels(source, reason).inc(n)
-            self.log_once(source, reason, batch.notes.get(reason) or f"{n} failed read(s) or rejected input(s)")
+            self.log_once(source, reason, batch.notes.get(reason) or f"{n} failed read(s) or rejected input(s)"
+                          + HINTS.get(reason, ""))
         with self.lock:
             self.pipeline.ingest(samples, source, seen, batch.known)
             if batch.refused and seen is not None:

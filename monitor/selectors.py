@@ -45,11 +45,9 @@ def parse_selector(text: str) -> Selector:
         if not mm:
             raise SelectorError(f"bad label matcher in selector {text!r} near {body[pos:]!r}")
         value = mm.group(3).encode().decode("unicode_escape")
-        if mm.group(2) in ("=~", "!~"):
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise SelectorError(f"bad regex {value!r} in selector {text!r}: {exc}") from exc
-        matchers.append(Matcher(mm.group(1), mm.group(2), value))
+        try:  # a regex is compiled (RE2, as Prometheus) when its matcher is built
+            matchers.append(Matcher(mm.group(1), mm.group(2), value))
+        except ValueError as exc:
+            raise SelectorError(f"bad regex {value!r} in selector {text!r}: {exc}") from exc
         pos = mm.end()
     return Selector(text=text, name=m.group(1), matchers=tuple(matchers))

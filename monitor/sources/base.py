@@ -9,8 +9,10 @@ the batch leaves it.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from alerting.clock import Clock
 from monitor.model import SourceBatch
@@ -46,6 +48,7 @@ class Round:
     failures: list[BaseException] = field(default_factory=list)  # parts that failed, the rest ingested
     verl_nodes: set[str] = field(default_factory=set)  # nodes whose series were renamed from verl's words
     top_prompts: list[TopPrompts] = field(default_factory=list)
+    problem: str | None = None  # the source's own input is unusable (a FIFO, Prometheus failing): /healthz names it
     # series budgets (targets) that left service discovery: their series are dropped, not left to go stale
     gone: list[str] = field(default_factory=list)
 
@@ -71,3 +74,30 @@ class Source(Protocol):
     async def poll(self, clock: Clock) -> Round: ...
 
     async def close(self) -> None: ...
+
+
+class ReadDeadline(Exception):
+    """A blocking read did not return within its deadline (a hung NFS server, a stuck device)."""
+
+
+class ThreadedRead:
+    """Runs a source's blocking file read in a worker thread with a deadline, so that no read can hold
+    the event loop every source shares (issue 36). A read past its deadline raises ``ReadDeadline`` (the
+    daemon marks the source down, /healthz names it) and goes on in its thread; the next call waits for
+    that same read, and its result is used once it comes: one read in flight per source, never a pile."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s = deadline_s
+        self._job: asyncio.Future[Any] | None = None
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._job is None:
+            self._job = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+        job = self._job
+        try:
+            return await asyncio.wait_for(asyncio.shield(job), self.deadline_s)
+        except asyncio.TimeoutError:
+            raise ReadDeadline(f"read not finished within {self.deadline_s:g}s (still waiting for it)") from None
+        finally:
+            if job.done():
+                self._job = None

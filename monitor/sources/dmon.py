@@ -9,10 +9,13 @@ from datetime import datetime
 
 from alerting.clock import Clock
 from monitor.model import Sample, SourceBatch, with_node
-from monitor.sources.base import DownLabels, Polled, Round
+from monitor.sources.base import DownLabels, Polled, Round, ThreadedRead
+from monitor.sources.tail_state import NotRegularFile, open_regular
 
 RESTART_S = 5.0         # a dmon command that ended (or sent a line too long) is started again after this
 COMMAND_RETRY_S = 30.0  # ... and one that cannot be started at all is tried again after this
+READ_LIMIT = 4 << 20    # bytes of a dmon log read per round at most (a few KB a second is what dmon writes)
+READ_DEADLINE_S = 5.0   # a read not done by then marks the source down (it runs in a worker thread)
 
 MB = 1024.0 * 1024.0  # dmon's "MB" columns are MiB (same counters as nvidia-smi's memory MiB)
 
@@ -78,22 +81,33 @@ class DmonParser:
 
 
 class DmonFileSource:
-    """A dmon log some other process writes: what was appended since the last round, every second."""
+    """A dmon log some other process writes: what was appended since the last round, every second. Read
+    in a worker thread with a deadline, opened non-blocking, a regular file only (issue 36)."""
 
     def __init__(self, path: str, node: str | None, index: int) -> None:
         self.path, self.parser, self.position = path, DmonParser(node, f"dmon{index}"), 0
         self.name = self.metric = self.parser.source
         self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
         self.down = DownLabels("dmon", node)
+        self.reader = ThreadedRead(READ_DEADLINE_S)
+
+    def _read(self) -> str:
+        with open_regular(self.path) as fh:
+            fh.seek(self.position)
+            data = fh.read(READ_LIMIT)
+        if len(data) == READ_LIMIT and (cut := data.rfind(b"\n") + 1) > 0:
+            data = data[:cut]  # the line cut at the limit is read whole next round
+        self.position += len(data)
+        return data.decode("utf-8", errors="replace")
 
     async def poll(self, clock: Clock) -> Round:
+        batch = SourceBatch(self.parser.source)
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as fh:
-                fh.seek(self.position)
-                text = fh.read()
-                self.position = fh.tell()
+            text = await self.reader.run(self._read)
+        except NotRegularFile as exc:
+            batch.error("not_regular_file")
+            return Round([Polled(batch)], up=False, problem=str(exc))
         except OSError:  # not written yet, or rotated away: counted, the source is down, no log line
-            batch = SourceBatch(self.parser.source)
             batch.error("read_error")
             return Round([Polled(batch)], up=False)
         return Round([Polled(self.parser.feed(text.splitlines(), clock.now()))])

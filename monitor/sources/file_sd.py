@@ -45,7 +45,9 @@ from monitor.model import SourceBatch
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.prom_text import Target, scrape
 from monitor.sources.relabel import relabel
+from monitor.sources.tail_state import open_regular
 
+MAX_FILE_BYTES = 16 << 20  # a target file larger than this is refused (Prometheus' own files are KB)
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -152,7 +154,11 @@ class FileSDSource:
                 groups[p] = []
                 continue
             try:
-                groups[p] = parse_groups(Path(p).read_text(encoding="utf-8"), p, self.config)
+                with open_regular(p) as fh:  # never a FIFO's blocking read (issue 36)
+                    text = fh.read(MAX_FILE_BYTES + 1)
+                if len(text) > MAX_FILE_BYTES:
+                    raise FileSDError(f"{p}: over {MAX_FILE_BYTES >> 20} MiB; split it")
+                groups[p] = parse_groups(text.decode("utf-8"), p, self.config)
             except (OSError, UnicodeDecodeError, FileSDError) as exc:
                 errors.append(exc if isinstance(exc, FileSDError) else FileSDError(f"{p}: cannot read ({exc})"))
                 if p in self._groups:  # the last good groups stay (Prometheus keeps them too)

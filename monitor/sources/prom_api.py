@@ -1,10 +1,21 @@
 """Query a Prometheus server's HTTP API: ``/api/v1/query_range``, split into chunks of at most
-``chunk`` seconds (Prometheus refuses more than 11000 points per series in one query)."""
+``chunk`` seconds (Prometheus refuses more than 11000 points per series in one query).
+
+Bounded (issue 36): each request has a total deadline (``timeout``: the whole answer, not each read: a
+Prometheus dripping its answer a byte at a time is cut there, where httpx's per-operation timeouts
+would wait ~50 s), and an answer is streamed and refused past ``BODY_LIMIT`` bytes (as Prometheus'
+own ``body_size_limit``: a 300 MB answer cost 1.16 GB of memory). A request that fails (timeout,
+refused, HTTP error, garbage, too large) is counted and makes the round name the source down
+(``Round.problem``: /healthz says "prometheus: down (...)"); odd points inside a good answer are only
+counted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+from typing import Any
 
 import httpx
 
@@ -15,6 +26,13 @@ from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.relabel import relabel
 
 MAX_POINTS = 11000
+BODY_LIMIT = 32 << 20  # bytes of one answer (decoded); 11000 points of ~100 series is about 30 MB
+# reasons a request failed as a whole: the source is down while any query fails so
+REQUEST_FAILURES = ("timeout", "connect_error", "body_too_large", "bad_response")
+
+
+class BodyTooLarge(Exception):
+    pass
 
 
 def chunks(start: float, end: float, step: float, chunk: float) -> list[tuple[float, float]]:
@@ -26,65 +44,94 @@ def chunks(start: float, end: float, step: float, chunk: float) -> list[tuple[fl
     return out
 
 
-def query_range(client: httpx.Client, url: str, query: str, start: float, end: float, step: float,
-                chunk: float, timeout: float = 10.0) -> SourceBatch:
+async def _fetch(client: httpx.AsyncClient, url: str, params: dict[str, Any], timeout: float,
+                 limit: int) -> tuple[int, bytes]:
+    async with client.stream("GET", f"{url}/api/v1/query_range", params=params, timeout=timeout) as resp:
+        if resp.status_code != 200:
+            return resp.status_code, b""
+        declared = resp.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge
+        parts, size = [], 0
+        async for part in resp.aiter_bytes():
+            size += len(part)
+            if size > limit:
+                raise BodyTooLarge
+            parts.append(part)
+        return 200, b"".join(parts)
+
+
+async def query_range(client: httpx.AsyncClient, url: str, query: str, start: float, end: float, step: float,
+                      chunk: float, timeout: float = 10.0, body_limit: int = BODY_LIMIT) -> SourceBatch:
     batch = SourceBatch(f"prometheus:{url}")
     for a, b in chunks(start, end, step, chunk):
+        params = {"query": query, "start": a, "end": b, "step": step}
         try:
-            resp = client.get(f"{url}/api/v1/query_range", timeout=timeout,
-                              params={"query": query, "start": a, "end": b, "step": step})
-        except httpx.TimeoutException:
+            status, body = await asyncio.wait_for(_fetch(client, url, params, timeout, body_limit), timeout)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
             batch.error("timeout")
+            continue
+        except BodyTooLarge:
+            batch.error("body_too_large")
             continue
         except httpx.HTTPError:
             batch.error("connect_error")
             continue
-        if resp.status_code != 200:
-            batch.error(f"http_{resp.status_code}")
+        if status != 200:
+            batch.error(f"http_{status}")
             continue
         try:
-            doc = resp.json()
+            doc = json.loads(body)
         except (ValueError, RecursionError):
             batch.error("bad_response")
             continue
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            batch.error("bad_response")
-            continue
-        data = doc.get("data")
-        result = data.get("result") if isinstance(data, dict) else None
-        if not isinstance(result, list):
-            batch.error("bad_response")
-            continue
-        for series in result:
-            metric = series.get("metric") if isinstance(series, dict) else None
-            values = series.get("values") if isinstance(series, dict) else None
-            if not isinstance(metric, dict | None) or not isinstance(values, list | None):
-                batch.error("bad_response")
-                continue
-            metric = {str(k): str(v) for k, v in (metric or {}).items()}
-            name = metric.pop("__name__", None)
-            if not name:
-                batch.error("unnamed_series")
-                continue
-            labels = with_node(metric)
-            for pair in values or []:
-                try:  # odd JSON (a huge integer, a string time, a short pair) costs only its point
-                    ts, raw = pair
-                    t, v = float(ts), float(raw)
-                except (TypeError, ValueError, OverflowError):
-                    batch.error("malformed_value")
-                    continue
-                if not math.isfinite(v) or not math.isfinite(t):
-                    batch.error("nonfinite_value")
-                    continue
-                batch.samples.append(Sample(name, labels, v, t))
+        _matrix(doc, batch)
     batch.samples.sort(key=lambda s: s.t)
     return batch
 
 
+def _matrix(doc: Any, batch: SourceBatch) -> None:
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        batch.error("bad_response")
+        return
+    data = doc.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        batch.error("bad_response")
+        return
+    for series in result:
+        metric = series.get("metric") if isinstance(series, dict) else None
+        values = series.get("values") if isinstance(series, dict) else None
+        if not isinstance(metric, dict | None) or not isinstance(values, list | None):
+            batch.error("bad_response")
+            continue
+        metric = {str(k): str(v) for k, v in (metric or {}).items()}
+        name = metric.pop("__name__", None)
+        if not name:
+            batch.error("unnamed_series")
+            continue
+        labels = with_node(metric)
+        for pair in values or []:
+            try:  # odd JSON (a huge integer, a string time, a short pair) costs only its point
+                ts, raw = pair
+                t, v = float(ts), float(raw)
+            except (TypeError, ValueError, OverflowError):
+                batch.error("malformed_value")
+                continue
+            if not math.isfinite(v) or not math.isfinite(t):
+                batch.error("nonfinite_value")
+                continue
+            batch.samples.append(Sample(name, labels, v, t))
+
+
+def failed_requests(batch: SourceBatch) -> list[str]:
+    """The reasons of ``batch`` that mean a request failed as a whole (not an odd point)."""
+    return sorted(r for r in batch.errors if r in REQUEST_FAILURES or r.startswith("http_"))
+
+
 class PromQuerySource:
     """The configured queries over the window since the last round (the first reaches back
-    ``lookback``); a failing query is counted and the others still ingested."""
+    ``lookback``); a failing query is counted, names the source down, and the others still ingested."""
 
     def __init__(self, cfg: PromAPIConfig) -> None:
         self.cfg = cfg
@@ -92,25 +139,28 @@ class PromQuerySource:
         self.interval, self.budget, self.offset = cfg.interval, cfg.interval + cfg.timeout, 0.0
         self.wait_after = True  # a Prometheus answering slowly is asked less often, not back to back
         self.down = DownLabels("prometheus")
-        self.client = httpx.Client()
+        self.client = httpx.AsyncClient()
         self.last: float | None = None
 
     async def poll(self, clock: Clock) -> Round:
         cfg, now = self.cfg, clock.now()
         start = now - cfg.lookback if self.last is None else self.last
-        out = Round()
+        out, problems = Round(), []
         for q in cfg.queries:
-            try:  # the blocking client in a worker thread: a hanging Prometheus never holds the loop
-                batch = await asyncio.to_thread(query_range, self.client, cfg.url, q, start, now, cfg.step,
-                                                cfg.chunk, cfg.timeout)
+            try:
+                batch = await query_range(self.client, cfg.url, q, start, now, cfg.step, cfg.chunk, cfg.timeout)
             except Exception as exc:  # noqa: BLE001 - counted and logged by the daemon's loop
                 out.failures.append(exc)
+                problems.append(f"query {q[:80]!r}: {type(exc).__name__}")
                 continue
+            if failed := failed_requests(batch):
+                problems.append(f"query {q[:80]!r} at {cfg.url}: {', '.join(failed)}")
             out.verl_nodes |= relabel(batch)
             out.polled.append(Polled(batch, source=self.metric))
-        out.up = None if out.failures else True
+        out.up = not problems
+        out.problem = "; ".join(problems)[:400] or None
         self.last = now + cfg.step
         return out
 
     async def close(self) -> None:
-        self.client.close()
+        await self.client.aclose()

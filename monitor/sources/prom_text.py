@@ -43,9 +43,12 @@ class Target:
 
 
 # Prometheus-like bounds for stamps a target writes (honor_timestamps): a sample stamped further back
-# than this or further ahead than FUTURE_S is refused (counted per target), as Prometheus' TSDB refuses
-# samples out of its head's bounds; liveness (``up``, absence rules) comes from the scrape's success.
-PAST_S = 600.0
+# than PAST_S or further ahead than FUTURE_S is refused (counted per target, logged once a minute);
+# liveness (``up``, absence rules) comes from the scrape's success. PAST_S is the 5-min lookback delta
+# (``stale_after_s``), not the TSDB head's bound (issue 36): a sample stamped 5-10 min late used to be
+# stored, yet was already past every rule's freshness horizon, so its alert never fired and nothing
+# said so. Refused and counted (``too_old_timestamp``), the loss is visible and has a named fix.
+PAST_S = 300.0
 FUTURE_S = 600.0
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from monitor.model import SourceBatch, with_node
 from monitor.sources.relabel import relabel_columns
+from monitor.sources.tail_state import NotRegularFile, open_regular
 from monitor.sources.verl_jsonl import IN_PROGRESS, JsonlTail, RunLiveness, in_progress
 
 
@@ -50,8 +51,11 @@ def _value(text: object) -> float:
 def load_recording(path: str | Path, node: str | None = None) -> Recording:
     """``node``: the node label of every series (``replay --node``; a verl JSONL file names none)."""
     path = Path(path)
-    try:
-        head = path.open("rb").read(1)
+    try:  # non-blocking, a regular file only: a FIFO nobody writes would hang the replay (issue 36)
+        with open_regular(path) as fh:
+            head = fh.read(1)
+    except NotRegularFile as exc:
+        raise InputError(f"input {exc}") from None
     except OSError as exc:
         raise InputError(f"input {path}: cannot read ({exc.strerror}); check the path") from exc
     if head == b"{" and _is_verl_jsonl(path):

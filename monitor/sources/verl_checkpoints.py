@@ -108,7 +108,11 @@ def finish_time(step_dir: str) -> float | None:
 
 def _read_tracker(root: str, scan: DirScan) -> None:
     try:
-        fd = os.open(os.path.join(root, TRACKER), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a FIFO planted as the tracker must not block the read (issue 36); refused below
+        fd = os.open(os.path.join(root, TRACKER), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file")
     except FileNotFoundError:
         return
     except OSError as exc:

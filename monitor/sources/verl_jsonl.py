@@ -30,7 +30,13 @@ Guarantees (issue 12.5, 14.2):
 - ``null``/NaN/Inf values are counted (``nonfinite_value``); a record with one in an ``actor/*`` or
   ``critic/*`` key counts as a non-finite step: ``verl_nonfinite_steps_total`` feeds NonFiniteGradients.
 
-Liveness (TrainerDown for a JSONL source) lives in :class:`RunLiveness`, fed by the tail each poll.
+- *Bounded* (issue 36): the path is opened non-blocking and must be a regular file (a FIFO is refused,
+  the source marked down by name: ``problem``); a poll reads at most ``read_limit`` bytes (the backlog
+  continues on the next poll), and a line longer than ``MAX_LINE_BYTES`` is skipped to its newline,
+  counted ``line_too_long`` once, so memory stays bounded whatever the file holds.
+
+Liveness (TrainerDown for a JSONL source) lives in :class:`RunLiveness` (``tail_state.py``), fed by the
+tail each poll.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import yaml
 
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
-from monitor.sources.tail_state import OffsetStore, writer_holds
+from monitor.sources.tail_state import NotRegularFile, OffsetStore, open_regular, writer_holds
 from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 
@@ -60,6 +66,9 @@ HEAD_BYTES = 64
 UNKNOWN_SPACING_S = 1.0        # spacing of a first backlog without any time information
 HISTORY_RECORDS = 240          # records re-read before a resumed offset (the longest step window + warm-up)
 HISTORY_BYTES = 4 << 20
+READ_LIMIT = 16 << 20          # bytes read per poll at most (a backlog drains over several polls)
+MAX_LINE_BYTES = 4 << 20       # verl's lines are a few KB; a longer one is not a record: skipped, counted
+CONFIG_BYTES = 4 << 20         # of the run's resolved config (Hydra's config.yaml is a few KB)
 
 _number = verl_keys.finite_number
 
@@ -99,7 +108,7 @@ class JsonlTail:
     """Follows one verl JSONL file; ``poll(now)`` returns what arrived since the last poll."""
 
     def __init__(self, path: str | Path, node: str | None = None, *, offsets: OffsetStore | None = None,
-                 liveness: RunLiveness | None = None, read_limit: int = 1 << 30,
+                 liveness: RunLiveness | None = None, read_limit: int = READ_LIMIT,
                  resolved_config: str | Path | None = None) -> None:
         self.path = Path(path)
         self.resolved_config = Path(resolved_config) if resolved_config else None
@@ -123,6 +132,8 @@ class JsonlTail:
         self._opened_before = False  # a re-open after a read error resumes without replaying history
         self._progress_t = -math.inf  # time of the last verl_step_in_progress_seconds sample
         self._step_ends: list[float] = []  # this poll's records that a line-by-line writer wrote as they ended
+        self._skipping = False  # inside an over-long line: discard up to its newline
+        self.problem: str | None = None  # why the path cannot be read at all (the source is down, /healthz)
 
     # -- file handling -------------------------------------------------------------------------------
 
@@ -135,13 +146,19 @@ class JsonlTail:
 
     def _open(self, batch: SourceBatch) -> bool:
         try:
-            fh = self.path.open("rb")
+            fh = open_regular(self.path)
         except FileNotFoundError:
             batch.error("file_missing")
             return False
-        except OSError:
-            batch.error("read_error")
+        except NotRegularFile as exc:
+            batch.error("not_regular_file")
+            self.problem = str(exc)
             return False
+        except OSError as exc:
+            batch.error("read_error")
+            self.problem = f"{self.path}: cannot open ({exc.strerror})"
+            return False
+        self.problem = None
         st = os.fstat(fh.fileno())
         self._fh, self._ino, self._offset, self._partial, self._head = fh, (st.st_dev, st.st_ino), 0, b"", ""
         self._opened_mtime = st.st_mtime
@@ -227,6 +244,24 @@ class JsonlTail:
         self._offset += len(chunks[0])
         return self._partial + chunks[0]
 
+    def _bounded_lines(self, text: bytes, batch: SourceBatch) -> list[bytes]:
+        """Complete lines of ``text`` (the rest kept as the partial line), over-long ones left out."""
+        if self._skipping:
+            nl = text.find(b"\n")
+            if nl < 0:
+                self._partial = b""
+                return []
+            text, self._skipping = text[nl + 1:], False
+        lines = text.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_LINE_BYTES:  # a "line" this long is not verl's: skipped to its newline
+            batch.error("line_too_long")
+            self._partial, self._skipping = b"", True
+        kept = [line for line in lines if len(line) <= MAX_LINE_BYTES]
+        if len(kept) < len(lines):
+            batch.error("line_too_long", len(lines) - len(kept))
+        return kept
+
     def _mtime(self) -> float | None:
         try:
             return os.fstat(self._fh.fileno()).st_mtime if self._fh else None
@@ -296,8 +331,9 @@ class JsonlTail:
         offset_before = self._offset
         try:
             text = self._read(batch)
-        except OSError:  # stale NFS handle, EIO: reopen next poll at the same place
+        except OSError as exc:  # stale NFS handle, EIO: reopen next poll at the same place
             batch.error("read_error")
+            self.problem = f"{self.path}: read failed ({exc.strerror})"
             self._offset = offset_before
             self._saved = self._state() if self._ino is not None else None
             self.close()
@@ -305,11 +341,7 @@ class JsonlTail:
             return batch
         grew = self._offset != offset_before and not first_open
         history_step = self._replay_history(batch) if self._history else None
-        lines = text.split(b"\n")
-        self._partial = lines.pop()
-        if len(self._partial) > self.read_limit:  # a "line" this long is not verl's: drop it, counted
-            batch.error("line_too_long")
-            self._partial = b""
+        lines = self._bounded_lines(text, batch)
         own: list[tuple[int, MappedRecord, float]] = []
         timeless: list[tuple[int, MappedRecord]] = []
         for i, line in enumerate(lines):
@@ -385,7 +417,8 @@ class JsonlTail:
             if mtime == self._config_mtime:
                 return
             self._config_mtime = mtime
-            doc = yaml.safe_load(self.resolved_config.read_text(encoding="utf-8"))
+            with open_regular(self.resolved_config) as fh:  # never a FIFO's blocking read
+                doc = yaml.safe_load(fh.read(CONFIG_BYTES).decode("utf-8"))
         except (OSError, yaml.YAMLError, UnicodeDecodeError):
             batch.error("config_unreadable")
             return

@@ -1,15 +1,20 @@
-"""One volcengine verl JSONL log as a source: its ``JsonlTail`` polled every second."""
+"""One volcengine verl JSONL log as a source: its ``JsonlTail`` polled every second, in a worker thread
+with a deadline (``ThreadedRead``): a read that blocks (a hung NFS mount) marks this source down and
+never stalls the others."""
 
 from __future__ import annotations
 
 from alerting.clock import Clock
 from monitor.config import FileSourceConfig
-from monitor.sources.base import DownLabels, Polled, Round
+from monitor.model import SourceBatch
+from monitor.sources.base import DownLabels, Polled, Round, ThreadedRead
 from monitor.sources.stragglers import seqlen_imbalance
 from monitor.sources.tail_state import OffsetStore, writer_holds
 from monitor.sources.verl_checkpoints import CheckpointWatch
 from monitor.sources.verl_export import VerlSeriesExport
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
+
+READ_DEADLINE_S = 5.0  # a poll reads at most 16 MiB of a local file: far under a second when the disk answers
 
 
 class VerlLogSource:
@@ -26,17 +31,24 @@ class VerlLogSource:
         self.name = self.metric = f"jsonl:{tail.path.name}"
         self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
         self.down = DownLabels("jsonl", cfg.node)
+        self.reader = ThreadedRead(READ_DEADLINE_S)
 
     async def poll(self, clock: Clock) -> Round:
         # the tail maps verl's keys to our names as it reads them (relabel.verl_key)
-        batch = self.tail.poll(clock.now())
+        batch = await self.reader.run(self._read, clock.now())
+        if self.export is not None:
+            self.export.update(batch.samples)
+        problem = self.tail.problem
+        return Round([Polled(batch, source=self.metric)], up=not problem, problem=problem)
+
+    def _read(self, now: float) -> SourceBatch:
+        """Every file read of a round (the log, the checkpoint directory), in the reader's worker thread."""
+        batch = self.tail.poll(now)
         seqlen_imbalance(batch)  # verl's own per-dp-rank load record -> one ratio (issue 33.6)
         if self.checkpoints is not None:
             self.checkpoints.observe_log(batch.samples)
-            self.checkpoints.poll(clock.now(), batch)
-        if self.export is not None:
-            self.export.update(batch.samples)
-        return Round([Polled(batch, source=self.metric)])
+            self.checkpoints.poll(now, batch)
+        return batch
 
     async def close(self) -> None:
         self.tail.close()

@@ -113,15 +113,16 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
 def matchers_of(labels: dict[str, str]) -> str:
     """Matchers for a silence of these labels, one per line in the matcher syntax, where only ``\\"``
     is unescaped: a value with a backslash, a line break or another unprintable character becomes an
-    anchored regex spelling those as ``\\xNN``/``\\uNNNN``, so every line still matches its alert."""
+    anchored regex spelling those as ``\\xNN``/``\\x{NNNN}`` (RE2 syntax), so every line still matches its alert."""
     return "\n".join(_matcher_line(k, v) for k, v in sorted(labels.items()) if k != "severity")
 
 
 def _matcher_line(name: str, value: str) -> str:
     if value.isprintable() and "\\" not in value:
         return f'{name}="{value.replace(chr(34), chr(92) + chr(34))}"'
+    # RE2 / Go regexp spelling (alerting/matchers.py compiles with RE2): \\xNN, and \\x{NNNN} beyond a byte
     spelled = "".join(re.escape(c) if c.isprintable() and c not in "\\\"" else f"\\x{ord(c):02x}" if ord(c) < 0x100
-                      else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in value)
+                      else f"\\x{{{ord(c):x}}}" for c in value)
     return f'{name}=~"{spelled}"'
 
 

@@ -99,8 +99,11 @@ def test_odd_query_range_json_is_counted_not_raised() -> None:
         "[" * 5000,
     ])
     transport = httpx.MockTransport(lambda req: httpx.Response(200, text=next(docs)))
-    with httpx.Client(transport=transport) as client:
-        batch = prom_api.query_range(client, "http://prom", "x", 0, 9000, 60, 3600)
+    async def run() -> SourceBatch:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await prom_api.query_range(client, "http://prom", "x", 0, 9000, 60, 3600)
+
+    batch = asyncio.run(run())
     assert [(s.name, s.t, s.value) for s in batch.samples] == [("x", 1.0, 1.0)]
     assert batch.errors["bad_response"] >= 3 and batch.errors["malformed_value"] == 3
 

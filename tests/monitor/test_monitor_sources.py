@@ -3,6 +3,7 @@ chunking against a loopback server, Alertmanager payloads, and the store's caps 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -125,8 +126,12 @@ def test_query_range_is_chunked_and_counts_bad_responses() -> None:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        with httpx.Client() as c:
-            b = query_range(c, f"http://127.0.0.1:{srv.server_address[1]}", "verl_kl_divergence", 0, 10800, 15, 3600)
+        async def run() -> SourceBatch:
+            async with httpx.AsyncClient() as c:
+                return await query_range(c, f"http://127.0.0.1:{srv.server_address[1]}", "verl_kl_divergence",
+                                         0, 10800, 15, 3600)
+
+        b = asyncio.run(run())
     finally:
         srv.shutdown()
         srv.server_close()

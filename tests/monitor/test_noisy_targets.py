@@ -224,3 +224,24 @@ def test_a_churning_exporter_beside_the_trainer_end_to_end(tmp_path: Path) -> No
         d.stop()
         churn.close()
         trainer.close()
+
+
+@pytest.mark.parametrize("late_s,refused", [(240.0, False), (330.0, True), (540.0, True)])
+def test_samples_stamped_past_the_lookback_are_refused_and_counted_not_stored_inert(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, late_s: float, refused: bool) -> None:
+    # issue 36: 5-10 min late used to be stored although no rule could ever judge it (its alert never fired)
+    clock = SimulatedClock(T0)
+    d = _daemon(tmp_path, clock)
+    target = Target("trainer", "http://127.0.0.1:9/metrics", node="gpu-01")
+    try:
+        with caplog.at_level(logging.WARNING, "monitor.daemon"):
+            batch, _, up = run_scrape(target, f"verl_gpu_temperature_celsius 97 {int((T0 - late_s) * 1000)}\n", T0)
+            d.ingest(batch, target.name, T0)
+        stored = [s for s in d.pipeline.store if s.name == "verl_gpu_temperature_celsius" and s.last_v == s.last_v]  # NaN: never stored
+        counted = d.metrics.scrape_errors.labels("trainer", "too_old_timestamp")._value.get()
+        assert up and counted == (1 if refused else 0)
+        logged = [r.message for r in caplog.records if "too_old_timestamp" in r.message]
+        assert len(logged) == (1 if refused else 0) and all("honor_timestamps: false" in m for m in logged)
+        assert bool(stored) != refused
+    finally:
+        d.close()

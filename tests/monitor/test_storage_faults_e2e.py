@@ -147,6 +147,13 @@ def _trigger_fs_error(state: Path) -> None:
     trigger.write_text("1")
 
 
+def _fail_disk(d: RunningDaemon, state: Path, probe: Probe) -> None:
+    """A healthy daemon, then its state disk turns read-only and the probe's alert condition starts."""
+    assert wait_for(lambda: httpx.get(f"{d.url}/healthz").status_code == 200, timeout=10)
+    _trigger_fs_error(state)
+    probe.value = 1.0
+
+
 @pytest.mark.slow
 def test_a_state_filesystem_turned_read_only_is_loud_and_pages_after_repair(tmp_path: Path,
                                                                            ext4: tuple[Path, Path]) -> None:
@@ -154,9 +161,7 @@ def test_a_state_filesystem_turned_read_only_is_loud_and_pages_after_repair(tmp_
     probe, robot = Probe(), WebhookStandIn()
     d = _start(tmp_path, probe, robot)
     try:
-        assert wait_for(lambda: httpx.get(f"{d.url}/healthz").status_code == 200, timeout=10)
-        _trigger_fs_error(state)
-        probe.value = 1.0
+        _fail_disk(d, state, probe)
         _degraded(d, "read_only")
         assert _pages(robot) == []
         d.stop()  # a person repairs the disk: stop, fsck, mount, start -- no state to edit by hand

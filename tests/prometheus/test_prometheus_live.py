@@ -6,6 +6,7 @@ replaying the run from that server must find nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import io
 import json
@@ -290,9 +291,12 @@ def test_monitor_replaying_the_run_from_prometheus_finds_nothing(stack: Stack) -
     from monitor.sources.prom_api import query_range
     from monitor.sources.recorded import from_columns
 
-    with httpx.Client() as client:
-        batch = query_range(client, str(stack.http.base_url).rstrip("/"), '{__name__=~"verl_.+|DCGM_FI_.+"}',
-                            stack.started, time.time(), step=1.0, chunk=3600.0)
+    async def run():  # noqa: ANN202
+        async with httpx.AsyncClient() as client:
+            return await query_range(client, str(stack.http.base_url).rstrip("/"), '{__name__=~"verl_.+|DCGM_FI_.+"}',
+                                     stack.started, time.time(), step=1.0, chunk=3600.0)
+
+    batch = asyncio.run(run())
     assert batch.samples, "the Prometheus-API source read nothing"
     columns: dict[tuple, tuple[str, dict[str, str], list[float], list[float]]] = {}
     for s in batch.samples:

@@ -4,15 +4,21 @@ The kernel releases a ``flock`` when its holder dies (kill -9 included), so the 
 stale; the file's content (host, pid, run id, start time) is only information: for the one-line refusal
 of a second trainer, and to say "taken over from a dead pid" when a killed run's file is found. A lock
 on NFS is only as good as the server's ``flock`` support (local disks and Lustre/GPFS honour it).
+
+The file is opened ``O_NOFOLLOW`` and must be a regular file with one link (issue 36): a ``.lock``
+planted as a symbolic or hard link to a file elsewhere would otherwise have that file truncated when
+the holder's line is written. It is refused with one line naming the path (``verl-train`` exits 2).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -60,7 +66,18 @@ class DirLock:
         if self._fd is not None:
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        unsafe = (f"checkpoint dir lock {self.path} is not a plain file of its own (a symbolic or hard link, or "
+                  "not a regular file); refusing to write through it: remove it and start again")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EMLINK):  # EMLINK: what FreeBSD says for a link under O_NOFOLLOW
+                raise DirectoryLocked(unsafe) from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            os.close(fd)
+            raise DirectoryLocked(unsafe)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

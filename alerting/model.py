@@ -150,7 +150,9 @@ class Notification:
     def to_json(self) -> dict[str, Any]:
         return {
             "receiver": self.receiver, "group_key": self.group_key, "group_labels": dict(self.group_labels),
-            "status": self.status, "alerts": [dict(a.to_json(), value=a.value) for a in self.alerts],
+            # ``to_state``, not ``to_json``: the outbox stores this and the notifier reads it back, so the
+            # plot's path (``plotFile``) must survive the round trip or WeCom gets no image (issue 34).
+            "status": self.status, "alerts": [a.to_state() for a in self.alerts],
             "fingerprints": list(self.fingerprints), "created_at": self.created_at,
         }
 

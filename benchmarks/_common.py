@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py`: make the repo'
 
 from monitor.rules import Rule, RuleError, load_rules  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "datasets"
+# not in the repository (benchmarks/DATASETS.md): $VERL_OPS_DATASETS, else beside the clone
+DEFAULT_DATA = Path(os.environ.get("VERL_OPS_DATASETS") or ROOT.parent / "shared" / "datasets")
 
 
 def load_profile(path: Path) -> list[Rule]:

@@ -46,7 +46,7 @@ def per_update_us(make, times: list[float], values: list[float], repeat: int) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="datasets folder holding nab/ (default ../shared/datasets)")
+    ap.add_argument("--data", help="datasets folder holding nab/ (default $VERL_OPS_DATASETS or ../shared/datasets; benchmarks/DATASETS.md)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest counts (default 3)")
     ap.add_argument("--json", action="store_true", help="JSON lines only")
     args = ap.parse_args(argv)

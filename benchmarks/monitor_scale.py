@@ -5,7 +5,7 @@
 Three processes, so that only the monitor's own work is charged to it:
 
 * load generator (``--serve``): one HTTP server with, per node, a dcgm-exporter-shaped exposition
-  (the fields and label shape of ``../shared/fixtures/dcgm-exporter-sample.prom``, one block per GPU)
+  (the fields and label shape of ``tests/fixtures/dcgm-exporter-sample.prom``, one block per GPU)
   and a trainer-shaped one (every family of ``verl.metrics.catalog``); values move every 5 s;
 * the monitor (``--run-monitor``): ``monitor.daemon.Daemon`` with all default rules, 2 targets per
   node at 5 s, evaluation every ``--eval-interval``; it times each scrape and evaluation tick;
@@ -41,11 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DCGM_FIXTURE = ROOT.parent / "shared" / "fixtures" / "dcgm-exporter-sample.prom"
-# Used when the shared fixture is absent: the dcgm-exporter default fields that the rules read.
-DCGM_FALLBACK = ["DCGM_FI_DEV_GPU_TEMP 40", "DCGM_FI_DEV_GPU_UTIL 80", "DCGM_FI_DEV_FB_USED 60000",
-                 "DCGM_FI_DEV_FB_FREE 20000", "DCGM_FI_DEV_POWER_USAGE 300", "DCGM_FI_DEV_XID_ERRORS 0",
-                 "DCGM_FI_DEV_SM_CLOCK 1400", "DCGM_FI_DEV_MEM_CLOCK 1600"]
+DCGM_FIXTURE = ROOT / "tests" / "fixtures" / "dcgm-exporter-sample.prom"
 PERIOD_S = 5.0
 LINE_RE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 
@@ -74,12 +70,9 @@ def _labels(d: dict[str, str]) -> str:
 
 
 def dcgm_series(node: int, gpus: int) -> tuple[list[str], list[Series]]:
-    try:
-        lines = [ln for ln in DCGM_FIXTURE.read_text().splitlines() if ln and not ln.startswith("#")]
-    except OSError:
-        lines = DCGM_FALLBACK
-    header = [ln for ln in (DCGM_FIXTURE.read_text().splitlines() if DCGM_FIXTURE.exists() else [])
-              if ln.startswith(("# HELP", "# TYPE"))]
+    text = DCGM_FIXTURE.read_text().splitlines()  # in the repository: always there
+    lines = [ln for ln in text if ln and not ln.startswith("#")]
+    header = [ln for ln in text if ln.startswith(("# HELP", "# TYPE"))]
     out = []
     for g in range(gpus):
         labels = _labels({"gpu": str(g), "UUID": f"GPU-{node:04d}{g:04d}-0000-0000-0000-000000000000",

@@ -100,7 +100,7 @@ def summary(data: Path, results: dict[str, list[tuple[str, FileScore]]]) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="datasets folder holding nab/ (default ../shared/datasets)")
+    ap.add_argument("--data", help="datasets folder holding nab/ (default $VERL_OPS_DATASETS or ../shared/datasets; benchmarks/DATASETS.md)")
     ap.add_argument("--rules", default=str(DEFAULT_RULES), help="rule profile (default monitor/rules/nab.yaml)")
     ap.add_argument("--json", action="store_true", help="per-file lines as JSON too")
     ap.add_argument("--sweep", metavar="A,B,...",

@@ -176,7 +176,7 @@ def setting(key: tuple) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="datasets folder holding nab/ (default ../shared/datasets)")
+    ap.add_argument("--data", help="datasets folder holding nab/ (default $VERL_OPS_DATASETS or ../shared/datasets; benchmarks/DATASETS.md)")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "verl-ops" / "nab_cv"))
     ap.add_argument("--json", action="store_true", help="every grid point's in-sample score as JSON too")
     args = ap.parse_args(argv)

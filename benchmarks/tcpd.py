@@ -58,7 +58,7 @@ def change_points(values: list[float], spacing: float, params: dict[str, Any]) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", help="datasets folder holding tcpd/ (default ../shared/datasets)")
+    ap.add_argument("--data", help="datasets folder holding tcpd/ (default $VERL_OPS_DATASETS or ../shared/datasets; benchmarks/DATASETS.md)")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="tcpd")
     ap.add_argument("--json", action="store_true", help="per-series lines as JSON too")
     args = ap.parse_args(argv)

@@ -1,25 +1,19 @@
-"""Plot links people can open and plot bytes notifiers read without HTTP.
+"""Plot links people can open from chat.
 
-With ``bearer_token`` set, the monitor's API answers 401 to a phone opening a chat link, and the WeCom
-notifier used to fetch its own plot over HTTP without the token (401, no image, nothing logged). So:
-
-- ``url`` gives a signed, expiring link (``?exp=<unix s>&sig=<HMAC-SHA256(token, name|exp)>``): the API
-  serves that one plot until ``exp`` without the bearer token, as S3's pre-signed URLs do;
-- ``read`` hands the notifier the PNG straight from the plot directory (the engine passes it forward
-  to notifiers that send images), waiting briefly for a plot still being rendered.
+With ``bearer_token`` set, the monitor's API answers 401 to a phone opening a chat link. So ``url``
+gives a signed, expiring link (``?exp=<unix s>&sig=<HMAC-SHA256(token, name|exp)>``): the API serves
+that one plot until ``exp`` without the bearer token, as S3's pre-signed URLs do. Notifiers that send
+images never come here: the PNG's path travels on the alert (``Alert.plot_file``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import time
 from pathlib import Path
 
 LINK_TTL_S = 7 * 86400.0
-RENDER_WAIT_S = 2.0  # plots render in a worker thread, usually well within group_wait
-_NAME = re.compile(r"/api/v1/plots/([A-Za-z0-9_.-]+\.png)(?:\?|$)")
 
 
 class PlotLinks:
@@ -44,17 +38,3 @@ class PlotLinks:
         if not self.token or not exp.isdigit():
             return False
         return int(exp) > time.time() and hmac.compare_digest(sig, self._sig(name, int(exp)))
-
-    def read(self, ref: str) -> bytes | None:
-        """The PNG a plot link of ours names (None: not ours, or not there)."""
-        m = _NAME.search(ref)
-        if m is None or not ref.startswith(self.prefix):
-            return None
-        path = self.dir / m.group(1)
-        deadline = time.monotonic() + RENDER_WAIT_S
-        while not path.is_file() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        try:
-            return path.read_bytes()
-        except OSError:
-            return None

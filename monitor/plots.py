@@ -42,6 +42,9 @@ def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, floa
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    # written whole, then renamed: a notifier waiting for the file never reads half a PNG
+    part = path.with_name(path.name + ".part")
+    fig.savefig(part, format="png")
     plt.close(fig)
+    part.replace(path)
     return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import time
 from pathlib import Path
 
 from alerting.model import Notification
@@ -15,6 +16,9 @@ from alerting.templates import Rendered
 
 CODES = {45009: "rate", -1: "retry"}
 MAX_IMAGE_BYTES = 2 * 1024 * 1024
+# The monitor renders a plot in a worker thread after the alert starts firing (and writes it whole, by
+# rename); with a short group_wait the message can be sent first, so the image waits for it this long.
+PLOT_WAIT_S = 10.0
 
 
 def _plot_ref(notes: list[Notification]) -> str:
@@ -39,7 +43,11 @@ class WeComNotifier(Notifier):
         return 1 if digest or not _plot_ref(notes) else 2
 
     def _load_plot(self, ref: str) -> bytes:
-        raw = Path(ref).read_bytes()
+        path = Path(ref)
+        deadline = time.monotonic() + PLOT_WAIT_S
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raw = path.read_bytes()
         if len(raw) > MAX_IMAGE_BYTES or not raw.startswith((b"\x89PNG", b"\xff\xd8")):
             raise ValueError("plot is not a PNG/JPEG of at most 2 MB")
         return raw

@@ -115,7 +115,8 @@ def test_redact_hides_tokens() -> None:
     assert json.dumps(text)
 
 
-def test_wecom_image_travels_with_the_alert_and_is_never_fetched(fakes: dict[str, Any], tmp_path: Path) -> None:
+def test_wecom_image_travels_with_the_alert_and_is_never_fetched(fakes: dict[str, Any], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import functools
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -139,6 +140,7 @@ def test_wecom_image_travels_with_the_alert_and_is_never_fetched(fakes: dict[str
         a.plot_file = str(tmp_path / "leak.png")  # the PNG the monitor rendered, carried by the alert
         assert send("wecom", fakes["wecom"], [Notification("wecom", "g", {}, "firing", [a], [], T0)]).ok
         a.plot_file = str(tmp_path / "missing.png")
+        monkeypatch.setattr("alerting.notifiers.wecom.PLOT_WAIT_S", 0.2)  # a plot that never comes
         res = send("wecom", fakes["wecom"], [Notification("wecom", "g", {}, "firing", [a], [], T0)])
         assert res.ok and "plot not sent" in res.error
     finally:

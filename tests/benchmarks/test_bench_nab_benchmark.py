@@ -7,15 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from bench_datasets import NAB, needs
 
 from benchmarks import nab
 from benchmarks._common import load_profile
 from benchmarks._nab_scoring import load_profiles, normalised, read_series
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "datasets" / "nab"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="NAB data absent")
+DATA = NAB
+needs_data = needs(NAB, "NAB")
 FILES = ["realKnownCause/ec2_request_latency_system_failure.csv", "realAWSCloudwatch/elb_request_count_8c0756.csv"]
 
 

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_datasets import NAB, needs
 
 from benchmarks import nab, nab_cv
 from benchmarks._nab_scoring import load_profiles, load_windows, prepare, read_series, score_file, score_rows
 from monitor.detectors.context import ContextAnomalyDetector
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "datasets" / "nab"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="NAB data absent")
+DATA = NAB
+needs_data = needs(NAB, "NAB")
 FILE = "realAWSCloudwatch/ec2_cpu_utilization_5f5533.csv"
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
 
 import pytest
+from bench_datasets import NAB, needs
 
 from benchmarks._nab_scoring import (
     PROFILE_KEYS,
@@ -19,8 +19,8 @@ from benchmarks._nab_scoring import (
     score_file,
 )
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "nab"
-needs_data = pytest.mark.skipif(not (DATA / "published_results" / "numenta_raw").is_dir(), reason="NAB data absent")
+DATA = NAB
+needs_data = needs(NAB / "published_results" / "numenta_raw", "NAB (with the raw HTM output)")
 
 STANDARD = CostMatrix(tp=1.0, fp=0.11, fn=1.0)
 

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_datasets import TCPD, needs
 
 from benchmarks import tcpd
 from benchmarks._tcpd_metrics import covering, f_measure, segments, true_positives
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "datasets" / "tcpd"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="TCPD data absent")
+DATA = TCPD
+needs_data = needs(TCPD, "TCPD")
 
 
 def test_true_positives_never_reuse_a_prediction() -> None:

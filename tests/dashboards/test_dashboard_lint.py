@@ -145,12 +145,11 @@ def test_every_catalogue_metric_is_on_a_dashboard_or_rule() -> None:
 
 def test_dcgm_field_list_covers_the_sample_exporter_output() -> None:
     """Every field the shipped dcgm-exporter sample exposes is in the field list the linter trusts."""
-    sample = ROOT.parent / "shared/fixtures/dcgm-exporter-sample.prom"
+    sample = ROOT / "tests/fixtures/dcgm-exporter-sample.prom"
     fields = lint.dcgm_fields()
     assert (ROOT / "dashboards/dcgm-fields.csv").read_text().startswith("# source:")
-    if sample.exists():
-        exposed = {ln.split("{")[0] for ln in sample.read_text().splitlines() if ln.startswith("DCGM_FI_")}
-        assert exposed and exposed <= fields
+    exposed = {ln.split("{")[0] for ln in sample.read_text().splitlines() if ln.startswith("DCGM_FI_")}
+    assert exposed and exposed <= fields
 
 
 def test_provisioning_points_at_the_dashboards() -> None:

@@ -18,7 +18,7 @@ from monitor.model import Sample, SourceBatch
 from monitor.sources.base import DownLabels, Polled, Round, TopPrompts
 from monitor.sources.dmon import DmonCommandSource
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def _daemon(tmp_path: Path) -> Daemon:

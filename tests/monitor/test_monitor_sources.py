@@ -22,7 +22,7 @@ from monitor.sources.relabel import relabel
 from monitor.sources.verl_jsonl import JsonlTail
 from monitor.store import SeriesStore, StoreLimits
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_dcgm_fixture_parses_with_node_from_hostname_and_units_normalised() -> None:

@@ -12,7 +12,7 @@ from monitor.sources.prom_text import parse_exposition
 from monitor.sources.scrape_cache import ScrapeCache
 from monitor.store import SeriesStore, StoreLimits, series_key
 
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "dcgm-exporter-sample.prom"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm-exporter-sample.prom"
 
 BASE = """# HELP jobs_total Jobs.
 # TYPE jobs_total counter

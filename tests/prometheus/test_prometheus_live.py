@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))  # dashboards/ is a tool directory next to the pac
 
 from dashboards.gen import lint  # noqa: E402
 
-DCGM_SAMPLE = Path(__file__).parent / "fixtures/dcgm-exporter-sample.prom"
+DCGM_SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm-exporter-sample.prom"
 DASHBOARDS = ("verl-training.json", "gpu-dcgm.json", "monitor.json")
 SCRAPE = "1s"
 RATE_INTERVAL = "10s"  # Grafana's $__rate_interval for a 1 s scrape would be 4 s; 10 s tolerates busy CPUs

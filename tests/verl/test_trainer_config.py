@@ -1,17 +1,16 @@
-"""Config schema, YAML + overrides, and the CLI's one-line exit-2 errors (real subprocesses)."""
+"""Config schema, YAML + overrides, and the CLI's one-line exit-2 errors (``verl.cli.train.main`` in process:
+the process boundary adds nothing to a config error; tests/verl/integration/test_it_hot_standby.py runs the
+real process for its exit 2)."""
 
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from verl.cli.train import main as train_main
 from verl.config import ConfigError, load_config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bundled_configs_validate() -> None:
@@ -68,37 +67,35 @@ def test_unknown_config_name() -> None:
         load_config("nope_not_here")
 
 
-def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "verl.cli.train", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
-def _assert_one_line_exit2(proc: subprocess.CompletedProcess[str], needle: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
+def _assert_one_line_exit2(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
+    capsys.readouterr()
+    rc = train_main(args)
+    out = capsys.readouterr()
+    assert rc == 2, out.err
+    assert "Traceback" not in out.err + out.out
+    lines = [line for line in out.err.splitlines() if line.strip()]
+    assert len(lines) == 1, out.err
     assert needle in lines[0]
 
 
-def test_cli_unknown_key_exits_2() -> None:
-    _assert_one_line_exit2(_run_cli("--config", "ppo_tiny", "actor.learning_rate=0.1"), "'actor.learning_rate'")
+def test_cli_unknown_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    _assert_one_line_exit2(capsys, ["--config", "ppo_tiny", "actor.learning_rate=0.1"], "'actor.learning_rate'")
 
 
-def test_cli_wrong_type_exits_2(tmp_path: Path) -> None:
+def test_cli_wrong_type_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("trainer:\n  total_steps: many\n")
-    _assert_one_line_exit2(_run_cli("--config", str(cfg)), "'trainer.total_steps' must be int")
+    _assert_one_line_exit2(capsys, ["--config", str(cfg)], "'trainer.total_steps' must be int")
 
 
-def test_cli_missing_dataset_exits_2(tmp_path: Path) -> None:
+def test_cli_missing_dataset_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.jsonl"
-    _assert_one_line_exit2(_run_cli("--config", "ppo_tiny", f"data.prompt_dataset={missing}"), str(missing))
+    _assert_one_line_exit2(capsys, ["--config", "ppo_tiny", f"data.prompt_dataset={missing}"], str(missing))
 
 
-def test_cli_port_in_use_exits_2() -> None:
+def test_cli_port_in_use_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen(1)
         port = holder.getsockname()[1]
-        _assert_one_line_exit2(_run_cli("--config", "ppo_tiny", "--metrics-port", str(port)), f"port {port}")
+        _assert_one_line_exit2(capsys, ["--config", "ppo_tiny", "--metrics-port", str(port)], f"port {port}")

@@ -64,6 +64,9 @@ class Candidate:
     value: float | None
     details: dict[str, float]
     binding: Binding
+    # the ``when:`` conditions' evidence, one per extra condition: the series that holds it (its name,
+    # value and its detector's details), so a page can quote both sides of a join (issue 32)
+    joined: tuple[dict, ...] = ()
 
 
 STALE_INTERVALS = 3.0
@@ -199,8 +202,18 @@ class Evaluator:
             value = details.get("value", b.series.last_v)
             out.append(Candidate(b.fp, b.labels, b.rule, since, now - since >= self._for_s(b),
                                  None if value is None or not math.isfinite(value) else float(value),
-                                 details, b))
+                                 details, b, self._joined(b, now)))
         return out
+
+    def _joined(self, b: Binding, now: float) -> tuple[dict, ...]:
+        out = []
+        for ci in range(1, len(b.rule.conditions)):
+            h = next((h for h in self._helpers.get((b.rule_index, ci, b.labels["node"]), []) if self._fresh(h, now)), None)
+            if h is not None:
+                details = dict(h.finding.details) if h.finding else {}
+                out.append({"name": h.series.name, "labels": h.series.labels,
+                            "value": details.get("value", h.series.last_v), "details": details})
+        return tuple(out)
 
     def _check_fill(self, b: Binding) -> None:
         reason = b.detector.unfillable(b.series.interval())

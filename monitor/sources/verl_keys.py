@@ -126,6 +126,10 @@ def map_key(key: str) -> Mapped | None:
     m = KEY_MAP.get(key)
     if m is not None:
         return Mapped(m.series, m.labels, m.factor)
+    if key.startswith(("val-core/", "val-aux/")):
+        # validation, every trainer.test_freq steps (the trainer's _val_metrics_update): one series per key,
+        # told apart by a label so each is its own alert (issue 32)
+        return Mapped("verl_validation_metric", {"metric": key}, 1.0)
     if key.startswith("timing_s/"):
         stage = key[len("timing_s/"):]
         if stage.startswith("agent_loop/"):

@@ -11,6 +11,7 @@ from monitor_scenarios import T0, firing, run, times
 from monitor.rules import RuleError, load_rule_files, load_rules
 from monitor.selectors import parse_selector
 from monitor.sources.alertmanager import CATALOGUE
+from monitor.sources.verl_keys import map_key
 from verl.metrics.catalog import BY_NAME
 
 # dcgm-exporter field names the defaults use (dcgm-exporter's default counters CSV).
@@ -28,6 +29,12 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
 
 
 VERL_JSONL_LABELS = {"job", "stat"}
+# series only a verl log has (issue 32): its unmapped keys (verl_jsonl_<key>) and its validation keys
+VALIDATION = map_key("val-core/openai/gsm8k/reward/mean@1")
+
+
+def jsonl_only(selector) -> bool:
+    return selector.name is not None and (selector.name.startswith("verl_jsonl_") or selector.name == VALIDATION.name)
 
 
 def test_default_selectors_name_real_series() -> None:
@@ -37,6 +44,10 @@ def test_default_selectors_name_real_series() -> None:
             for s in c.selectors:
                 assert s.name is not None
                 used.add(s.name)
+                if jsonl_only(s):  # then the rule must say it reads a verl log
+                    assert any(m.name == "job" and m.value == "verl_jsonl" for m in s.matchers), s.text
+                    assert {m.name for m in s.matchers} <= {"job", *VALIDATION.labels}, s.text
+                    continue
                 assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the

@@ -11,7 +11,7 @@ from monitor_scenarios import T0, firing, run, times
 from monitor.rules import RuleError, load_rule_files, load_rules
 from monitor.selectors import parse_selector
 from monitor.sources.alertmanager import CATALOGUE
-from monitor.sources.verl_keys import map_key
+from monitor.sources.verl_keys import GAP_PREFIX, map_key
 from verl.metrics.catalog import BY_NAME
 
 # dcgm-exporter field names the defaults use (dcgm-exporter's default counters CSV).
@@ -29,12 +29,15 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
 
 
 VERL_JSONL_LABELS = {"job", "stat"}
-# series only a verl log has (issue 32): its unmapped keys (verl_jsonl_<key>) and its validation keys
+# series only a verl log has (issue 32): its unmapped keys (verl_jsonl_<key>), its validation keys and the
+# training score's gap to them (both labelled with the validation key)
 VALIDATION = map_key("val-core/openai/gsm8k/reward/mean@1")
+GAP = map_key(GAP_PREFIX + "val-core/openai/gsm8k/reward/mean@1")
 
 
 def jsonl_only(selector) -> bool:
-    return selector.name is not None and (selector.name.startswith("verl_jsonl_") or selector.name == VALIDATION.name)
+    return selector.name is not None and (selector.name.startswith("verl_jsonl_")
+                                          or selector.name in (VALIDATION.name, GAP.name))
 
 
 def test_default_selectors_name_real_series() -> None:

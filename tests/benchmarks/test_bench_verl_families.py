@@ -1,0 +1,39 @@
+"""The failure families of issue 32 on runs written by verl 0.9.1's own code (benchmarks/data/verl_real2),
+replayed live with the default rules and scored as benchmarks/verl_families.py scores them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.verl_families import DATA, main, replay, score
+
+
+@pytest.mark.parametrize("name", [
+    "grpo-entropy_collapse-20s",     # 10x in 20 steps: was only a P3 after ~17 h of 5-min means
+    "rloo-entropy_collapse-3600s",   # the same rule at 1-h steps
+    "ppo-grad_burst-60s",            # finite grad norm x50, then critic/vf_loss x75: nobody was paged
+    "ppo-reward_hack-300s",          # score up, val-core down, validation every 10 steps
+    "grpo-kl_blowup-60s",            # accelerating KL on GRPO: paged once, held, no re-page
+    "grpo-healthy_v1bug-60s",        # verl V1's clip_ratio never 0: not "at the cap"
+    "ppo-healthy_v1bug-300s",
+    "grpo-healthy_cadence-20s",      # 20 s -> 60 s steps with a 3x batch: no page
+])
+def test_family_run_comes_out_right(name: str) -> None:
+    truth = json.loads((DATA / f"{name}.truth.json").read_text())
+    r = score(truth, replay(DATA, truth))
+    assert r["ok"], r
+
+
+def test_page_quotes_the_evidence_and_names_both_series() -> None:
+    truth = json.loads((DATA / "grpo-reward_hack-60s.truth.json").read_text())
+    r = score(truth, replay(DATA, truth))
+    assert r["paged_by"] == "RewardHackingSuspected", r
+    assert "val-core/openai/gsm8k/reward/" in r["evidence"] and "critic/score/mean holds at" in r["evidence"], r
+
+
+def test_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--only", "grpo-healthy_v1bug-60s", "--json"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[-1]["benchmark"] == "verl_families" and lines[-1]["runs"] == 1 and lines[-1]["false_pages"] == 0

@@ -22,7 +22,7 @@ import json
 import math
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +71,6 @@ class Plan:
     variant: str = ""  # healthy: growth, ratchet, resume, cadence, v1bug
     layout: str = "v0"
     test_freq: int = 10
-    extra: dict = field(default_factory=dict)
 
 
 PLANS = [

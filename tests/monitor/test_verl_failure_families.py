@@ -168,3 +168,11 @@ def test_the_source_derives_the_train_validation_gap_on_validation_records() -> 
     assert gaps == {"val-core/gsm8k/acc/mean@4": 0.7, "val-core/gsm8k/acc/best@4/mean": 0.4}
     assert {map_key(k).name for k in derived(record)} == {"verl_train_validation_gap"}
     assert derived({"critic/score/mean": 0.9}) == {}
+
+
+def test_our_trainers_scraped_entropy_collapse_pages_in_minutes() -> None:
+    rng = np.random.default_rng(8)
+    t = T0 + np.arange(0.0, 3 * 3600.0, 15.0)  # our trainer's gauge, scraped every 15 s
+    entropy = np.where(t - T0 < 2 * 3600.0, 0.6, 0.06) + rng.normal(0, 0.01, len(t))
+    hits = firing(run([("verl_entropy", {"node": "gpu-08"}, t, entropy)]), "PolicyEntropyShift")
+    assert hits and "collapsed" in hits[0]["annotations"]["summary"]

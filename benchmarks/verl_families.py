@@ -126,7 +126,7 @@ def replay(data: Path, truth: dict) -> list[tuple[float, dict]]:
     lines = gzip.decompress((data / f"{truth['run']}.jsonl.gz").read_bytes()).splitlines(keepends=True)
     with tempfile.TemporaryDirectory(prefix="verl-families-") as tmp:
         return simulate(lines, truth["times"], truth["step_s"], RULES, Path(tmp), None,
-                        truncate_at=truth.get("restart_index"))
+                        truncate_at=truth.get("restart_index"), total_steps=truth["steps"])
 
 
 RULES = load_rule_files(None)

@@ -55,7 +55,7 @@ FAMILIES = {
     "length_cap": (["ResponseLengthAtCap"], 15),
     "grad_burst": (["GradientNormBurst", "LossDivergence", "NonFiniteGradients"], 5),
     "reward_hack": (["RewardHackingSuspected"], 0),  # 3 validation points + 10 steps: see write_plan
-    "kl_blowup": (["KLBlowUp", "KLDriftDetected"], 20),
+    "kl_blowup": (["KLDriftDetected"], 20),
     "hang": (["TrainerDown", "TrainingStalled", "*Hang*", "*Stall*"], 0),
 }
 
@@ -105,6 +105,8 @@ PLANS = [
     Plan("reinforce-healthy-3600s", "reinforce", "healthy", 3600.0),
     Plan("rloo-healthy-20s", "rloo", "healthy", 20.0),
     Plan("ppo-healthy-20s", "ppo", "healthy", 20.0),
+    # (new plans go last: a plan's seed is its index)
+    Plan("grpo-kl_blowup_early-90s", "grpo", "kl_blowup", 90.0, 40),  # inside the KL warm-up
 ]
 
 

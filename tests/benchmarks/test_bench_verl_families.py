@@ -15,7 +15,7 @@ from benchmarks.verl_families import DATA, main, replay, score
     "rloo-entropy_collapse-3600s",   # the same rule at 1-h steps
     "ppo-grad_burst-60s",            # finite grad norm x50, then critic/vf_loss x75: nobody was paged
     "ppo-reward_hack-300s",          # score up, val-core down, validation every 10 steps
-    "grpo-kl_blowup-60s",            # accelerating KL on GRPO: paged once, held, no re-page
+    "grpo-kl_blowup_early-90s",      # accelerating KL on GRPO from inside the warm-up: once, held, early
     "grpo-healthy_v1bug-60s",        # verl V1's clip_ratio never 0: not "at the cap"
     "ppo-healthy_v1bug-300s",
     "grpo-healthy_cadence-20s",      # 20 s -> 60 s steps with a 3x batch: no page

@@ -240,8 +240,12 @@ class Evaluator:
 
     def _fresh(self, b: Binding, now: float) -> bool:
         # a finding stays fresh for the lookback delta or, for a series sampled once per training step,
-        # for 3 of its own intervals (a 12-min step must not resolve the alert between two records)
-        return b.active and (now - b.last_t <= self.horizon(b.series) or getattr(b.detector, "ticks", False))
+        # for 3 of its own intervals (a 12-min step must not resolve the alert between two records) -- or as
+        # long as its rule holds a cleared condition (keep_firing_for_steps): verl 0.6/0.7 write through an
+        # 8 KB buffer, so a PPO log delivers ~3 records at once, and an alert held in steps resolved and
+        # paged again at every burst (issue 32)
+        horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval())
+        return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
 
     def _joint_since(self, b: Binding, now: float) -> float | None:
         if not self._fresh(b, now) or b.since is None:

@@ -38,3 +38,15 @@ def test_json_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--only", "grpo-healthy_v1bug-60s", "--json"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines[-1]["benchmark"] == "verl_families" and lines[-1]["runs"] == 1 and lines[-1]["false_pages"] == 0
+
+
+def test_a_buffered_ppo_log_pages_its_kl_rise_once(tmp_path) -> None:
+    """verl 0.7 writes through an 8 KB buffer: ~3 PPO records arrive at once, and the KL alert (held in steps)
+    resolved and paged again at every burst at 90-s and 12-min steps (41 pages in one run)."""
+    from benchmarks.verl_cadence import simulate as cadence_run
+    from benchmarks.verl_runs import RunSpec
+    from monitor.rules import load_rule_files
+
+    spec = RunSpec(version="0.7", algo="ppo", steps=240, step_s=720.0, seed=0, kl_drift_at=100)
+    fired, _ = cadence_run(spec, load_rule_files(None), tmp_path, total_steps=240)
+    assert [lab["alertname"] for _, lab in fired] == ["KLDriftDetected"]

@@ -24,11 +24,14 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # promtool/prometheus come from Debian's `prometheus` package, Alertmanager from `prometheus-alertmanager`
-# (binary prometheus-alertmanager, plus amtool); each is installed only when missing.
+# (binary prometheus-alertmanager, plus amtool), the console's browser tests drive Debian's `chromium` through
+# `chromium-driver` (no browser download); each is installed only when missing.
 promtool:
 	@missing=""; \
 	  { command -v promtool >/dev/null && command -v prometheus >/dev/null; } || missing="prometheus"; \
 	  command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	  [ -z "$$missing" ] || { \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; }

@@ -27,9 +27,9 @@ THRESHOLD_KEY = {
     "threshold": "value", "value_age": "max_age", "staleness": "max_gap", "counter_increase": "min_increase",
     "window_drop": "min_relative_drop", "leak": "min_slope_per_min", "drift": "alpha",
     "level_shift": "min_relative_shift", "baseline_ratio": "ratio", "context_anomaly": "threshold",
-    "ks_shift": "alpha",
+    "ks_shift": "alpha", "counter_stall": "window", "exhaustion": "horizon",
 }
-DURATION_DETECTORS = {"value_age", "staleness"}  # thresholds that are durations
+DURATION_DETECTORS = {"value_age", "staleness", "counter_stall", "exhaustion"}  # thresholds that are durations
 
 
 @dataclass(frozen=True)

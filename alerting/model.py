@@ -31,6 +31,9 @@ NON_IDENTITY_LABELS = frozenset({
     "target", "exported_job", "exported_instance",
     # dcgm-exporter's per-device bookkeeping: `gpu` (kept) already says which device
     "Hostname", "hostname", "UUID", "pci_bus_id", "device", "DCGM_FI_DRIVER_VERSION", "modelName",
+    # Ray's per-process bookkeeping on every ray_* series (its node is `node`, from the address)
+    "SessionName", "Version", "otel_scope_name", "otel_scope_schema_url", "otel_scope_version", "IsHeadNode",
+    "RayNodeType", "ip", "NodeAddress", "WorkerId",
 })
 
 

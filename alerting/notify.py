@@ -99,7 +99,7 @@ class NotifyStage:
             return render(notes, template=cfg.template, lang=cfg.lang, link=link, receiver=cfg.name,
                           max_bytes=max_bytes, runbook_base=self.config.runbook_base_url,
                           dialect=notifier.kind if notifier.kind in DIALECTS else "plain",
-                          link_hosts=self.config.link_hosts)
+                          link_hosts=self.config.link_hosts, console=self.config.monitor_url)
 
         rendered = notifier.fit(rerender(notifier.max_bytes), notes, digest, rerender)
         if rendered.fell_back:

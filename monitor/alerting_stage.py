@@ -42,4 +42,6 @@ def start(pipeline: Any, engine: Any, config: MonitorConfig, base_url: str) -> N
         pipeline.annotator.plot_links = PlotLinks(config.plots_dir, f"{base_url.rstrip('/')}/api/v1/plots",
                                         config.bearer_token)
     if engine is not None:
+        if config.external_url and not engine.config.monitor_url:  # chat links open the console's pages
+            engine.config.monitor_url = config.external_url.rstrip("/")
         engine.start()

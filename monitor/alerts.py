@@ -139,6 +139,15 @@ class AlertBook:
         return Alert(labels=json.loads(row[0]), annotations=json.loads(row[1]), starts_at=row[2], ends_at=row[3],
                      status="resolved", value=row[4], generator_url=row[5] or "", plot_file=row[6] or "")
 
+    def recently_resolved(self, limit: int = 20) -> list[Alert]:
+        """The last ``limit`` committed resolves, newest first (the console's "recently resolved")."""
+        if self._db is None:
+            return []
+        with self._lock:
+            rows = self._db.execute("SELECT fingerprint FROM alerts WHERE status='resolved' "
+                                    "ORDER BY ends_at DESC LIMIT ?", (limit,)).fetchall()
+        return [a for a in (self.resolved_record(r[0]) for r in rows) if a is not None]
+
     def _url(self, fp: str) -> str:
         return f"{self.url_prefix.rstrip('/')}/{fp}" if self.url_prefix else ""
 

@@ -1,5 +1,10 @@
 """The daemon's HTTP surface: /metrics, /healthz, the JSON API and the Alertmanager webhook receiver.
-Standard-library ``http.server`` (threaded): a handful of routes do not justify a web framework."""
+
+The routes below are plain synchronous logic over an ``Exchange`` (the request as read, the answer as
+written); ``endpoint`` is the thin ASGI adapter: it reads the body under the size limit and the read
+deadline on the server's event loop, then runs the route in a worker thread (routes take the daemon's
+lock). The server is uvicorn with the guards of ``monitor.httpguard``; the console (``monitor.web``)
+shares its port and token."""
 
 from __future__ import annotations
 
@@ -7,25 +12,33 @@ import hmac
 import json
 import logging
 import re
-import threading
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from monitor.durations import DurationError, parse_duration
-from monitor.httpguard import GuardedHandler, GuardedHTTPServer
+from monitor.httpguard import OVERSIZE, GuardedServer
 from monitor.sources.alertmanager import PayloadError, parse_webhook
 
 log = logging.getLogger("monitor.api")
 MAX_BODY = 4 * 1024 * 1024
 READ_DEADLINE_S = 10.0  # a request (headers and body) must arrive within this; slow senders are cut off
 WEBHOOK_PATH = "/api/v1/alertmanager/webhook"
+_BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 class BodyTooLarge(Exception):
@@ -36,107 +49,103 @@ _PLOT_RE = re.compile(r"^/api/v1/plots/([A-Za-z0-9_.-]+\.png)$")
 _ALERT_RE = re.compile(r"^/api/v1/alerts/([0-9a-f]{16})$")  # an alert's generatorURL
 
 
+@dataclass
+class Exchange:
+    """One request as the routes see it (``path`` with its query, as sent) and the answer they write."""
+
+    command: str
+    path: str
+    headers: Headers
+    raw: bytes = b""
+    error: Exception | None = None      # what reading the body ran into, raised when a route reads it
+    session: bool = False               # a console session cookie (GET only; monitor.web)
+    status: int | None = None
+    body: bytes = b""
+    ctype: str = "application/json"
+    close_connection: bool = False
+
+
 class MonitorAPI:
     """Routes requests to the daemon's pipeline (``daemon.Daemon``)."""
 
-    def __init__(self, daemon: Any, host: str, port: int, token: str | None) -> None:
+    def __init__(self, daemon: Any, host: str, port: int, token: str | None,
+                 app: Callable[[MonitorAPI], Any] | None = None) -> None:
+        """``app(api)``: the ASGI app to serve (``monitor.listener`` passes the console's, which ends in
+        ``endpoint``); without one, the JSON API alone. Bound at once: OSError when the port is taken."""
         self.daemon = daemon
         self.token = token
-        api = self
-
-        class Handler(GuardedHandler):
-            server_version = "verl-monitor"
-            timeout = READ_DEADLINE_S  # socket read deadline: a silent or dripping client cannot pin a thread
-
-            def log_message(self, fmt: str, *args: Any) -> None:
-                log.debug("%s " + fmt, self.address_string(), *args)
-
-            def do_GET(self) -> None:
-                api.handle(self, "GET")
-
-            def do_POST(self) -> None:
-                api.handle(self, "POST")
-
-            def do_DELETE(self) -> None:
-                api.handle(self, "DELETE")
-
+        asgi = app(self) if app is not None else Starlette(routes=[Route("/{rest:path}", self.endpoint, methods=METHODS)])
         # request line and headers within READ_DEADLINE_S, at most 128 connections (monitor.httpguard)
-        self.server = GuardedHTTPServer((host, port), Handler, header_deadline_s=READ_DEADLINE_S)
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="monitor-api", daemon=True)
+        self.server = GuardedServer(asgi, host, port, header_deadline_s=READ_DEADLINE_S, max_body=MAX_BODY)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     def start(self) -> None:
-        self._thread.start()
+        self.server.start()
 
     def stop(self) -> None:
-        if self._thread.is_alive():  # shutdown() would wait forever for a loop that never ran
-            self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _send(h: BaseHTTPRequestHandler, code: int, body: bytes, ctype: str = "application/json") -> None:
-        h.send_response(code)
-        h.send_header("Content-Type", ctype)
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
+    async def endpoint(self, request: Request) -> Response:
+        """The ASGI side: read the body (bounded), run the route in a thread, answer what it wrote."""
+        scope = request.scope
+        target = scope.get("raw_path", b"").decode("latin-1") or scope["path"]
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        h = Exchange(request.method, target, request.headers, session=getattr(request.state, "session", False))
+        if request.method in _BODY_METHODS and scope["path"].startswith("/api/") and self._authorized(h):
+            try:
+                h.raw = await self._receive(request)
+            except (BodyTooLarge, TimeoutError, ConnectionError) as exc:
+                h.error = exc
+        await run_in_threadpool(self.handle, h, request.method)
+        if h.status is None:  # the client was too slow or went away: nothing to say, close
+            return Response(b"", 408, headers={"connection": "close"})
+        headers = {"connection": "close"} if h.close_connection else None
+        return Response(h.body, h.status, headers=headers, media_type=h.ctype)
 
-    def _json(self, h: BaseHTTPRequestHandler, code: int, doc: Any) -> None:
+    @staticmethod
+    async def _receive(request: Request) -> bytes:
+        """The body, at most MAX_BODY bytes (Content-Length or chunked), within READ_DEADLINE_S (a
+        per-read timeout alone lets a client dripping a byte every few seconds hold on for ever)."""
+        length = request.headers.get("content-length")
+        if length is not None and int(length) > MAX_BODY:  # h11 has refused non-digits (413 there)
+            raise BodyTooLarge(f"body of {int(length)} bytes exceeds {MAX_BODY}")
+        parts, size = [], 0
+        with anyio.fail_after(READ_DEADLINE_S):
+            while True:
+                msg = await request.receive()
+                if msg["type"] == "http.disconnect":
+                    raise ConnectionError("client closed the connection mid-body")
+                if request.scope.get(OVERSIZE):
+                    raise BodyTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise BodyTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
+                parts.append(chunk)
+                if not msg.get("more_body", False):
+                    return b"".join(parts)
+
+    @staticmethod
+    def _send(h: Exchange, code: int, body: bytes, ctype: str = "application/json") -> None:
+        h.status, h.body, h.ctype = code, body, ctype
+
+    def _json(self, h: Exchange, code: int, doc: Any) -> None:
         self._send(h, code, json.dumps(doc).encode())
 
-    @staticmethod
-    def _read_exact(h: BaseHTTPRequestHandler, n: int, deadline: float) -> bytes:
-        """n bytes or TimeoutError once the request's deadline passes (the socket timeout alone is per
-        read: a client dripping a byte every few seconds would hold the thread forever)."""
-        parts, left = [], n
-        while left > 0:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("request body deadline passed")
-            h.connection.settimeout(remaining)
-            chunk = h.rfile.read1(min(left, 65536))
-            if not chunk:
-                raise ConnectionError("client closed the connection mid-body")
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
+    def _read(self, h: Exchange) -> bytes:
+        """The request body as ``endpoint`` read it; BodyTooLarge, TimeoutError or ConnectionError when
+        reading it failed (over MAX_BODY, a length that is not a byte count, the read deadline)."""
+        if h.error is not None:
+            raise h.error
+        return h.raw
 
-    def _read(self, h: BaseHTTPRequestHandler) -> bytes:
-        """The request body, at most MAX_BODY bytes, with a Content-Length or chunked; BodyTooLarge for
-        anything over the limit or a length that is not a non-negative integer (a negative one used to
-        switch the limit off)."""
-        deadline = time.monotonic() + READ_DEADLINE_S
-        if "chunked" in h.headers.get("Transfer-Encoding", "").lower():
-            parts, size = [], 0
-            while True:
-                line = h.rfile.readline(64)
-                try:
-                    n = int(line.split(b";", 1)[0].strip() or b"x", 16)
-                except ValueError as exc:
-                    raise PayloadError("malformed chunked body (bad chunk size line)") from exc
-                if n < 0 or size + n > MAX_BODY:
-                    raise BodyTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
-                if n == 0:
-                    while h.rfile.readline(1024).strip():  # trailers
-                        pass
-                    return b"".join(parts)
-                parts.append(self._read_exact(h, n, deadline))
-                size += n
-                h.rfile.readline(8)  # the CRLF after each chunk
-        raw = h.headers.get("Content-Length")
-        if raw is None:
-            return b""
-        text = raw.strip()
-        if not text.isdigit():
-            raise BodyTooLarge(f"Content-Length {raw[:40]!r} is not a byte count; send at most {MAX_BODY} bytes")
-        n = int(text)
-        if n > MAX_BODY:
-            raise BodyTooLarge(f"body of {n} bytes exceeds {MAX_BODY}")
-        return self._read_exact(h, n, deadline)
-
-    def _body(self, h: BaseHTTPRequestHandler) -> Any:
+    def _body(self, h: Exchange) -> Any:
         raw = self._read(h)
         try:  # deep nesting ends in RecursionError inside json; nested values where strings belong are
             # refused field by field by the payload parsers
@@ -153,13 +162,13 @@ class MonitorAPI:
         if path == WEBHOOK_PATH:
             self.daemon.metrics.scrape_errors.labels("alertmanager_webhook", reason).inc()
 
-    def _authorized(self, h: BaseHTTPRequestHandler) -> bool:
-        if not self.token:
+    def _authorized(self, h: Exchange) -> bool:
+        if not self.token or (h.session and h.command == "GET"):
             return True
         got = h.headers.get("Authorization", "")
         return hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode())
 
-    def _signed_plot(self, h: BaseHTTPRequestHandler) -> bool:
+    def _signed_plot(self, h: Exchange) -> bool:
         """A plot link the monitor signed (monitor.plotlinks): people open it from chat without a token."""
         links = getattr(self.daemon.pipeline.annotator, "plot_links", None)
         path, _, query = h.path.partition("?")
@@ -171,7 +180,7 @@ class MonitorAPI:
 
     # -- routes ----------------------------------------------------------------------------------
 
-    def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
+    def handle(self, h: Exchange, method: str) -> None:
         path = h.path.split("?", 1)[0]
         try:
             if path == "/healthz" and method == "GET":
@@ -199,7 +208,7 @@ class MonitorAPI:
             log.exception("API %s %s failed", method, path)
             self._json(h, 500, {"error": f"{type(exc).__name__}: {exc}"})
 
-    def _api(self, h: BaseHTTPRequestHandler, method: str, path: str) -> None:
+    def _api(self, h: Exchange, method: str, path: str) -> None:
         d = self.daemon
         if path == "/api/v1/alerts" and method == "GET":
             return self._json(h, 200, {"status": "success", "data": d.alerts()})
@@ -233,7 +242,7 @@ class MonitorAPI:
             return self._send(h, 200, f.read_bytes(), "image/png")
         self._json(h, 404, {"error": f"no route {method} {path}"})
 
-    def _silences(self, h: BaseHTTPRequestHandler, method: str, path: str) -> None:
+    def _silences(self, h: Exchange, method: str, path: str) -> None:
         engine = self.daemon.engine
         if engine is None:
             return self._json(h, 503, {"error": "silences live in the alerting engine: set notify_config in the monitor config"})

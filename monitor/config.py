@@ -26,6 +26,8 @@ nvml: {enabled: false, interval: 5s}            # local NVML sampling when a GPU
 limits: {max_series: 20000, max_series_per_metric: 2000, capacity: 4096, stale_after: 5m, evict_after: 1h}
 retention: 24h                    # resolved alerts/incidents and sent notifications are forgotten after this
 console: true                     # print alert transitions to stdout (default: on without notify_config)
+file_sd: [{files: [/tmp/ray/prom_metrics_service_discovery.json], job: ray}]   # monitor/config_discovery.py
+ray: {dashboard_url: "http://127.0.0.1:8265"}   # Ray's State API (token as Ray's clients read it)
 ```
 Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
 ``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),
@@ -45,14 +47,17 @@ from pathlib import Path
 from typing import Any
 
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
+from monitor import config_discovery
 from monitor.durations import DurationError, parse_duration
 from monitor.errors import ConfigError
+from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
+from monitor.sources.ray_state import RayConfig
 from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console", "retention"}
+            "console", "retention", "file_sd", "file_sd_configs", "ray"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
@@ -63,6 +68,8 @@ SECTION_KEYS = {
     "dmon": {"path", "command", "node"},
     "nvml": {"enabled", "interval"},
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
+    "file_sd": config_discovery.FILE_SD_KEYS,
+    "ray": config_discovery.RAY_KEYS,
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
@@ -119,6 +126,8 @@ class MonitorConfig:
     console: bool | None = None  # None: print alerts to stdout when they are not sent anywhere
     from_file: bool = True  # False for `verl-monitor run` without --config
     target_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # target name -> trainer API token
+    file_sd: list[FileSDConfig] = field(default_factory=list)  # service discovery (config_discovery.py)
+    ray: RayConfig | None = None  # Ray's State API: dead actors and workers
 
     def fix(self, key: str) -> str:
         """Where the user changes ``key``: the config file, or a flag / the working directory without one."""
@@ -408,6 +417,11 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
             if key == "jsonl":
                 _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
+    if "file_sd" in doc and "file_sd_configs" in doc:
+        raise ConfigError("file_sd/file_sd_configs: give one of them (the same section, Prometheus' spelling too)")
+    raw_sd = doc.get("file_sd", doc.get("file_sd_configs"))
+    cfg.file_sd = config_discovery.file_sd(raw_sd, _section, _dur, _text, base)
+    cfg.ray = config_discovery.ray(doc.get("ray"), _section, _dur, _text)
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
     cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")
     cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")

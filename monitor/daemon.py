@@ -1,6 +1,7 @@
 """``verl-monitor run``: the daemon only schedules. One asyncio loop runs a task per source
 (``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own timeout)
-and the evaluation tick; the HTTP API runs in its own threads; ``lock`` serialises the pipeline.
+and the evaluation tick; the HTTP listener (uvicorn, ``monitor/listener.py``) runs in its own thread and
+event loop; ``lock`` serialises the pipeline.
 
 Never blind, applied here once for every source: a round that raises is counted in
 ``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target, reason), sets the
@@ -26,7 +27,7 @@ import httpx
 from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
-from monitor import alerting_stage, health
+from monitor import alerting_stage, health, listener
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
@@ -39,6 +40,7 @@ from monitor.sources.base import Round, Source
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape import ScrapeSource
 from monitor.sources.scrape_http import ScrapeClient
+from monitor.targets import SourceBoard
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")
@@ -73,10 +75,11 @@ class Daemon:
         self.progress = health.Progress()
         self._pruned_at = -float("inf")
         self.intake = Intake(self.pipeline, self.metrics, self.clock, self.lock)
+        self.sources = SourceBoard()  # what /targets shows
 
     def listen(self) -> MonitorAPI:
         """Bind the HTTP listener (OSError when the port is taken)."""
-        return MonitorAPI(self, self.config.host, self.config.port, self.config.bearer_token)
+        return listener.listen(self, self.config.host, self.config.port, self.config.bearer_token)
 
     def health(self) -> dict[str, Any]:
         return health.report(self)
@@ -99,6 +102,9 @@ class Daemon:
     def _take(self, src: Source, got: Round) -> None:
         """File one round's results: its batches ingested, its failures counted, its gauges set."""
         self.pipeline.verl_nodes |= got.verl_nodes  # before ingest: new series of those nodes speak verl
+        for name in got.gone:  # a target taken out of service discovery is gone, not down
+            with self.lock:
+                self.pipeline.forget_source(name)
         for p in got.polled:
             self.ingest(p.batch, p.source, p.seen)
         if got.polled:
@@ -111,6 +117,7 @@ class Daemon:
             self.metrics.scrape_duration.labels(src.metric).set(got.duration)
         if got.up is not None:
             self.metrics.target_up.labels(src.metric).set(1 if got.up else 0)
+        self.sources.took(src, got)
 
     async def _run_source(self, src: Source) -> None:
         # rounds are due on the event loop's monotonic time (what asyncio sleeps on), samples on self.clock
@@ -124,6 +131,7 @@ class Daemon:
                     self._freeze_if_grown()
                 except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                     self.intake.mark_down(src.metric, exc, src.down)
+                    self.sources.failed(src, exc)
                 self.progress.done(src.name, src.budget)
                 mono = time.monotonic()
                 due = mono + src.interval if src.wait_after else due + src.interval
@@ -200,6 +208,8 @@ class Daemon:
         async with ScrapeClient(limits=limits) as client:  # scrapes on h11, the trainers' API on httpx
             sources = build_sources(self.config, client, self.metrics.registry, self._want_outliers)
             self.intake.caches.update((s.metric, s.target.cache) for s in sources if isinstance(s, ScrapeSource))
+            for s in sources:
+                self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks.append(asyncio.create_task(self._eval_loop()))
             if ready is not None:

@@ -3,8 +3,8 @@ and at each tick says which alert instances are active and since when.
 
 One *binding* = (rule, condition, series) with its own detector. The first condition of a rule is
 the *primary*: each primary series is one alert instance (its labels become the alert's). Further
-conditions (``when:``) are joined on the node: the instance is active only while every other
-condition has at least one active, fresh series on the same node.
+conditions (``when:``) are joined on the node (or the rule's ``join_on`` labels): the instance is active
+only while every other condition has at least one active, fresh series on the same node.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
@@ -39,6 +40,7 @@ class Binding:
     hold_until: float = -math.inf  # keep_firing_for_steps: held active until this sample time
     samples: int = 0
     unfillable: str | None = None  # why its window cannot fill (said once, issue 22)
+    join: tuple[str, ...] = ()  # a primary's values of its rule's join_on labels (node by default)
 
     def record(self, f: Finding, t: float, at: float | None = None) -> None:
         """``at``: when the monitor saw the sample (a scrape's time); the run starts then, not at a
@@ -88,7 +90,7 @@ class Evaluator:
         self.cluster = cluster
         self.stale_after_s = stale_after_s
         self._by_series: dict[int, Sequence[Binding]] = {}
-        self._helpers: dict[tuple[int, int, str], list[Binding]] = defaultdict(list)
+        self._helpers: dict[tuple[int, int, tuple[str, ...]], list[Binding]] = defaultdict(list)
         self._ticking: list[Binding] = []
         self._hot: dict[int, Binding] = {}  # id(binding) -> primary binding that is or was just active
         # called once per binding whose detector window cannot hold its minimum samples (the pipeline
@@ -111,8 +113,9 @@ class Evaluator:
                 if ci == 0:
                     b.labels = self.alert_labels(rule, labels)
                     b.fp = fingerprint(b.labels)
+                    b.join = rule.join_key(labels)
                 else:
-                    self._helpers[(ri, ci, labels.get("node", "unknown"))].append(b)
+                    self._helpers[(ri, ci, rule.join_key(labels))].append(b)
                 if getattr(b.detector, "ticks", False):
                     self._ticking.append(b)
                 found.append(b)
@@ -168,11 +171,14 @@ class Evaluator:
 
     def forget(self, series: Series) -> None:
         """The store evicted the series: drop its bindings (their detectors' memory goes with them)."""
-        node = series.labels.get("node", "unknown")
-        for b in self._by_series.pop(series.id, ()):
+        labels = series.labels
+        bound = self._by_series.pop(series.id, ())
+        if any(getattr(b.detector, "ticks", False) for b in bound):  # only a removed target's are ever evicted
+            self._ticking = [b for b in self._ticking if b.series is not series]
+        for b in bound:
             self._hot.pop(id(b), None)
             if b.cond:
-                helpers = self._helpers.get((b.rule_index, b.cond, node), [])
+                helpers = self._helpers.get((b.rule_index, b.cond, b.rule.join_key(labels)), [])
                 if b in helpers:
                     helpers.remove(b)
 
@@ -208,7 +214,7 @@ class Evaluator:
     def _joined(self, b: Binding, now: float) -> tuple[dict, ...]:
         out = []
         for ci in range(1, len(b.rule.conditions)):
-            h = next((h for h in self._helpers.get((b.rule_index, ci, b.labels["node"]), []) if self._fresh(h, now)), None)
+            h = next((h for h in self._helpers.get((b.rule_index, ci, b.join), []) if self._fresh(h, now)), None)
             if h is not None:
                 details = dict(h.finding.details) if h.finding else {}
                 out.append({"name": h.series.name, "labels": h.series.labels,
@@ -254,12 +260,30 @@ class Evaluator:
         if len(b.rule.conditions) == 1:
             return b.since
         ri = b.rule_index
-        node = b.labels["node"]  # a primary's alert labels carry its series' node (alert_labels)
         for ci in range(1, len(b.rule.conditions)):
-            if not any(self._fresh(h, now) for h in self._helpers.get((ri, ci, node), [])):
+            if not any(self._fresh(h, now) for h in self._helpers.get((ri, ci, b.join), [])):
                 b.joint_since = None
                 return None
         if b.joint_since is None:
             b.joint_since = now
         return b.joint_since
 
+
+    def rule_states(self) -> list[dict[str, Any]]:
+        """Per rule, what ``/rules`` shows: series bound, how many hold their condition now, the warm-up
+        samples still to come (the least-advanced series) and the last value seen."""
+        out = [{"series": 0, "active": 0, "warmup_left": None, "last_value": None, "last_t": None}
+               for _ in self.rules]
+        for bound in self._by_series.values():
+            for b in bound:
+                if b.cond != 0:
+                    continue
+                row = out[b.rule_index]
+                row["series"] += 1
+                row["active"] += b.active
+                want = b.rule.conditions[0].warmup_steps
+                left = max(0, want - b.samples)
+                row["warmup_left"] = left if row["warmup_left"] is None else max(row["warmup_left"], left)
+                if row["last_t"] is None or b.series.last_t > row["last_t"]:
+                    row["last_t"], row["last_value"] = b.series.last_t, b.series.last_v
+        return out

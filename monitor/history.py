@@ -26,11 +26,11 @@ PLOT_MIN_S = 3600.0  # and at least the last hour (a plotted threshold rule has 
 SECONDS = {
     "fluctuation": ("window",), "baseline_ratio": ("window",), "counter_increase": ("window",),
     "window_drop": ("window",), "drift": ("window",), "leak": ("window",), "ks_shift": ("reference", "recent"),
-    "level_shift": ("baseline_s", "confirm_s"),
+    "level_shift": ("baseline_s", "confirm_s"), "exhaustion": ("window", "floor"),
 }
 # ... or in samples (judgements)
 SAMPLES = {"rare_value": ("history",), "context_anomaly": ("history",)}
-INSTANT = frozenset({"threshold", "value_age", "staleness"})  # judge the newest sample (and its time) only
+INSTANT = frozenset({"threshold", "value_age", "staleness", "counter_stall"})  # judge the newest sample (and its time) only
 
 
 @cache

@@ -1,121 +1,231 @@
-"""A ``ThreadingHTTPServer`` that a slow or hostile client cannot pin: a bounded number of connections
-and a deadline for the request line and headers.
+"""The monitor's listener: uvicorn (h11) in a thread of the daemon's process, with the guards that uvicorn
+does not have built in, each in a small subclass of its HTTP/1.1 protocol.
 
-The standard library's socket timeout is per read, so a client dripping one byte of the request line
-every few seconds holds its thread for ever (a slowloris: 50 of 50 connections were still held after
-100 s). Here every connection is armed with a deadline when it starts a request and disarmed once the
-headers are parsed (the body has the API's own whole-body deadline); one reaper thread shuts down the
-sockets whose deadline passed, which ends their blocked read. Connections beyond ``max_connections``
-are closed at once, so a flood costs no threads.
+What uvicorn gives: ``timeout_keep_alive`` closes keep-alive connections idle after a response, h11 caps
+the size of the request line and headers, the whole stack is asyncio (a held connection costs a socket,
+not a thread). What it lacks, and why each guard is here:
 
-Why not a library: the project's listeners are stdlib ``http.server`` (a handful of routes); the ASGI
-servers that have these limits built in would replace the whole server for two settings.
+- a deadline for the request line and headers: its keep-alive timer runs only *after* a response, and is
+  cancelled by the first byte of the next request, so a client dripping one byte of ``GET /`` every few
+  seconds holds its connection for ever (a slowloris). ``header_deadline_s`` is armed when the connection
+  opens and after each response, and disarmed once a request's headers are parsed; a late connection is
+  closed (``cut``).
+- a connection cap that evicts idle holders first: ``limit_concurrency`` answers 503 to the *newcomer*,
+  so 130 idle connections (no token needed) starved /healthz and /metrics (38 of 40 polls failed). Here
+  a newcomer over ``max_connections`` closes the connection idle the longest (connected or between
+  requests with no byte of a request sent: ``evicted``), else one stuck in its headers for over half the
+  deadline; only when every connection is mid-request is the newcomer closed at once (``refused``).
+- room for /healthz and /metrics: connections admitted into the last ``reserve`` slots of the cap may
+  ask only for those two; anything else gets 503 and the connection closes, so long-running API requests
+  cannot take the last slots.
+- a declared chunk size over the body limit: the ASGI app sees the body only as it arrives, so a chunk
+  header announcing 5 MiB followed by silence would wait out the read deadline; the protocol flags it
+  the moment h11 parses the header (h11 keeps the size in its reader), and the app answers 413. An
+  unparseable ``Content-Length`` is answered 413 naming the limit, as the body limit promised, where h11
+  would say only 400.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import socket
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import h11
+import uvicorn
+from h11._readers import ChunkedReader  # the declared chunk size lives only here (see the module doc)
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEADER_DEADLINE_S = 10.0
 MAX_CONNECTIONS = 128
+KEEP_ALIVE_S = 5.0
+ALWAYS_SERVED = ("/healthz", "/metrics")
+OVERSIZE = "verl.declared_body_over_limit"  # scope key the protocol sets for the app (BodyLimit)
+
+ASGIApp = Callable[[dict[str, Any], Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]], Awaitable[None]]
 
 
-class GuardedHTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = MAX_CONNECTIONS  # socketserver's 5 drops connections of a burst before accept
+class GuardedProtocol(H11Protocol):
+    """uvicorn's h11 protocol plus the header deadline, the evicting cap, the reserve and the chunk peek."""
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 header_deadline_s: float = HEADER_DEADLINE_S, max_connections: int = MAX_CONNECTIONS) -> None:
-        self._closed = threading.Event()  # before binding: a failed bind calls server_close
-        super().__init__(address, handler)
+    guard: GuardedServer
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.idle_since = self.armed_at = time.monotonic()
+        self.pending = False  # bytes of a request arrived whose response is not complete
+        self._deadline: asyncio.TimerHandle | None = None
+        if not self.guard.admit(self):
+            return
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and (self.cycle is None or self.cycle.response_complete)
+
+    @property
+    def in_headers(self) -> bool:
+        return self._deadline is not None and self.pending
+
+    def _arm(self) -> None:
+        self._disarm()
+        self.armed_at = time.monotonic()  # this request's header phase began (not the connection's age)
+        self._deadline = self.loop.call_later(self.guard.header_deadline_s, self._late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.guard.cut += 1
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        self.pending = True
+        super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            self._disarm()  # headers parsed: the body has the app's own deadline
+            reader = getattr(self.conn, "_reader", None)
+            if isinstance(reader, ChunkedReader) and reader._bytes_in_chunk > self.guard.max_body:
+                cycle.scope[OVERSIZE] = True  # type: ignore[literal-required]
+                cycle.message_event.set()
+
+    def on_response_complete(self) -> None:
+        self.pending = False
+        self.idle_since = time.monotonic()
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._arm()
+
+    def send_400_response(self, msg: str) -> None:
+        exc = sys.exc_info()[1]  # called from uvicorn's ``except h11.RemoteProtocolError`` block
+        if isinstance(exc, h11.RemoteProtocolError) and "Content-Length" in str(exc):
+            body = f"Content-Length is not a byte count; send at most {self.guard.max_body} bytes".encode()
+            for event in (h11.Response(status_code=413, reason=b"Content Too Large", headers=[
+                    (b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                with contextlib.suppress(h11.LocalProtocolError):
+                    self.transport.write(self.conn.send(event))
+            self.transport.close()
+            return
+        super().send_400_response(msg)
+
+
+def _reserved_only(app: ASGIApp) -> ASGIApp:
+    async def gate(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in ALWAYS_SERVED:
+            body = b"connection cap reached: this connection may ask only for /healthz and /metrics"
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"text/plain"), (b"connection", b"close"), (b"retry-after", b"1")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+    return gate
+
+
+class GuardedServer:
+    """An ASGI app served by uvicorn on a socket bound here (OSError at once when the port is taken),
+    in its own thread and event loop, so a busy daemon loop never delays /healthz."""
+
+    def __init__(self, app: ASGIApp, host: str, port: int, header_deadline_s: float = HEADER_DEADLINE_S,
+                 max_connections: int = MAX_CONNECTIONS, max_body: int = 4 * 1024 * 1024,
+                 keep_alive_s: float = KEEP_ALIVE_S) -> None:
         self.header_deadline_s = header_deadline_s
         self.max_connections = max_connections
-        self.refused = 0      # connections closed at once: over max_connections
-        self.cut = 0          # connections closed for missing the header deadline
-        self._active = 0
-        self._armed: dict[socket.socket, float] = {}
-        self._lock = threading.Lock()
-        threading.Thread(target=self._reap, name="http-guard", daemon=True).start()
-
-    # -- connection count --------------------------------------------------------------------------
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            full = self._active >= self.max_connections
-            if not full:
-                self._active += 1
-        if full:
-            self.refused += 1
-            self.shutdown_request(request)
-            return
+        self.reserve = max(1, max_connections // 16)
+        self.max_body = max_body
+        self.refused = 0  # newcomers closed at once: every connection mid-request
+        self.cut = 0      # connections closed for missing the header deadline
+        self.evicted = 0  # idle (or stuck-in-headers) holders closed to make room for a newcomer
+        # proto named: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto is IPPROTO_TCP, and
+        # uvicorn writes a response's head and body apart: with proto 0 each keep-alive answer waited out
+        # the client's delayed ACK (45 ms instead of 1 ms)
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                                  socket.IPPROTO_TCP)
         try:
-            super().process_request(request, client_address)
-        except Exception:
-            with self._lock:
-                self._active -= 1
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
+            self.sock.listen(max_connections)
+        except OSError:
+            self.sock.close()
             raise
+        self.server_address = self.sock.getsockname()[:2]
+        # uvicorn logs its start and stop at INFO and every malformed request at WARNING: a hostile client
+        # would write the log full; the daemon logs its own listening line, the guards count in attributes
+        logging.getLogger("uvicorn.error").setLevel(logging.ERROR)
+        protocol = type("Protocol", (GuardedProtocol,), {"guard": self})
+        config = uvicorn.Config(app, http=protocol, lifespan="off", access_log=False, log_config=None,
+                                timeout_keep_alive=int(max(1, keep_alive_s)), timeout_graceful_shutdown=1,
+                                server_header=False, proxy_headers=False)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, name="monitor-http", daemon=True)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._lock:
-                self._active -= 1
-                self._armed.pop(request, None)
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
 
     @property
     def active(self) -> int:
-        return self._active
+        return len(self.server.server_state.connections)
 
-    # -- header deadline ---------------------------------------------------------------------------
-    def arm(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._armed[conn] = time.monotonic() + self.header_deadline_s
+    def _serve(self) -> None:
+        self.server.run(sockets=[self.sock])
 
-    def disarm(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._armed.pop(conn, None)
+    def start(self) -> None:
+        self._thread.start()
 
-    def _reap(self) -> None:
-        while not self._closed.wait(min(0.5, self.header_deadline_s / 4)):
-            now = time.monotonic()
-            with self._lock:
-                late = [c for c, t in self._armed.items() if t <= now]
-                for c in late:
-                    del self._armed[c]
-            for c in late:
-                self.cut += 1
-                with contextlib.suppress(OSError):  # the handler's blocked readline returns b"" and it ends
-                    c.shutdown(socket.SHUT_RDWR)
+    def admit(self, conn: GuardedProtocol) -> bool:
+        """Called on the server's loop as ``conn`` opens (it is already counted)."""
+        conns = self.server.server_state.connections
+        held = len(conns)
+        if held > self.max_connections:
+            victim = self._victim(conn, conns)
+            if victim is None:
+                self.refused += 1
+                conn.transport.abort()
+                return False
+            self.evicted += 1
+            victim._disarm()
+            victim.transport.abort()  # leaves ``conns`` on the loop's next turn
+            held -= 1
+        if held > self.max_connections - self.reserve:
+            conn.app = _reserved_only(conn.app)
+        return True
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away (or was cut) is routine, not a traceback on stderr."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
+    def _victim(self, newcomer: GuardedProtocol, conns: Any) -> GuardedProtocol | None:
+        others = [c for c in conns if c is not newcomer and isinstance(c, GuardedProtocol)
+                  and not c.transport.is_closing()]
+        idle = [c for c in others if c.idle]
+        if idle:
+            return min(idle, key=lambda c: c.idle_since)
+        stale = time.monotonic() - self.header_deadline_s / 2
+        stuck = [c for c in others if c.in_headers and c.armed_at < stale]
+        return min(stuck, key=lambda c: c.armed_at) if stuck else None
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(5)
+        else:
+            self.sock.close()
+
+    # the names the listener tests and callers used with the stdlib server
+    def shutdown(self) -> None:
+        self.stop()
 
     def server_close(self) -> None:
-        self._closed.set()
-        super().server_close()
-
-
-class GuardedHandler(BaseHTTPRequestHandler):
-    """Arms the server's header deadline for each request line; disarms it once the headers parsed."""
-
-    server: GuardedHTTPServer
-
-    def handle_one_request(self) -> None:
-        self.server.arm(self.connection)
-        try:
-            super().handle_one_request()
-        finally:
-            self.server.disarm(self.connection)
-
-    def parse_request(self) -> bool:
-        ok = super().parse_request()
-        self.server.disarm(self.connection)
-        return ok
+        self.sock.close()

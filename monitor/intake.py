@@ -67,7 +67,7 @@ class Intake:
             samples = kept
         for reason, n in batch.errors.items():
             self.metrics.scrape_errors.labels(source, reason).inc(n)
-            self.log_once(source, reason, f"{n} failed read(s) or rejected input(s)")
+            self.log_once(source, reason, batch.notes.get(reason) or f"{n} failed read(s) or rejected input(s)")
         with self.lock:
             self.pipeline.ingest(samples, source, seen, batch.known)
             if batch.refused and seen is not None:

@@ -32,6 +32,7 @@ class SourceBatch:
     source: str
     samples: list[Sample] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # reason -> what the log line says instead of a count
     refused: list[Sample] = field(default_factory=list)  # present in the input, stamps out of bounds
     # The scrape cache's share (monitor.sources.scrape_cache): (known series, their values, time), the
     # new samples with their line keys to learn, and the exposition's comment lines.

@@ -135,6 +135,11 @@ class Pipeline:
                 series.seen = at
         return n
 
+    def forget_source(self, source: str) -> int:
+        """Drop every series ``source`` holds (a target removed from service discovery): its detectors and
+        absence rules go with them, as Prometheus' staleness markers end a removed target's series."""
+        return self.store.remove_source(source)
+
     def touch(self, samples: Iterable[Sample], seen: float) -> None:
         """Samples refused for their stamps (too old, too far ahead) that were in a successful scrape:
         their series are alive at ``seen`` (absence rules, eviction) though no value is stored."""

@@ -14,6 +14,7 @@ rules:
     # raises `for` to N x the interval, `keep_firing_for_steps: N` `keep_firing_for`; `per_step: true`
     # (rules on a per-step log): the steps replace the seconds once the interval is known
     # (monitor/detectors/cadence.py)
+    join_on: [node, server]            # what `when:` joins on (default [node]; server: a rollout server's address)
     when:                              # optional extra conditions, joined on the same node
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
         detector: {type: fluctuation, window: 60s, min_relative: 0.05}
@@ -47,7 +48,7 @@ from monitor.selectors import Selector, SelectorError, parse_selector
 DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
 
 _RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "keep_firing_for_steps", "select", "detector", "when", "labels",
-              "summary", "description", "runbook", "plot"}
+              "summary", "description", "runbook", "plot", "join_on"}
 _TEMPLATES = SandboxedEnvironment(autoescape=False)
 
 
@@ -97,6 +98,10 @@ class Rule:
     templates: dict[str, Any] = field(default_factory=dict)  # annotation name -> compiled template
     plot: bool = False
     source: str = ""
+    join_on: tuple[str, ...] = ("node",)  # the labels a `when:` condition's series must share with the alert's
+
+    def join_key(self, labels: dict[str, str]) -> tuple[str, ...]:
+        return tuple(labels.get(k, "unknown") for k in self.join_on)
 
     def to_json(self) -> dict[str, Any]:
         """What ``GET /api/v1/rules`` shows: how each condition is judged -- in seconds, or in steps of
@@ -204,13 +209,16 @@ def _rule(raw: Any, where: str) -> Rule:
     labels = raw.get("labels") or {}
     if not isinstance(labels, dict):
         raise RuleError(f"{where}.labels: expected a mapping of label: value")
+    join_on = raw.get("join_on", ["node"])
+    if not isinstance(join_on, list) or not join_on or not all(isinstance(k, str) and k for k in join_on):
+        raise RuleError(f"{where}.join_on: expected a list of label names like [node, server], got {join_on!r}")
     return Rule(
         alert=name, severity=sev, conditions=tuple(conds),
         for_s=parse_duration(raw.get("for", 0), f"{where}.for"), for_steps=_count(raw.get("for_steps", 0), f"{where}.for_steps"),
         keep_firing_for_s=parse_duration(raw.get("keep_firing_for", 0), f"{where}.keep_firing_for"),
         keep_firing_for_steps=_count(raw.get("keep_firing_for_steps", 0), f"{where}.keep_firing_for_steps"),
         labels={str(k): str(v) for k, v in labels.items()}, templates=templates,
-        plot=bool(raw.get("plot", False)), source=where,
+        plot=bool(raw.get("plot", False)), source=where, join_on=tuple(join_on),
     )
 
 

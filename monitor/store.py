@@ -239,6 +239,13 @@ class SeriesStore:
         s.gone = True
         self._on_evict(s)
 
+    def remove_source(self, source: str) -> int:
+        """Remove all series of ``source`` (it left service discovery); returns how many."""
+        gone = list(self._by_source.get(source, {}).values())
+        for s in gone:
+            self._remove(s, "target_removed")
+        return len(gone)
+
     def held_by(self, source: str) -> int:
         return len(self._by_source.get(source, ()))
 

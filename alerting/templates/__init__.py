@@ -98,8 +98,18 @@ def _alert_view(a: Alert, runbook_base: str = "", safe: Safety = Safety()) -> di
     }
 
 
+def console_link(base: str, alerts: list[Alert]) -> str:
+    """The monitor console's page of a lone alert or incident (its index for several); empty without a
+    base URL. A bare URL, as the "+N more" link: WeCom, DingTalk and Feishu markdown make it a link,
+    and no ``[text](url)`` ever reaches a message (the hostile-input checks refuse any). Built from our
+    config and a hex fingerprint: nothing to clean."""
+    if not base:
+        return ""
+    return f"{base.rstrip('/')}/alerts/{alerts[0].fingerprint}" if len(alerts) == 1 else f"{base.rstrip('/')}/"
+
+
 def context(notes: list[Notification], link: str, receiver: str, runbook_base: str = "",
-            safe: Safety = Safety()) -> dict[str, Any]:
+            safe: Safety = Safety(), console: str = "") -> dict[str, Any]:
     """Template variables for one notification, or for a digest folding several; every value from
     labels and annotations passes through ``safe``."""
     alerts = [a for n in notes for a in n.alerts]
@@ -126,6 +136,7 @@ def context(notes: list[Notification], link: str, receiver: str, runbook_base: s
         "group_labels": clean_map(dict(notes[0].group_labels), safe.dialect, safe.link_hosts) if notes else {},
         "alerts": [_alert_view(a, runbook_base, safe) for a in alerts],
         "link": link,
+        "console": console_link(console, alerts),
         "more": 0,
     }
 
@@ -161,12 +172,13 @@ def fit_bytes(text: str, max_bytes: int) -> str:
 
 def render(notes: list[Notification], *, template: str | None = None, lang: str = "en", link: str = "",
            receiver: str = "", max_bytes: int = 4096, runbook_base: str = "", dialect: str = "plain",
-           link_hosts: tuple[str, ...] = ()) -> Rendered:
+           link_hosts: tuple[str, ...] = (), console: str = "") -> Rendered:
     """Render, then shrink the alert list until the message fits ``max_bytes`` (UTF-8). Values from
     labels and annotations are made inert for ``dialect``; the hosts of ``link`` and ``runbook_base``
-    and ``link_hosts`` may render as links."""
+    and ``link_hosts`` may render as links; ``console``: the monitor console's base URL (a link to the
+    alert's page closes the message)."""
     hosts = tuple(h for h in (host_of(link), host_of(runbook_base), *link_hosts) if h)
-    ctx = context(notes, link, receiver, runbook_base, Safety(dialect, hosts))
+    ctx = context(notes, link, receiver, runbook_base, Safety(dialect, hosts), console)
     out = _render_once(ctx, template, lang)
     if len(out.text.encode("utf-8")) <= max_bytes:
         return out

@@ -3,8 +3,9 @@
 Rules: a `datasource` template variable used by every panel (not only `${DS_...}` import inputs), `job`
 and `instance` variables, a unit and a description on every panel, no panel without targets, every
 rate()/irate()/increase() over `$__rate_interval`, and every metric name known — the trainer catalogue
-(verl/metrics/catalog.py), dcgm-exporter's field list (dashboards/dcgm-fields.csv), the monitor's own
-metrics (cross-team contract), a recording rule in prometheus/rules, or a Prometheus built-in.
+(verl/metrics/catalog.py), dcgm-exporter's field list (dashboards/dcgm-fields.csv), verl's peers' names
+(dashboards/peer-metrics.csv: vLLM, SGLang, Ray, node_exporter), the monitor's own metrics (cross-team
+contract), a recording rule in prometheus/rules, or a Prometheus built-in.
 
 Why a small tokenizer instead of a PromQL parser package: we only need the selector names, our queries
 are our own, and `promtool check rules` (run by the tests on every query) is the real syntax check.
@@ -98,7 +99,14 @@ def known_metrics(root: Path = ROOT) -> set[str]:
     known |= set(MONITOR_METRICS) | set(PROMETHEUS_BUILTINS)
     known |= {h + s for h in MONITOR_HISTOGRAMS for s in ("_bucket", "_sum", "_count")}
     known |= set(recording_rules(root))
+    known |= peer_metrics(root)
     return known
+
+
+def peer_metrics(root: Path = ROOT) -> set[str]:
+    """Names of verl's peers (vLLM, SGLang, Ray, node_exporter) from dashboards/peer-metrics.csv."""
+    lines = (ln for ln in (root / "dashboards/peer-metrics.csv").read_text().splitlines() if not ln.startswith("#"))
+    return {row["metric"] for row in csv.DictReader(lines)}
 
 
 def dcgm_fields(root: Path = ROOT) -> set[str]:

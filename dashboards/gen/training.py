@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .deployment import cluster, rollout_servers
 from .grafana import SEL, Dashboard, Panel, Row, Target, Variable, rate, standard_variables, zero_if_empty
 
 CIRCUIT_STATES = [{
@@ -253,5 +254,6 @@ def dashboard() -> Dashboard:
                     "memory growth, throughput, rollout buffer, fault tolerance and alerts.",
         tags=["verl", "ppo", "training"],
         variables=[*standard_variables("verl_global_step"), trainer_api],
-        rows=[overview(), step_time(), policy(), reward(), data(), throughput(), buffer(), faults(), alerts()],
+        rows=[overview(), step_time(), policy(), reward(), data(), throughput(), buffer(), faults(), alerts(),
+              rollout_servers(), cluster()],
     )

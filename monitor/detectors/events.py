@@ -64,3 +64,28 @@ class WindowDropDetector(Detector):
 
     def reset(self) -> None:
         self._buf.clear()
+
+
+class CounterStallDetector(Detector):
+    """A counter has not risen for ``window`` seconds (a reset counts as movement: the process restarted).
+
+    For "a rollout server holds requests but generates no tokens": the stall rule joins it with the
+    server's running/waiting requests (``when:``), so an idle server, whose counter is flat too, is quiet.
+    Tested by tests/monitor/test_rollout_servers.py.
+    """
+
+    def __init__(self, window: float = 90.0) -> None:
+        self.window_s = window
+        self._last: float | None = None
+        self._since = 0.0  # when it last moved (or was first seen)
+
+    def update(self, t: float, value: float) -> Finding:
+        if self._last is None or value != self._last:
+            self._since = t
+        self._last = value
+        flat = t - self._since
+        hit = flat >= self.window_s
+        return Finding(t, hit, 1.0 if hit else 0.0, {"stalled_s": flat, "value": flat})
+
+    def reset(self) -> None:
+        self._last = None

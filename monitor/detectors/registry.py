@@ -11,7 +11,8 @@ from monitor.detectors.base import Detector
 from monitor.detectors.changepoint import LevelShiftDetector
 from monitor.detectors.context import ContextAnomalyDetector
 from monitor.detectors.drift import TrendDriftDetector
-from monitor.detectors.events import CounterIncreaseDetector, WindowDropDetector
+from monitor.detectors.events import CounterIncreaseDetector, CounterStallDetector, WindowDropDetector
+from monitor.detectors.exhaustion import ExhaustionDetector
 from monitor.detectors.ks import KSShiftDetector
 from monitor.detectors.leak import LeakDetector
 from monitor.detectors.staleness import StalenessDetector, ValueAgeDetector
@@ -36,6 +37,8 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "level_shift": LevelShiftDetector,
     "rare_value": RareValueDetector,
     "context_anomaly": ContextAnomalyDetector,
+    "counter_stall": CounterStallDetector,
+    "exhaustion": ExhaustionDetector,
 }
 
 

@@ -46,6 +46,8 @@ class Round:
     failures: list[BaseException] = field(default_factory=list)  # parts that failed, the rest ingested
     verl_nodes: set[str] = field(default_factory=set)  # nodes whose series were renamed from verl's words
     top_prompts: list[TopPrompts] = field(default_factory=list)
+    # series budgets (targets) that left service discovery: their series are dropped, not left to go stale
+    gone: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ from prometheus_client import CollectorRegistry
 from monitor.config import MonitorConfig
 from monitor.sources.base import Source
 from monitor.sources.dmon import DmonCommandSource, DmonFileSource
+from monitor.sources.file_sd import FileSDSource
 from monitor.sources.nvml import NvmlSampler, NvmlSource
 from monitor.sources.prom_api import PromQuerySource
+from monitor.sources.ray_state import RayStateSource
 from monitor.sources.reward_outliers import RewardOutlierSource
 from monitor.sources.scrape import ScrapeSource
 from monitor.sources.tail_state import OffsetStore
@@ -26,6 +28,9 @@ def build_sources(config: MonitorConfig, client: httpx.AsyncClient, registry: Co
     """``client``: shared by the HTTP sources (its pool sized for the targets). ``registry``: where a
     re-exported verl log's series are collected. ``outliers``: a rule needs the trainers' prompts."""
     sources: list[Source] = [ScrapeSource(t, client) for t in config.targets]
+    sources += [FileSDSource(sd, client, i) for i, sd in enumerate(config.file_sd)]
+    if config.ray is not None:
+        sources.append(RayStateSource(config.ray, client))
     if outliers:
         sources.append(RewardOutlierSource(config.targets, config.target_tokens, client))
     if config.prometheus:

@@ -34,6 +34,7 @@ class Target:
     label_limit: int = 0              # labels one sample may carry (Prometheus' label_limit); 0 = no limit
     label_value_length_limit: int = 0  # characters of one label value; 0 = no limit
     honor_timestamps: bool = True     # False: every sample gets the scrape time, whatever it is stamped
+    labels: tuple[tuple[str, str], ...] = ()  # attached to every sample (a file_sd group's labels)
     # Its known lines (Prometheus' scrape cache); empty until the daemon teaches it what it stored.
     cache: ScrapeCache = field(default_factory=ScrapeCache, compare=False, repr=False)
 
@@ -337,7 +338,7 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     # `instance` as Prometheus attaches it: without a configured node, every series of the target gets
     # the host part as its `node` (resolve_node), as Prometheus' relabelling in prometheus.yml does
     instance = httpx.URL(target.url).netloc.decode()
-    extra = {"job": target.job, "target": target.name, "instance": instance}
+    extra = {"job": target.job, "target": target.name, "instance": instance, **dict(target.labels)}
     up = False
     batch = SourceBatch(target.name)
     try:

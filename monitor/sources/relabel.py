@@ -8,7 +8,8 @@ batch leaves it, so the store, the evaluator and the rules see only our names in
 - verl 0.9's ``rl_insight`` gauges (``rl_insight_monitor_actor_kl_loss``), the same table:
   ``relabel``, for scraped or queried samples; their nodes speak verl's vocabulary;
 - dcgm-exporter's units (framebuffer MiB, utilisation percent) into bytes and ratios: ``relabel``,
-  for new samples and for the scrape cache's known values alike.
+  for new samples and for the scrape cache's known values alike;
+- vLLM's and SGLang's series (``vllm:*``, ``sglang:*``) get the server's address as ``server``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from monitor.sources import verl_keys
 from monitor.sources.verl_keys import RL_INSIGHT_PREFIX, Mapped
 
 MIB = 1024.0 * 1024.0
+ROLLOUT_SERVER_PREFIXES = ("vllm:", "sglang:")  # verl's rollout engines' own /metrics names
 
 # name -> factor to base units (the DCGM field docs state MiB for FB_* and % for *_UTIL).
 UNIT_FACTORS: dict[str, float] = {
@@ -51,12 +53,23 @@ def series(name: str, labels: dict[str, str]) -> tuple[str, dict[str, str], floa
 
 
 def _sample(s: Sample, verl_nodes: set[str]) -> Sample:
+    if s.name.startswith(ROLLOUT_SERVER_PREFIXES):
+        return _server(s)
     if s.name.startswith(RL_INSIGHT_PREFIX):
         verl_nodes.add(s.labels.get("node", "unknown"))
     elif s.name not in UNIT_FACTORS:
         return s
     name, labels, factor = series(s.name, s.labels)
     return Sample(name, labels, s.value * factor, s.t)
+
+
+def _server(s: Sample) -> Sample:
+    """A rollout server's sample carries its address as ``server``: ``instance`` is scrape plumbing (never
+    an alert label), and several servers share a node (one per tensor-parallel group), so the address is
+    what tells one stalled server's alert from another's -- and what ``join_on: [server]`` joins."""
+    if "server" in s.labels or not s.labels.get("instance"):
+        return s
+    return Sample(s.name, {**s.labels, "server": s.labels["instance"]}, s.value, s.t)
 
 
 class KnownUnits:

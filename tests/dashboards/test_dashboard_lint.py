@@ -191,3 +191,29 @@ def test_lint_tool_flags_a_broken_export(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "dashboards.gen.lint", str(path)], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "no unit" in result.stdout
+
+
+def test_training_dashboard_has_the_rollout_server_and_cluster_rows() -> None:
+    """Issue 33: a rollout-servers row (vLLM current and deprecated names, SGLang) and a cluster row (Ray,
+    host memory), on names that exist in the peers' own output (tests/fixtures)."""
+    board = load("verl-training.json")
+    rows: dict[str, list[dict]] = {}
+    current = ""
+    for panel in board["panels"]:
+        if panel["type"] == "row":
+            current = panel["title"]
+            rows[current] = list(panel.get("panels", []))
+        else:
+            rows.setdefault(current, []).append(panel)
+    exprs = {title: " ".join(t["expr"] for p in panels for t in p["targets"]) for title, panels in rows.items()}
+    rollout, cluster = exprs["Rollout servers (vLLM, SGLang)"], exprs["Cluster (Ray, host memory)"]
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
+                 "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:num_running_reqs",
+                 "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:token_usage"):
+        assert name in rollout, name
+    for name in ("node_memory_MemAvailable_bytes", "ray_node_mem_available", "ray_object_store_used_memory",
+                 "ray_gcs_actors_count"):
+        assert name in cluster, name
+    fixtures = " ".join(p.read_text() for p in (ROOT / "tests/fixtures").glob("*.prom"))
+    missing = sorted(n for n in lint.peer_metrics() if f"\n{n}{{" not in fixtures and f"\n{n} " not in fixtures)
+    assert missing == [], f"peer-metrics.csv names no fixture shows: {missing}"

@@ -5,30 +5,23 @@ from __future__ import annotations
 
 import socket
 import sqlite3
-import threading
 import time
 
 import httpx
 
 from alerting.model import Alert, fingerprint
 from alerting.silence import SilenceStore
-from monitor.httpguard import GuardedHandler, GuardedHTTPServer
+from monitor.httpguard import GuardedServer
 
 
-class Hello(GuardedHandler):
-    def log_message(self, *a: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
+async def hello(scope, receive, send) -> None:  # noqa: ANN001
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
 
 
-def serve(**kw: float) -> GuardedHTTPServer:
-    server = GuardedHTTPServer(("127.0.0.1", 0), Hello, **kw)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+def serve(**kw: float) -> GuardedServer:
+    server = GuardedServer(hello, "127.0.0.1", 0, **kw)  # type: ignore[arg-type]
+    server.start()
     return server
 
 

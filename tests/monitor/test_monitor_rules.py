@@ -10,7 +10,9 @@ from monitor_scenarios import T0, firing, run, times
 
 from monitor.rules import RuleError, load_rule_files, load_rules
 from monitor.selectors import parse_selector
+from monitor.sources import ray_state
 from monitor.sources.alertmanager import CATALOGUE
+from monitor.sources.prom_text import parse_exposition
 from monitor.sources.verl_keys import GAP_PREFIX, map_key
 from verl.metrics.catalog import BY_NAME
 
@@ -29,6 +31,18 @@ def test_defaults_cover_the_catalogue_with_its_severities() -> None:
 
 
 VERL_JSONL_LABELS = {"job", "stat"}
+# verl's peers (issue 33): names in their own output (tests/fixtures: vLLM, SGLang, Ray, node_exporter),
+# with the labels they carry, and the Ray State API source's own series
+PEER_SERIES: dict[str, set[str]] = {}
+for _fixture in (Path(__file__).resolve().parents[1] / "fixtures").glob("*.prom"):
+    for _line in _fixture.read_text().splitlines():
+        if _line and not _line.startswith("#"):
+            _sample = parse_exposition(_line, 0.0, "t", None, {})
+            for _s in _sample.samples:
+                PEER_SERIES.setdefault(_s.name, set()).update(_s.labels)
+PEER_SERIES[ray_state.SERIES] = {"cause", "kind", "actor_class", "pid", "node", "reason"}
+
+
 # series only a verl log has (issue 32): its unmapped keys (verl_jsonl_<key>), its validation keys and the
 # training score's gap to them (both labelled with the validation key)
 VALIDATION = map_key("val-core/openai/gsm8k/reward/mean@1")
@@ -51,7 +65,10 @@ def test_default_selectors_name_real_series() -> None:
                     assert any(m.name == "job" and m.value == "verl_jsonl" for m in s.matchers), s.text
                     assert {m.name for m in s.matchers} <= {"job", *VALIDATION.labels}, s.text
                     continue
-                assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up", s.name
+                assert s.name in BY_NAME or s.name in DCGM_FIELDS or s.name == "up" or s.name in PEER_SERIES, s.name
+                if s.name in PEER_SERIES:
+                    assert {m.name for m in s.matchers} <= PEER_SERIES[s.name], s.text
+                    continue
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the
                     # verl JSONL source adds to its series (job="verl_jsonl", stat="peak" on torch peaks)

@@ -1,0 +1,35 @@
+"""The daemon's one listener: the JSON API (``monitor.api``) and the console (``monitor.web``) on one
+port, served by uvicorn with the guards of ``monitor.httpguard``, whose closings are counted on /metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily
+
+from monitor.api import MonitorAPI
+from monitor.httpguard import GuardedServer
+from monitor.web.app import build_app
+
+
+class GuardCounts:
+    """``verl_monitor_http_connections_closed_total{reason}``: cut (header deadline), evicted (an idle
+    holder closed for a newcomer), refused (a newcomer closed: every connection mid-request)."""
+
+    def __init__(self, server: GuardedServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("verl_monitor_http_connections_closed",
+                                     "Connections the monitor's listener closed, by reason.", labels=["reason"])
+        for reason in ("cut", "evicted", "refused"):
+            family.add_metric([reason], getattr(self.server, reason))
+        yield family
+
+
+def listen(daemon: Any, host: str, port: int, token: str | None) -> MonitorAPI:
+    """Bound at once (OSError when the port is taken); serving after ``start()``."""
+    api = MonitorAPI(daemon, host, port, token, app=build_app)
+    daemon.metrics.registry.register(GuardCounts(api.server))
+    return api

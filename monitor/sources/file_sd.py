@@ -1,0 +1,195 @@
+"""Prometheus' file-based service discovery (``file_sd_configs``) as one source.
+
+The files hold a JSON or YAML list of target groups, ``[{targets: ["host:port", ...], labels: {...}}]``
+(the format Ray writes to ``/tmp/ray/prom_metrics_service_discovery.json`` for every node, and what any
+inventory script can write). Semantics follow Prometheus' ``discovery/file`` and its scrape relabelling:
+
+- the format is chosen by the file's extension (``.json``, ``.yml``/``.yaml``), as Prometheus does;
+- each target is scraped at ``<scheme>://<host:port><__metrics_path__>`` (defaults ``http`` and
+  ``/metrics``; ``__scheme__``/``__metrics_path__`` and ``__param_<name>`` labels of the group set them);
+- the group's labels are attached to every sample of its targets; a ``job`` label overrides the
+  config's job, an ``instance`` label the address; labels starting with ``__`` are dropped after use;
+- the files are re-read when their mtime, size or the glob's matches change (checked every round, a
+  ``stat`` per file) and at least every ``refresh_interval``; new targets are scraped from the next
+  round, removed ones are dropped with their series (``Round.gone``), so a target taken out of the
+  file never looks like one that went silent (no TrainerDown, no absence alert); a target whose
+  labels changed starts its series anew the same way;
+- a file that does not exist holds no targets (Ray writes its file once it runs; a file deleted drops
+  its targets), as a Prometheus glob matching nothing;
+- a file that cannot be read or parsed is one logged line and a counted error
+  (``verl_monitor_scrape_errors_total{target="file_sd:<name>",reason="file_sd_invalid"}``); the
+  targets it held before are kept, as Prometheus keeps a file's last good groups.
+
+Why our own reader: the format is a 10-line schema; Prometheus' Go implementation is the reference and
+no Python package implements it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+import yaml
+
+from alerting.clock import Clock
+from alerting.safe_config import UnsafeYAML, load_yaml_text
+from monitor.model import SourceBatch
+from monitor.sources.base import DownLabels, Polled, Round
+from monitor.sources.prom_text import Target, scrape
+from monitor.sources.relabel import relabel
+
+_ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
+_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class FileSDConfig:
+    files: tuple[str, ...]     # paths or globs (``*`` in the last element, as Prometheus allows)
+    job: str = "file_sd"
+    interval: float = 5.0      # scrape interval of every discovered target
+    timeout: float = 3.0
+    refresh_interval: float = 300.0  # re-read even when nothing seems to have changed (Prometheus: 5m)
+    node: str | None = None    # a fixed node for every target (default: the address's host)
+
+
+class FileSDError(ValueError):
+    """One line naming the file and what is wrong with it."""
+
+
+def parse_groups(text: str, path: str, defaults: FileSDConfig) -> list[Target]:
+    """The targets a file_sd file describes (raises FileSDError naming the file and the entry)."""
+    try:  # YAML without aliases: the file is written by another program and may be hostile
+        doc = json.loads(text) if path.endswith(".json") else load_yaml_text(text, path)
+    except UnsafeYAML as exc:
+        raise FileSDError(str(exc).splitlines()[0]) from None
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+        raise FileSDError(f"{path}: not valid {'JSON' if path.endswith('.json') else 'YAML'} "
+                          f"({str(exc).splitlines()[0][:120]})") from None
+    if doc is None:
+        return []
+    if not isinstance(doc, list):
+        raise FileSDError(f"{path}: expected a list of {{targets: [host:port], labels: {{...}}}} groups")
+    out: list[Target] = []
+    for i, group in enumerate(doc):
+        if not isinstance(group, dict) or not isinstance(group.get("targets", []), list):
+            raise FileSDError(f"{path}: group {i}: expected {{targets: [host:port, ...], labels: {{...}}}}")
+        labels = group.get("labels") or {}
+        if not isinstance(labels, dict) or not all(isinstance(k, str) and _LABEL_RE.match(k) and isinstance(v, str)
+                                                   for k, v in labels.items()):
+            raise FileSDError(f"{path}: group {i}: labels must map label names to string values")
+        for address in group.get("targets") or []:
+            if not isinstance(address, str) or not _ADDRESS_RE.match(address):
+                raise FileSDError(f"{path}: group {i}: target {str(address)[:60]!r} is not host:port")
+            out.append(_target(address, labels, defaults))
+    return out
+
+
+def _target(address: str, labels: dict[str, str], cfg: FileSDConfig) -> Target:
+    scheme = labels.get("__scheme__", "http")
+    metrics_path = labels.get("__metrics_path__", "/metrics")
+    params = {k[len("__param_"):]: v for k, v in labels.items() if k.startswith("__param_")}
+    url = f"{scheme}://{address}{metrics_path}" + (f"?{urlencode(params)}" if params else "")
+    kept = {k: v for k, v in labels.items() if not k.startswith("__") and k != "job"}
+    name = address if metrics_path == "/metrics" and not params else f"{address}{metrics_path}"
+    return Target(name, url, cfg.node, labels.get("job", cfg.job), cfg.interval, cfg.timeout,
+                  labels=tuple(sorted(kept.items())))
+
+
+class FileSDSource:
+    """The files' targets, scraped concurrently each round; the target set follows the files."""
+
+    def __init__(self, config: FileSDConfig, client: httpx.AsyncClient, index: int = 0) -> None:
+        self.config, self.client = config, client
+        self.metric = f"file_sd:{Path(config.files[0]).name}" + (f"#{index}" if index else "")
+        self.name = self.metric
+        self.interval, self.wait_after = config.interval, False
+        self.budget = max(config.interval, config.timeout)
+        self.offset = 0.0
+        self.down = DownLabels(config.job, config.node)
+        self.targets: dict[str, Target] = {}  # target name -> target, in the files' order
+        self._groups: dict[str, list[Target]] = {}  # file -> its last good targets
+        self._stamps: dict[str, tuple[float, int]] = {}
+        self._read_at = -float("inf")
+        self.read_errors = 0
+
+    def paths(self) -> list[str]:
+        found: list[str] = []
+        for pattern in self.config.files:
+            found += sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        return found
+
+    def refresh(self) -> tuple[list[str], list[Exception]]:
+        """Re-read changed files; returns the names of targets that left, and the files' errors."""
+        paths = self.paths()
+        due = time.monotonic() - self._read_at >= self.config.refresh_interval
+        errors: list[Exception] = []
+        changed = due or set(paths) != set(self._stamps)
+        stamps: dict[str, tuple[float, int]] = {}
+        for p in paths:
+            try:
+                st = os.stat(p)
+                stamps[p] = (st.st_mtime, st.st_size)
+            except OSError:
+                stamps[p] = (-1.0, -1)
+            changed = changed or stamps[p] != self._stamps.get(p)
+        if not changed:
+            return [], []
+        self._read_at = time.monotonic()
+        groups: dict[str, list[Target]] = {}
+        for p in paths:
+            if stamps[p] == self._stamps.get(p) and p in self._groups and not due:
+                groups[p] = self._groups[p]
+                continue
+            if stamps[p][1] < 0:  # not there (yet): no targets, as Prometheus' glob matching no file
+                groups[p] = []
+                continue
+            try:
+                groups[p] = parse_groups(Path(p).read_text(encoding="utf-8"), p, self.config)
+            except (OSError, UnicodeDecodeError, FileSDError) as exc:
+                errors.append(exc if isinstance(exc, FileSDError) else FileSDError(f"{p}: cannot read ({exc})"))
+                if p in self._groups:  # the last good groups stay (Prometheus keeps them too)
+                    groups[p] = self._groups[p]
+        self._stamps, self._groups = stamps, groups
+        new: dict[str, Target] = {}
+        for targets in groups.values():
+            for t in targets:
+                new.setdefault(t.name, self.targets.get(t.name) if self.targets.get(t.name) == t else t)
+        # a target that left, or whose labels changed (its old series would linger until stale)
+        gone = [n for n, t in self.targets.items() if new.get(n) != t]
+        self.targets = new
+        return gone, errors
+
+    async def poll(self, clock: Clock) -> Round:
+        gone, errors = self.refresh()
+        self.read_errors += len(errors)
+        now = clock.now()
+        targets = list(self.targets.values())
+        results = await asyncio.gather(*(scrape(self.client, t, now) for t in targets))
+        polled, verl_nodes, slowest = [], set(), 0.0
+        for t, (batch, duration, _up) in zip(targets, results, strict=True):
+            verl_nodes |= relabel(batch)
+            polled.append(Polled(batch, seen=now, source=t.name))
+            slowest = max(slowest, duration)
+        if errors:  # counted under this source by the daemon, as any failed part of a round
+            polled.append(Polled(_error_batch(self.metric, errors), source=self.metric))
+        return Round(polled, up=not errors, duration=slowest, verl_nodes=verl_nodes, gone=gone)
+
+    async def close(self) -> None:
+        pass  # the client is the daemon's
+
+
+def _error_batch(source: str, errors: list[Exception]) -> SourceBatch:
+    """The files' errors as a batch: counted and logged (one line a minute) by the intake, like any
+    rejected input; the line names the file and what is wrong."""
+    batch = SourceBatch(source)
+    batch.error("file_sd_invalid", len(errors))
+    batch.notes["file_sd_invalid"] = f"{errors[-1]}; keeping the targets it held before"
+    return batch

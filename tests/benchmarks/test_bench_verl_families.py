@@ -31,7 +31,9 @@ def test_page_quotes_the_evidence_and_names_both_series() -> None:
     truth = json.loads((DATA / "grpo-reward_hack-60s.truth.json").read_text())
     r = score(truth, replay(DATA, truth))
     assert r["paged_by"] == "RewardHackingSuspected", r
-    assert "val-core/openai/gsm8k/reward/" in r["evidence"] and "critic/score/mean holds at" in r["evidence"], r
+    assert "critic/score/mean pulling away from validation val-" in r["evidence"], r
+    metric = r["evidence"].split("from validation ")[1].split(" on ")[0]
+    assert f"while validation {metric} fell" in r["evidence"], r  # the same pair, both numbers
 
 
 def test_json_summary(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
     python3 -m venv /work/verl-venv
     /work/verl-venv/bin/pip install torch==2.13.0 && /work/verl-venv/bin/pip install verl==0.9.1 cachetools uvicorn fastapi
     cd /tmp && /work/verl-venv/bin/python /work/wt-22/benchmarks/verl_real_runs_writer.py --out /work/wt-22/benchmarks/data/verl_real
+    cd /tmp && /work/verl-venv/bin/python $REPO/benchmarks/verl_real_runs_writer.py --set families --seed 32 --out $REPO/benchmarks/data/verl_real2
 
 Run it with the *PyPI* verl's interpreter and a working directory outside this repository (the project's own
 ``verl/`` package would shadow it); nothing in the project imports this file. Each run is a synthetic batch
@@ -198,10 +199,18 @@ def main() -> None:
     p.add_argument("--only", help="comma-separated run names (default: all)")
     p.add_argument("--kl-plateau", type=float, default=0.03, help="KL to the reference after its warm-up")
     p.add_argument("--kl-drift", type=float, default=KL_DRIFT_PER_STEP, help="KL rise per step with the penalty off")
+    p.add_argument("--set", choices=("issue22", "families"), default="issue22",
+                   help="issue22: the 30 runs of benchmarks/data/verl_real; families: issue 32's failure families "
+                        "(benchmarks/verl_real_runs_families.py, for benchmarks/data/verl_real2)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
+    if args.set == "families":
+        from verl_real_runs_families import write_all  # a sibling of this file (sys.path[0])
+
+        write_all(out, args.seed, only)
+        return
     k = 0
     for step_s in CADENCES:
         for algo in ("ppo", "grpo"):

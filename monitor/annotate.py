@@ -56,6 +56,7 @@ class Annotator:
         ctx = {"labels": c.labels, "value": c.value if c.value is not None else float("nan"),
                "details": c.details, "alertname": c.rule.alert, "severity": c.rule.severity,
                "series": c.binding.series.labels,  # all source labels, incl. instance/target
+               "joined": c.joined,  # the when: conditions' series, name, value and details (evaluator)
                "vocab": self.vocabulary(c.labels.get("node", "unknown"))}
         ann = c.rule.render(ctx)
         if c.value is not None:

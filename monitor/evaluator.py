@@ -67,6 +67,9 @@ class Candidate:
     value: float | None
     details: dict[str, float]
     binding: Binding
+    # the ``when:`` conditions' evidence, one per extra condition: the series that holds it (its name,
+    # value and its detector's details), so a page can quote both sides of a join (issue 32)
+    joined: tuple[dict, ...] = ()
 
 
 STALE_INTERVALS = 3.0
@@ -226,8 +229,18 @@ class Evaluator:
             value = details.get("value", b.series.last_v)
             out.append(Candidate(b.fp, b.labels, b.rule, since, now - since >= self._for_s(b),
                                  None if value is None or not math.isfinite(value) else float(value),
-                                 details, b))
+                                 details, b, self._joined(b, now)))
         return out
+
+    def _joined(self, b: Binding, now: float) -> tuple[dict, ...]:
+        out = []
+        for ci in range(1, len(b.rule.conditions)):
+            h = next((h for h in self._helpers.get((b.rule_index, ci, b.join), []) if self._fresh(h, now)), None)
+            if h is not None:
+                details = dict(h.finding.details) if h.finding else {}
+                out.append({"name": h.series.name, "labels": h.series.labels,
+                            "value": details.get("value", h.series.last_v), "details": details})
+        return tuple(out)
 
     def _check_fill(self, b: Binding) -> None:
         reason = b.detector.unfillable(b.series.interval())
@@ -254,8 +267,12 @@ class Evaluator:
 
     def _fresh(self, b: Binding, now: float) -> bool:
         # a finding stays fresh for the lookback delta or, for a series sampled once per training step,
-        # for 3 of its own intervals (a 12-min step must not resolve the alert between two records)
-        return b.active and (now - b.last_t <= self.horizon(b.series) or getattr(b.detector, "ticks", False))
+        # for 3 of its own intervals (a 12-min step must not resolve the alert between two records) -- or as
+        # long as its rule holds a cleared condition (keep_firing_for_steps): verl 0.6/0.7 write through an
+        # 8 KB buffer, so a PPO log delivers ~3 records at once, and an alert held in steps resolved and
+        # paged again at every burst (issue 32)
+        horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval())
+        return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
 
     def _joint_since(self, b: Binding, now: float) -> float | None:
         if not self._fresh(b, now) or b.since is None:

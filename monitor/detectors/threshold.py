@@ -70,8 +70,11 @@ class FluctuationDetector(Detector):
     tests/monitor/test_monitor_detectors.py::test_fluctuation.
     """
 
-    def __init__(self, window: float = 60.0, min_relative: float = 0.05, min_samples: int = 3) -> None:
-        self.window_s, self.min_relative, self.min_samples = window, min_relative, min_samples
+    def __init__(self, window: float = 60.0, min_relative: float = 0.05, min_samples: int = 3,
+                 below: bool = False) -> None:
+        # below: the opposite question, "has it stayed flat" (swing <= min_relative over a full window):
+        # verl's response_length/max pinned at the configured cap step after step (issue 32)
+        self.window_s, self.min_relative, self.min_samples, self.below = window, min_relative, min_samples, below
         self.reset()
 
     def reset(self) -> None:
@@ -92,8 +95,8 @@ class FluctuationDetector(Detector):
         mean = sum(vs) / n
         top, bottom = max(vs), min(vs)
         swing = (top - bottom) / abs(mean) if mean else (math.inf if top != bottom else 0.0)
-        hit = swing > self.min_relative
-        return Finding(t, hit, min(1.0, swing), {"relative_swing": swing, "value": value})
+        hit = swing <= self.min_relative if self.below else swing > self.min_relative
+        return Finding(t, hit, min(1.0, swing), {"relative_swing": swing, "value": value, "max": top, "min": bottom})
 
 
 class BaselineRatioDetector(Detector):

@@ -88,7 +88,7 @@ class MappedRecord:
         nonfinite = False
         if self.step is not None:
             out.append(Sample("verl_global_step", with_node(labels0, self.node), self.step, t))
-        for key, raw in self.data.items():
+        for key, raw in (self.data | verl_keys.derived(self.data)).items():  # + the train-validation gap
             if key in TIME_KEYS or key == "step" or (key == "training/global_step" and self.step is not None):
                 continue
             if raw is None or (isinstance(raw, int | float) and not isinstance(raw, bool)):

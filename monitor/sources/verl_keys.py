@@ -117,6 +117,22 @@ class Mapped:
     factor: float
 
 
+# Reward hacking (issue 32) is the training score pulling away from a validation score: on each record that
+# carries validation (every trainer.test_freq steps) the source derives their gap, one series per validation
+# mean (val-core's mean@N, best@N/mean, maj@N/mean and val-aux's lower-N ones; not std@N or num_turns)
+GAP_PREFIX = "train-minus/"
+_VAL_MEAN = re.compile(r"val-(core|aux)/.+/(mean@\d+|(best|maj)@\d+/mean)")
+
+
+def derived(data: dict) -> dict:
+    """Pseudo-keys a record implies: ``train-minus/<val key>`` = critic/score/mean - that validation mean."""
+    score = finite_number(data.get("critic/score/mean"))
+    if score is None or not any(k.startswith("val-") for k in data):
+        return {}
+    return {GAP_PREFIX + k: score - v for k, raw in data.items()
+            if _VAL_MEAN.fullmatch(k) and (v := finite_number(raw)) is not None}
+
+
 def unknown_name(key: str) -> str:
     return "verl_jsonl_" + _SAFE.sub("_", key).strip("_").lower()
 
@@ -126,6 +142,12 @@ def map_key(key: str) -> Mapped | None:
     m = KEY_MAP.get(key)
     if m is not None:
         return Mapped(m.series, m.labels, m.factor)
+    if key.startswith(GAP_PREFIX):
+        return Mapped("verl_train_validation_gap", {"metric": key[len(GAP_PREFIX):]}, 1.0)
+    if key.startswith(("val-core/", "val-aux/")):
+        # validation, every trainer.test_freq steps (the trainer's _val_metrics_update): one series per key,
+        # told apart by a label so each is its own alert (issue 32)
+        return Mapped("verl_validation_metric", {"metric": key}, 1.0)
     if key.startswith("timing_s/"):
         stage = key[len("timing_s/"):]
         if stage.startswith("agent_loop/"):

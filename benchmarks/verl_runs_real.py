@@ -81,6 +81,17 @@ def simulate(lines: list[bytes], times: list[float], step_s: float, rules: list[
     end = times[-1] + max(3600.0, 5 * step_s)
     now = clock.now()
     for i, t in enumerate([*times, end]):
+        if truncate_at is not None and i == truncate_at:
+            # a resume: the old trainer died after its last record (no process holds the log), the relaunch
+            # re-opens the log with "wb" halfway through the gap, then loads its checkpoint and logs again
+            closed["v"] = True
+            relaunch = (times[i - 1] + t) / 2.0
+            while now + poll_s < relaunch:
+                now += poll_s
+                poll(now)
+            fh.close()
+            fh = path.open("wb")
+            closed["v"] = False
         while now + poll_s < t:
             now += poll_s
             poll(now)
@@ -91,9 +102,6 @@ def simulate(lines: list[bytes], times: list[float], step_s: float, rules: list[
             pipe.close()
             events.append((now, {"kind": "restart"}))
             pipe, tail = start()
-        if truncate_at is not None and i == truncate_at:
-            fh.close()
-            fh = path.open("wb")
         fh.write(lines[i])
         fh.flush()
         os.utime(path, (t, t))

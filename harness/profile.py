@@ -17,12 +17,14 @@ from harness.standin import RobotStandIn
 from monitor.rules import DEFAULT_RULES
 
 # Short windows for the faults the demo injects; everything else keeps the production defaults.
-DEMO_DETECTORS: dict[str, dict[str, Any]] = {
-    "MemoryLeakSuspected": {"window": 45, "every": 5, "floor": 4, "min_buckets": 6, "persistence": 2},
-    "KLDriftDetected": {"window": 60, "every": 3, "min_samples": 20, "persistence": 2},
-    "RolloutBufferDrop": {"window": 60},
+# Keyed by alert and detector type: an alert may have rules of other types (KLDriftDetected's blow-up rule
+# is a level shift on verl logs), whose parameters these are not.
+DEMO_DETECTORS: dict[tuple[str, str], dict[str, Any]] = {
+    ("MemoryLeakSuspected", "leak"): {"window": 45, "every": 5, "floor": 4, "min_buckets": 6, "persistence": 2},
+    ("KLDriftDetected", "drift"): {"window": 60, "every": 3, "min_samples": 20, "persistence": 2},
+    ("RolloutBufferDrop", "window_drop"): {"window": 60},
     # production: 5 min warm-up, 10 min baseline, 2 min confirmation
-    "ThroughputDrop": {"warmup_s": 10, "baseline_s": 60, "confirm_s": 10},
+    ("ThroughputDrop", "level_shift"): {"warmup_s": 10, "baseline_s": 60, "confirm_s": 10},
 }
 DEMO_KEEP_FIRING = {"MemoryLeakSuspected": "30s", "KLDriftDetected": "30s"}
 
@@ -45,11 +47,12 @@ def demo_rules(host_leak: bool) -> dict[str, Any]:
     extra = []
     for rule in doc["rules"]:
         name = rule["alert"]
-        if name in DEMO_DETECTORS:
+        demo = DEMO_DETECTORS.get((name, rule["detector"]["type"]))
+        if demo is not None:
             # the demo's windows are seconds on purpose: a `steps:` floor (windows of at least N samples,
             # for slow verl runs) would stretch the 60 s KL window past the demo's whole run; `per_step` needs
             # `steps:` and goes with it
-            rule["detector"] = {k: v for k, v in {**rule["detector"], **DEMO_DETECTORS[name]}.items()
+            rule["detector"] = {k: v for k, v in {**rule["detector"], **demo}.items()
                                 if k not in ("steps", "per_step")}
         if name in DEMO_KEEP_FIRING:
             rule["keep_firing_for"] = DEMO_KEEP_FIRING[name]

@@ -20,6 +20,9 @@ from benchmarks.verl_families import DATA, main, replay, score
     "ppo-healthy_v1bug-300s",
     "grpo-healthy_cadence-20s",      # 20 s -> 60 s steps with a 3x batch: no page
     "ppo-healthy_resume-60s",        # crash at 130, resume from 100: log truncated, steps repeated
+    "grpo-healthy_ratchet-20s",      # peak memory ratchets 31 -> 44 GB in 25 steps, then flat: no leak page
+    "grpo-healthy_growth-60s",       # responses grow x1.9 and the peak with them: no leak page
+    "ppo-hang-20s",                  # 30 min in update_actor: TrainingStalled within max(5 min, 3 steps)
 ])
 def test_family_run_comes_out_right(name: str) -> None:
     truth = json.loads((DATA / f"{name}.truth.json").read_text())

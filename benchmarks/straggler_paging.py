@@ -82,7 +82,13 @@ def measure(slow_s: float, tmp: Path) -> dict[str, float | str | None]:
         if daemon is not None:
             daemon.stop()
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            # SIGTERM first: torchrun starts each worker in a session of its own, so only its agent (which
+            # forwards the signal to them) can end them; a SIGKILL to its group would orphan both ranks
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return out
 

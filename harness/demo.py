@@ -111,10 +111,11 @@ class FaultOutcome:
 
 def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int, float],
               trainer_started: float) -> dict[str, Any]:
-    fired: dict[str, tuple[float, str]] = {}
+    firings: dict[str, list[tuple[float, str]]] = {}
     for ev in journal.of("alert"):
-        if ev["status"] == "firing" and ev["alertname"] not in fired:
-            fired[ev["alertname"]] = (ev["t"], ev["fingerprint"])
+        if ev["status"] == "firing":
+            firings.setdefault(ev["alertname"], []).append((ev["t"], ev["fingerprint"]))
+    fired = {name: times[0] for name, times in firings.items()}
     incidents = [e for e in journal.of("incident") if e["status"] == "firing"]
     delivered_fp: dict[str, float] = {}
     deliveries: dict[str, int] = {}  # firing notifications that carried the alert: "delivered once"
@@ -125,13 +126,16 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
                 deliveries[fp] = deliveries.get(fp, 0) + 1
     outcomes = []
     caused: dict[str, str] = {}  # alertname -> the injection that caused it (a consequence, after it)
+    false_pages: list[dict[str, Any]] = []  # an expected alert that fired before its fault: not a detection
     for inj in plan:
         # a fault at step N acts during step N: injected when step N-1 was logged; "from the start":
         # the trainer's first step
         at = step_times.get(1, trainer_started) if inj.at_step is None else step_times.get(inj.at_step - 1)
         alerts = {}
         for name in inj.expects:
-            det = fired.get(name)
+            early = [f for f in firings.get(name, []) if at is None or f[0] < at]
+            false_pages.extend({"alertname": name, "t": t, "before": inj.name} for t, _ in early[:1])
+            det = next((f for f in firings.get(name, []) if at is not None and f[0] >= at), None)
             alerts[name] = {"detected": det[0] if det else None,
                             "delivered": delivered_fp.get(det[1]) if det else None,
                             "deliveries": deliveries.get(det[1], 0) if det else 0}
@@ -148,6 +152,7 @@ def summarize(journal: Journal, plan: Sequence[Injection], step_times: dict[int,
         "all_diagnosed": all(o.diagnosed is not None for o in outcomes),
         "unmeasured_claims": unmeasured_claims(journal, plan),
         "unexpected_alerts": sorted(set(fired) - expected - set(caused)),
+        "false_pages": false_pages,
         "caused_alerts": caused,
         "incidents": [{"alertname": e["alertname"], "t": e["t"]} for e in incidents],
         "messages_received": len(journal.of("message")),
@@ -176,6 +181,8 @@ def print_summary(summary: dict[str, Any], wall_s: float) -> None:
         print(f"also fired, caused by an injected fault: {name} (after: {injection})")
     if summary["unexpected_alerts"]:
         print("also fired (not injected): " + ", ".join(summary["unexpected_alerts"]))
+    for fp in summary.get("false_pages", []):
+        print(f"FALSE PAGE: {fp['alertname']} fired at {fp['t']:.1f}s, before its fault ({fp['before']}) was injected")
     print(f"chat messages received by the stand-in: {summary['messages_received']}")
     claims = summary.get("unmeasured_claims") or []
     print("messages name only measured causes" if not claims else
@@ -234,7 +241,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__.splitlines()[0],
                                 epilog="Exit status: 0 when every injected fault was detected, delivered and "
-                                       "diagnosed; 1 when one was MISSED (or the stack did not start); 2 on bad "
+                                       "diagnosed; 1 when one was MISSED, an expected alert paged before its fault "
+                                       "(a false page), or the stack did not start; 2 on bad "
                                        "arguments; 130 on Ctrl-C.")
     p.add_argument("--duration", type=float, default=160.0, help="stop after this many seconds (default 160)")
     p.add_argument("--linger", type=float, default=15.0, help="seconds to wait for deliveries after the trainer exits")
@@ -275,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def every_fault_caught(summary: dict[str, Any]) -> bool:
-    """No injected fault MISSED: each was detected, delivered and diagnosed before the demo ended (a
-    healthy run, with no fault planned, misses nothing)."""
-    return not summary["faults"] or (summary["all_detected_and_delivered"] and summary["all_diagnosed"])
+    """No injected fault MISSED: each was detected, delivered and diagnosed before the demo ended, and none
+    of its alerts paged before it was injected (a healthy run, with no fault planned, misses nothing)."""
+    return not summary["faults"] or (summary["all_detected_and_delivered"] and summary["all_diagnosed"]
+                                     and not summary.get("false_pages"))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ from monitor.rules import DEFAULT_RULES
 # is a level shift on verl logs), whose parameters these are not.
 DEMO_DETECTORS: dict[tuple[str, str], dict[str, Any]] = {
     ("MemoryLeakSuspected", "leak"): {"window": 45, "every": 5, "floor": 4, "min_buckets": 6, "persistence": 2},
-    ("KLDriftDetected", "drift"): {"window": 60, "every": 3, "min_samples": 20, "persistence": 2},
+    # min_change 0.1: the tiny trainer's healthy KL wanders 0.01-0.08 from step to step, and on a slow machine
+    # (1 step/s) a 60 s window is 60 steps, short enough for one upward wander to pass production's 0.02 floor
+    # (a CI run paged at KL 0.08, before the fault); zeroing kl_coef takes KL past 1 within 20 steps
+    ("KLDriftDetected", "drift"): {"window": 60, "every": 3, "min_samples": 20, "persistence": 2, "min_change": 0.1},
     ("RolloutBufferDrop", "window_drop"): {"window": 60},
     # production: 5 min warm-up, 10 min baseline, 2 min confirmation
     ("ThroughputDrop", "level_shift"): {"warmup_s": 10, "baseline_s": 60, "confirm_s": 10},

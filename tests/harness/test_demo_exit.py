@@ -73,3 +73,23 @@ def test_an_alert_the_kl_fault_causes_after_its_injection_is_no_unexpected_alert
     assert after["unexpected_alerts"] == [] and after["caused_alerts"] == {"RewardVarianceSpike": kl.name}
     journal.add("alert", None, status="firing", alertname="TrainerDown", fingerprint="other")
     assert demo.summarize(journal, [kl], {119: 50.0}, trainer_started=5.0)["unexpected_alerts"] == ["TrainerDown"]
+
+
+def test_an_expected_alert_that_pages_before_its_fault_is_a_false_page_not_a_detection(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Stop 37's CI: KLDriftDetected paged 44 s before kl_coef was zeroed and the demo counted it as detected
+    at "-43.9 s". A page before the fault is false; only a firing at or after the injection detects it."""
+    kl = next(inj for inj in demo.DEMO_PLAN if inj.key == "kl")
+    journal = Journal(t0=time.time() - 100.0, echo=False)  # this firing lands ~100 s after the start
+    journal.add("alert", None, status="firing", alertname="KLDriftDetected", fingerprint="early")
+    journal.add("notification", None, status="delivered", fingerprints=["early"], notification_status="firing")
+    early = demo.summarize(journal, [kl], {119: 150.0}, trainer_started=5.0)  # injected at 150 s
+    assert early["false_pages"] == [{"alertname": "KLDriftDetected", "t": pytest.approx(100.0, abs=2.0),
+                                     "before": kl.name}]
+    assert early["faults"][0]["alerts"]["KLDriftDetected"]["detected"] is None and not early["all_detected_and_delivered"]
+    assert not demo.every_fault_caught({**early, "all_detected_and_delivered": True, "all_diagnosed": True})
+
+    on_time = demo.summarize(journal, [kl], {119: 50.0}, trainer_started=5.0)  # injected at 50 s
+    assert on_time["false_pages"] == [] and on_time["faults"][0]["alerts"]["KLDriftDetected"]["detected"] is not None
+    code, _ = _run_with(monkeypatch, early, tmp_path)
+    assert code == 1 and "FALSE PAGE: KLDriftDetected" in capsys.readouterr().out

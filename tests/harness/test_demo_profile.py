@@ -27,3 +27,28 @@ def test_every_demo_override_meets_a_rule_of_its_type() -> None:
         shortened = [r for r in doc["rules"] if r["alert"] == name and r["detector"]["type"] == kind]
         assert shortened, (name, kind)
         assert all(r["detector"][k] == v for r in shortened for k, v in override.items())
+
+
+def _kl_steps() -> list[float]:
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "demo-kl-healthy-wander.txt"
+    return [float(line.split()[1]) for line in path.read_text().splitlines() if not line.startswith("#")]
+
+
+@pytest.mark.parametrize("steps_per_s", [0.7, 1.0])  # the log holds 40 steps of the fault: enough at these rates
+def test_demo_kl_rule_is_quiet_on_the_healthy_wander_and_pages_the_fault(tmp_path: Path, steps_per_s: float) -> None:
+    """The CI failure of stop 37: on a slow machine (about 1 step/s) the demo's 60 s KL window is 60 steps of
+    the tiny trainer's healthy wander, which paged before the fault. Scraped every second as the demo does."""
+    path = tmp_path / "rules.demo.yaml"
+    path.write_text(yaml.safe_dump(demo_rules(False), sort_keys=False))
+    rule = next(r for r in load_rules(path) if r.alert == "KLDriftDetected"  # the live trainer's rule comes first
+                and r.conditions[0].detector_type == "drift")
+    detector = rule.conditions[0].new_detector()
+    kl = _kl_steps()
+    fault_step, first = 120, None
+    t = 3.0 / steps_per_s  # the monitor starts a few steps into the run
+    while int(t * steps_per_s) < len(kl):
+        step = int(t * steps_per_s) + 1
+        if detector.update(t, kl[step - 1]).active and first is None:
+            first = step
+        t += 1.0
+    assert first is not None and first > fault_step, f"first active at step {first}"

@@ -165,3 +165,31 @@ def test_target_removed_from_the_file_is_dropped_without_trainer_down(tmp_path: 
         assert trainer.address not in held and other.address in held
     finally:
         mon.close()
+
+
+def test_a_listed_server_that_stops_answering_is_paged_down_by_address_a_removed_one_is_not(
+        tmp_path: Path, servers) -> None:  # noqa: ANN001
+    dead, removed, generating = servers(), servers(), servers()
+    sd = tmp_path / "rollout.json"
+    write_sd(sd, [{"targets": [dead.address, removed.address, generating.address], "labels": {"job": "vllm"}}])
+    died_at = 60.0
+
+    def move(t: float) -> None:
+        for s in (dead, removed, generating):
+            s.running, s.tokens = 8, s.tokens + 4000
+            s.render()
+        if t == died_at:
+            dead.close()  # the process is gone; its file_sd entry stays
+            write_sd(sd, [{"targets": [dead.address, generating.address], "labels": {"job": "vllm"}}])
+            removed.close()  # taken out of the file first: a planned removal, not an outage
+
+    mon = SimulatedDaemon(tmp_path, {"file_sd": [{"files": [str(sd)], "job": "vllm", "interval": "5s"}]})
+    try:
+        mon.run(400, before=move)
+        pages = mon.fired("RolloutServerDown")
+        assert [a.labels["server"] for a in pages] == [dead.address]
+        assert mon.first_fired[("RolloutServerDown", pages[0].fingerprint)] - died_at <= STALL_PAGE_S
+        assert dead.address in pages[0].annotations["summary"], pages[0].annotations["summary"]
+        assert not mon.fired("RolloutServerStalled")
+    finally:
+        mon.close()

@@ -36,7 +36,8 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     assert 0 < report["ettr"] < report["ettr_from_first_step"] <= 1.0
     assert report["ettr_from_first_step"] > 0.9
     assert report["ettr"] * 60 == pytest.approx(60 - report["lost_seconds_total"], abs=0.5)  # wall: 60 s + a tick
-    assert report["restarts"] == 0 and report["final_step"] > 20
+    # it trained on past both faults (a quiet machine reaches ~40 steps in the 60 s, one at load 10 ~13)
+    assert report["restarts"] == 0 and report["final_step"] > 8
     # on wall time: the critic OOM is due while the trainer trains, so it lands within a tick or two of its plan
     oom = report["faults"][1]
     assert oom["late_s"] is not None and 0 <= oom["late_s"] < 1.0 and oom["step"] is not None

@@ -230,6 +230,9 @@ class RewardCircuitBreaker:
         self._hung = False
         self._miss_logged = False
         self.transitions: list[tuple[float, CircuitState]] = []
+        self.recoveries = 0
+        """Times the circuit closed again after being open: an outage that opens and closes between two
+        looks at ``state`` (a short hang inside one slow step) is still seen by whoever counts."""
         self._stop = threading.Event()
         self._prober = threading.Thread(target=self._probe_loop, name="reward-probe", daemon=True)
         self._prober.start()
@@ -391,6 +394,8 @@ class RewardCircuitBreaker:
         if self._gauge is not None:
             self._gauge.set(int(state))
         if changed:
+            if state is CircuitState.CLOSED and self.transitions:
+                self.recoveries += 1
             self.transitions.append((self.clock.now(), state))
             if self._on_change is not None:
                 self._on_change(state)

@@ -55,7 +55,7 @@ class RewardStage:
         self._ooms_answered = 0
         """Reward OOMs already answered by a shed. Counted across steps, not per ``score``: a call that missed
         its deadline can run out of memory after its step has moved on (the next step sheds then)."""
-        self._circuit_was_closed = True
+        self._recoveries_seen = 0  # the breaker's recoveries this stage has answered
         self._skipping_cached = False
         """The actor updates of steps on cached scores only are being skipped (logged once per outage)."""
 
@@ -123,12 +123,14 @@ class RewardStage:
 
     def _note_recovery(self) -> None:
         """The circuit closed again after being open: the reward guard re-learns its reference from the
-        model's next batches instead of comparing them with batches from before the outage."""
-        closed = self.path.breaker.state is CircuitState.CLOSED
-        if closed and not self._circuit_was_closed:
+        model's next batches instead of comparing them with batches from before the outage. Counted, not
+        sampled: on a slow step the breaker can open and close again between two calls of this."""
+        breaker = self.path.breaker
+        recoveries = breaker.recoveries
+        if recoveries > self._recoveries_seen and breaker.state is CircuitState.CLOSED:
+            self._recoveries_seen = recoveries
             self.guards.reward.restart_reference()
             log.info("reward model answers again: the reward guard re-learns its reference")
-        self._circuit_was_closed = closed
 
     def validate(self, rollouts: list[Rollout]) -> None:
         keep = set(self.guards.validator.filter([r.response for r in rollouts],

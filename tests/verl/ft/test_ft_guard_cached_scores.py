@@ -5,9 +5,16 @@ RewardVarianceSpike: the model's first real batches against a reference of cache
 
 from __future__ import annotations
 
-import pytest
+import time
+from types import SimpleNamespace
 
+import pytest
+from test_ft_breaker import PROMPTS, FlakyModel
+
+from verl.fault import CircuitState, RewardCircuitBreaker
 from verl.trainer import RLTrainer
+from verl.trainer.reward_stage import RewardStage
+from verl.utils.clock import SimulatedClock
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -43,3 +50,39 @@ def test_cached_scores_are_not_judged_and_recovery_restarts_the_reference() -> N
     # that step is served from the cache; restarts holds the step before it) or after it
     assert len(restarts) == 1 and restarts[0] + 1 >= max(unjudged)
     assert all(n > 0 for _, n in judged)
+
+
+def test_an_outage_that_opens_and_closes_between_two_steps_still_restarts_the_reference() -> None:
+    """On a slow step a short hang can open the breaker and the probe close it again before the stage looks
+    at its state once more: the recovery is counted, so the guard still re-learns its reference."""
+    clock = SimulatedClock(1000.0)
+    model = FlakyModel(clock=clock, advance_on_hang=31.0)
+    breaker = RewardCircuitBreaker(model, clock=clock)  # 30 s timeout, 3 failures, 5 s probe
+    restarts: list[float] = []
+    guards = SimpleNamespace(reward=SimpleNamespace(restart_reference=lambda: restarts.append(clock.now())))
+    stage = RewardStage(SimpleNamespace(reward_batch_size=8), SimpleNamespace(breaker=breaker), guards,  # type: ignore[arg-type]
+                        None, None, clock, None)  # type: ignore[arg-type]
+
+    def step() -> None:
+        stage.score([SimpleNamespace(prompt=p, response="", extra={}, reward=None) for p in PROMPTS])
+
+    try:
+        step()
+        model.hang.set()
+        for _ in range(3):  # inside one step: three calls time out and the breaker opens
+            breaker.score(PROMPTS[:1])
+        assert breaker.state is CircuitState.OPEN
+        model.hang.clear()
+        model.release.set()
+        clock.advance(5.0)  # the probe finds the model answering and closes the breaker, still inside that step
+        deadline = time.monotonic() + 10
+        while breaker.state is not CircuitState.CLOSED and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert breaker.state is CircuitState.CLOSED and not restarts
+        step()
+        assert len(restarts) == 1
+        step()
+        assert len(restarts) == 1  # once per recovery
+    finally:
+        model.release.set()
+        breaker.close()

@@ -322,7 +322,7 @@ class Stack:
         else:
             self.start_trainer(o.trainer_args)
         process_url = None
-        if o.demo_profile and not _has_gpu():
+        if o.demo_profile and not _leak_on_gpu(o.trainer_args if o.trainer_url is None else None):
             process_url = self._serve_trainer_process()
         cfg = write_configs(o.workdir, self.robot, o.kind, self.trainer_url, o.node, o.cluster,
                             o.scrape_interval, o.demo_profile, process_url, o.correlation_window)
@@ -361,6 +361,27 @@ class Stack:
             self._process_server.shutdown()
             self._process_server.server_close()
             self._process_server = None
+
+
+def _leak_on_gpu(trainer_args: Sequence[str] | None) -> bool:
+    """Whether the trainer's injected leak lands in GPU memory (NVML sees it) or in host memory (its RSS).
+    It is allocated on the actor's device, so that decides, not whether the machine has a GPU: ppo_tiny
+    pins its models to the CPU, and on an H200 machine the demo's rule watched the idle GPU and missed
+    the leak. A trainer started elsewhere (``trainer_args`` None): a GPU that NVML sees is taken as its."""
+    if trainer_args is None:
+        return _has_gpu()
+    from verl.config import ConfigError, load_config
+
+    args = list(trainer_args)
+    name = args[args.index("--config") + 1] if "--config" in args[:-1] else None
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    try:
+        device = load_config(name, overrides).actor.device
+    except ConfigError:
+        return _has_gpu()  # the trainer itself says what is wrong with its arguments
+    if device == "auto":
+        return _has_gpu()
+    return device.startswith("cuda")
 
 
 def _has_gpu() -> bool:

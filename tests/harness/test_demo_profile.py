@@ -52,3 +52,18 @@ def test_demo_kl_rule_is_quiet_on_the_healthy_wander_and_pages_the_fault(tmp_pat
             first = step
         t += 1.0
     assert first is not None and first > fault_step, f"first active at step {first}"
+
+
+@pytest.mark.parametrize("gpu_seen", [True, False])
+def test_the_demo_watches_host_memory_for_a_leak_wherever_the_actor_is_on_the_cpu(
+        monkeypatch: pytest.MonkeyPatch, gpu_seen: bool) -> None:
+    """The leak is allocated on the actor's device: ppo_tiny pins it to the CPU, so even where NVML sees a
+    GPU (an H200 machine: the demo watched the idle GPU and missed the leak) its memory is the trainer's RSS."""
+    from harness import stack
+
+    monkeypatch.setattr(stack, "_has_gpu", lambda: gpu_seen)
+    demo_args = ("--config", "ppo_tiny", "--metrics-port", "0", "trainer.total_steps=5")
+    assert stack._leak_on_gpu(demo_args) is False
+    assert stack._leak_on_gpu((*demo_args, "actor.device=auto")) is gpu_seen
+    assert stack._leak_on_gpu((*demo_args, "actor.device=cuda:0")) is True
+    assert stack._leak_on_gpu(None) is gpu_seen  # a trainer started elsewhere: what NVML sees

@@ -11,6 +11,7 @@ from alerting.evidence import Evidence
 from alerting.findings import Case
 from alerting.model import Alert
 from alerting.procedures import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
+from alerting.sink import diagnosis_needs
 from monitor.evidence import EvidenceCapture
 from monitor.store import SeriesStore
 
@@ -24,7 +25,7 @@ class World:
     def __init__(self, now: float = T0 + 3600) -> None:
         self.store = SeriesStore()
         self.clock = SimulatedClock(now)
-        self.ev = EvidenceCapture(self.store)
+        self.ev = EvidenceCapture(self.store, None, diagnosis_needs().series_read)
 
     def put(self, name: str, t: np.ndarray, v: np.ndarray, **labels: str) -> None:
         s = self.store.get_or_create(name, {"node": NODE, **labels})

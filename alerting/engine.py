@@ -48,6 +48,7 @@ from alerting.stages import DedupStage, Flush, MuteStage
 from alerting.store import EngineState, load_state, open_db
 from alerting.translog import Cursor, TransitionLog
 from alerting.translog import append as log_append
+from alerting.translog import prune as prune_log
 
 HISTORY = 5000  # alerts kept for the JSON API; older resolved ones are dropped first
 RETENTION_S = 24 * 3600.0  # how long resolved incidents/alerts and finished notifications are kept
@@ -100,7 +101,7 @@ class AlertEngine(EngineViews):
         self.delivery = DeliveryWorkers(self.notify, self.lock, lambda op: self._transaction(op, reload=False),
                                         clock, self._save_limiters, self.db_name)
         self.history: dict[str, Alert] = {}
-        self.own_log = self.log = TransitionLog(lambda: self.conn, self.lock)  # until ``follow`` names another
+        self.own_log = self.log = TransitionLog(self.conn, self.lock)  # until ``follow`` names another
         self._restore()
 
     @classmethod
@@ -163,7 +164,7 @@ class AlertEngine(EngineViews):
             self.health.failed(self.db_name, "recreate", exc)
             return
         if fresh is not None:
-            self.conn = self.outbox.conn = self.silences_store.conn = fresh
+            self.conn = self.outbox.conn = self.silences_store.conn = self.own_log.conn = fresh
             self._save_silences()
 
     def _page_pending(self, fp: str, now: float) -> bool:
@@ -355,6 +356,8 @@ class AlertEngine(EngineViews):
             del self.history[fp]
         n = self.outbox.prune(cutoff)
         n += self.conn.execute("DELETE FROM silences WHERE ends_at<?", (cutoff,)).rowcount
+        if self.log is self.own_log:  # the monitor prunes its own log (``AlertBook.prune``)
+            n += prune_log(self.conn, cutoff, self.cursor.at)
         return bool(gone_inc or gone or n)
 
     def pending(self) -> bool:

@@ -49,21 +49,23 @@ def append(conn: Connection, alert: Alert, at: float) -> bool:
     return bool(cur.rowcount)
 
 
-def prune(conn: Connection, before: float) -> int:
-    """Forget transitions older than ``before``, but never an alert's newest one: a follower that
-    catches up (``TransitionLog.current``) must still see what fires."""
+def prune(conn: Connection, before: float, upto: int | None = None) -> int:
+    """Forget transitions older than ``before`` (and not past ``upto``, a follower's place), but never
+    the newest of an alert that fires: a follower that catches up (``TransitionLog.current``) must
+    still see it, and a restart restores it."""
     return int(conn.execute(
-        "DELETE FROM alert_events WHERE at<? AND id NOT IN "
-        "(SELECT MAX(id) FROM alert_events GROUP BY fingerprint)", (before,)).rowcount)
+        "DELETE FROM alert_events WHERE at<? AND id<=? AND id NOT IN "
+        "(SELECT MAX(id) FROM alert_events GROUP BY fingerprint HAVING status='firing')",
+        (before, upto if upto is not None else 2**62)).rowcount)
 
 
 class TransitionLog:
-    """Reads one log. ``conn`` returns the connection to read (its owner may replace it: a database
-    recreated after its directory was deleted), ``lock`` is the writer's: a read never sees half of a
+    """Reads one log on ``conn`` (its writer sets a new one when it replaces its connection: a database
+    recreated after its directory was deleted). ``lock`` is the writer's: a read never sees half of a
     transaction that the writer has open on the same connection."""
 
-    def __init__(self, conn: Callable[[], Connection], lock: AbstractContextManager[Any] | None = None) -> None:
-        self._conn = conn
+    def __init__(self, conn: Connection, lock: AbstractContextManager[Any] | None = None) -> None:
+        self.conn = conn
         self._lock = lock if lock is not None else threading.RLock()
 
     @classmethod
@@ -71,11 +73,7 @@ class TransitionLog:
         """A log without a file (replay, tests): the same reads, nothing survives the process."""
         conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         create(conn)
-        return cls(lambda: conn)
-
-    @property
-    def conn(self) -> Connection:
-        return self._conn()
+        return cls(conn)
 
     def identity(self) -> str:
         """A name for this log that a fresh database does not share: a cursor into a log that was

@@ -106,12 +106,12 @@ class AlertBook:
         self._path = Path(db_path) if db_path is not None else None
         self._unwritten: list[_Write] = []  # transitions and flag changes not yet committed, in order
         self._backoff = Backoff(monotonic)
-        # what the alerting engine follows; without a database, a log in memory (replay, tests)
-        self.log = TransitionLog.in_memory() if self._path is None else TransitionLog(lambda: self._db, self._lock)
+        self.log = TransitionLog.in_memory()  # what the alerting engine follows: in memory without a database
         if self._path is not None:
             self.DB = self._path.name
             self._db = open_sqlite(self._path, SCHEMA, self.health)
             translog.create(self._db)
+            self.log = TransitionLog(self._db, self._lock)
             have = {row[1] for row in self._db.execute("PRAGMA table_info(alerts)")}
             for col, decl in _LATER_COLUMNS.items():
                 if col not in have:
@@ -302,7 +302,7 @@ class AlertBook:
         if self._db is not None and self._path is not None:
             fresh = reappear(self._db, self._path, self.health)
             if fresh is not None:
-                self._db = fresh
+                self._db = self.log.conn = fresh
 
     def _write(self, w: _Write) -> bool:
         """One queued write; False when the event was already recorded (before a restart: not new)."""

@@ -204,7 +204,7 @@ class AlertEngine(EngineViews):
                 if alerts:  # a fresh cursor catches up on the log as it was, then takes these
                     rows = self.cursor.due() if self.cursor.at is None else []
                     for a in alerts:
-                        log_append(self.conn, a, now)
+                        log_append(self.conn, a, now, again=True)
                     rows += self.cursor.due()
                 if evidence is not None:
                     self.correlator.take(evidence)

@@ -40,10 +40,13 @@ def create(conn: Connection) -> None:
         conn.execute("INSERT INTO alert_log_meta (key, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
 
 
-def append(conn: Connection, alert: Alert, at: float) -> bool:
+def append(conn: Connection, alert: Alert, at: float, again: bool = False) -> bool:
     """Append one transition inside the caller's transaction; False when it was already recorded (a
-    restart re-deriving a transition it had committed): nothing new to follow."""
-    cur = conn.execute("INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
+    restart re-deriving a transition it had committed): nothing new to follow. ``again``: a repeat is
+    recorded anew at the log's end instead (alerts submitted from outside: Alertmanager re-sends firing
+    alerts, and a flap may fire again with its old startsAt; each is taken as it comes)."""
+    verb = "INSERT OR REPLACE" if again else "INSERT OR IGNORE"
+    cur = conn.execute(f"{verb} INTO alert_events (fingerprint, status, starts_at, at, record) "
                        "VALUES (?,?,?,?,?)", (alert.fingerprint, alert.status, alert.starts_at, at,
                                               json.dumps(alert.to_state())))
     return bool(cur.rowcount)

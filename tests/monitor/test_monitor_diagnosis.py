@@ -14,6 +14,7 @@ from alerting.procedures import data_loading, diagnose, kl_coef, memory_growth, 
 from alerting.sink import diagnosis_needs
 from monitor.evidence import EvidenceCapture
 from monitor.store import SeriesStore
+from tests.monitor.recording_sink import RecordingSink
 
 T0 = 1_767_225_600.0
 NODE = "gpu-01"
@@ -217,17 +218,10 @@ def test_the_pipeline_hands_evidence_forward_with_alerts_and_refreshes_it_while_
     from monitor.pipeline import Pipeline
     from monitor.rules import load_rules
 
-    class Engine:
-        def __init__(self) -> None:
-            self.calls: list[tuple[list[str], Evidence | None]] = []
-
-        def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None:
-            self.calls.append(([a.name for a in alerts], evidence))
-
     rules = tmp_path / "r.yaml"
     rules.write_text("rules:\n  - {alert: KLDriftDetected, severity: P2, select: verl_kl_divergence,\n"
                      "     detector: {type: threshold, op: '>', value: 1}}\n")
-    clock, engine = SimulatedClock(T0), Engine()
+    clock, engine = SimulatedClock(T0), RecordingSink()
     pipe = Pipeline(load_rules(rules), clock, engine=engine)
     kl = pipe.series("verl_kl_divergence", {"node": NODE, "job": "verl"})
     coef_series = pipe.series("verl_kl_coef", {"node": NODE, "job": "verl"})

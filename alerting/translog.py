@@ -11,6 +11,7 @@ gave it before (``alert_events``), so existing ``state.db`` files are already a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -36,7 +37,10 @@ Connection = Any  # a sqlite3.Connection or a wrapper with its execute (HeldInMe
 def create(conn: Connection) -> None:
     """The log's tables and its identity, made once by its writer when it opens the database."""
     conn.executescript(SCHEMA)
-    if conn.execute("SELECT 1 FROM alert_log_meta WHERE key='id'").fetchone() is None:  # a read-only open writes nothing
+    if conn.execute("SELECT 1 FROM alert_log_meta WHERE key='id'").fetchone() is not None:
+        return  # checked first: an existing log opens on a read-only disk without a write
+    # a file from before the log on a read-only disk: no identity, so no saved place is trusted
+    with contextlib.suppress(sqlite3.OperationalError):
         conn.execute("INSERT INTO alert_log_meta (key, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
 
 

@@ -46,7 +46,7 @@ from alerting.silence import SilenceStore
 from alerting.sink import DiagnosisNeeds, diagnosis_needs
 from alerting.stages import DedupStage, Flush, MuteStage
 from alerting.store import EngineState, load_state, open_db
-from alerting.translog import Cursor, TransitionLog
+from alerting.translog import READ_BATCH, Cursor, TransitionLog
 from alerting.translog import append as log_append
 from alerting.translog import prune as prune_log
 
@@ -208,8 +208,14 @@ class AlertEngine(EngineViews):
                     rows += self.cursor.due()
                 if evidence is not None:
                     self.correlator.take(evidence)
-                taken = self.cursor.accept(rows, lambda fp: self._page_pending(fp, now),
+                taken = 0
+                while True:  # a backlog longer than a read is taken whole, in bounded reads
+                    n = self.cursor.accept(rows, lambda fp: self._page_pending(fp, now),
                                            lambda a: self._observe(a, now))
+                    taken += n
+                    if n < len(rows) or len(rows) < READ_BATCH:
+                        break
+                    rows = self.cursor.due()
                 self._trim_history()
                 self._flush(now)
                 self._save()

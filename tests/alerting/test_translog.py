@@ -4,10 +4,14 @@ keeps what a follower catching up must see."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alerting import translog
+from alerting.clock import SimulatedClock
+from alerting.engine import AlertEngine
 from alerting.model import Alert
 from alerting.translog import Cursor, TransitionLog
-from tests.alerting.helpers import T0, alert
+from tests.alerting.helpers import T0, alert, make_config
 
 
 def write(log: TransitionLog, *alerts: Alert, at: float = T0) -> None:
@@ -64,3 +68,16 @@ def test_pruning_keeps_a_firing_alerts_newest_row_and_nothing_past_the_place() -
     assert translog.prune(log.conn, T0 + 50, upto=2) == 1  # Done's firing; its resolve is past the place
     assert translog.prune(log.conn, T0 + 50) == 1  # now the resolve; Long still fires
     assert sorted(log.current()) == sorted(a.fingerprint for a in (alert("Long"), alert("Late")))
+
+
+def test_a_backlog_longer_than_one_read_is_taken_in_one_take(tmp_path: Path) -> None:
+    log = TransitionLog.in_memory()
+    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
+                         tmp_path / "alerting.db", SimulatedClock(T0))
+    try:
+        engine.follow(log)
+        write(log, *(alert("A", node=f"n{i}") for i in range(translog.READ_BATCH * 2 + 5)))
+        assert engine.take() == translog.READ_BATCH * 2 + 5 and engine.problems() == []
+        assert len(engine.alerts()) == translog.READ_BATCH * 2 + 5
+    finally:
+        engine.close()

@@ -1,7 +1,10 @@
 """The alerting pipeline behind one object, built once from config: correlate (+ diagnose) -> route /
 group -> inhibit -> silence -> dedup (notification log, repeat) -> outbox -> per-receiver notify workers,
-durable in SQLite. The monitor calls ``submit(alerts, evidence)`` with its alert transitions and the
-evidence it measured for them; nothing here calls back into the monitor.
+durable in SQLite. Alert transitions come from a transition log (``alerting.translog``): the monitor's
+(``follow``), or the engine's own that ``submit`` appends to; ``take(evidence)`` reads what is new past
+the engine's cursor, with the evidence measured for it, and commits the cursor in the same transaction
+as what it did with those transitions. The engine keeps only what is its own: groups, notification log,
+silences, outbox, incidents. ``alerting.sink.AlertSink`` is the part of it the monitor calls.
 
 Timers are the engine's own: in the daemon ``start`` runs them in a thread (holds, group_wait /
 group_interval / repeat, retries, pruning) next to the delivery workers (``alerting.notify``); replay
@@ -14,7 +17,6 @@ incident, one small snapshot of the rest)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -31,18 +33,22 @@ from alerting.config import AlertingConfig, load_config
 from alerting.correlate import Correlator, load_rules
 from alerting.dispatch import Dispatcher
 from alerting.durable import STORAGE_ERRORS, StorageHealth, StorageUnavailable, committed, reappear
+from alerting.engine_views import EngineViews
 from alerting.errors import ConfigError
 from alerting.evidence import Evidence
 from alerting.inhibit import Inhibitor
-from alerting.matchers import matcher_from_json
 from alerting.metrics import AlertingMetrics
 from alerting.model import Alert
 from alerting.notifiers import Notifier, build_notifier
 from alerting.notify import DeliveryWorkers, NotifyStage
 from alerting.outbox import Outbox
 from alerting.silence import SilenceStore
+from alerting.sink import DiagnosisNeeds, diagnosis_needs
 from alerting.stages import DedupStage, Flush, MuteStage
-from alerting.store import EngineState, open_db
+from alerting.store import EngineState, load_state, open_db
+from alerting.translog import READ_BATCH, Cursor, TransitionLog
+from alerting.translog import append as log_append
+from alerting.translog import prune as prune_log
 
 HISTORY = 5000  # alerts kept for the JSON API; older resolved ones are dropped first
 RETENTION_S = 24 * 3600.0  # how long resolved incidents/alerts and finished notifications are kept
@@ -51,7 +57,7 @@ TIMER_MAX_WAIT_S = 1.0
 log = logging.getLogger("verl.alerting")
 
 
-class AlertEngine:
+class AlertEngine(EngineViews):
     """correlate -> route (group/inhibit/silence/repeat) -> outbox -> notifiers; durable in SQLite."""
 
     def __init__(self, config: AlertingConfig, db_path: str | Path, clock: Clock,
@@ -95,6 +101,7 @@ class AlertEngine:
         self.delivery = DeliveryWorkers(self.notify, self.lock, lambda op: self._transaction(op, reload=False),
                                         clock, self._save_limiters, self.db_name)
         self.history: dict[str, Alert] = {}
+        self.own_log = self.log = TransitionLog(self.conn, self.lock)  # until ``follow`` names another
         self._restore()
 
     @classmethod
@@ -157,46 +164,74 @@ class AlertEngine:
             self.health.failed(self.db_name, "recreate", exc)
             return
         if fresh is not None:
-            self.conn = self.outbox.conn = self.silences_store.conn = fresh
+            self.conn = self.outbox.conn = self.silences_store.conn = self.own_log.conn = fresh
             self._save_silences()
 
-    def page_pending(self, fp: str) -> bool:
+    def _page_pending(self, fp: str, now: float) -> bool:
         """True while ``fp`` fires but its page has not flushed into the outbox yet (held for correlation,
         or in a group that has not flushed since it arrived); False once paged or when it is muted."""
-        with self.lock:
-            return self.correlator.holds(fp) or self.flush.unpaged(fp, self.clock.now())
+        return self.correlator.holds(fp) or self.flush.unpaged(fp, now)
 
-    def firing_alerts(self) -> list[Alert]:
-        """The alerts the engine holds firing (the monitor reconciles its alert book against them)."""
+    def follow(self, log: TransitionLog) -> None:
+        """Take transitions from ``log`` (the monitor's) from now on, from the cursor saved for it."""
         with self.lock:
-            return [a for a in self.history.values() if a.status == "firing"]
+            self.log = log
+            self._reload()
+
+    def needs(self) -> DiagnosisNeeds:
+        return diagnosis_needs()
+
+    def take(self, evidence: Evidence | None = None) -> int:
+        """Take what the log holds past the cursor (``alerting.translog.Cursor.accept``), with the evidence
+        measured for their diagnosis and its ``verl_config_info`` labels (kept until newer evidence comes).
+        Raises StorageUnavailable when the write failed: nothing was taken, the next call reads them again."""
+        return self._take(evidence, ())
 
     def submit(self, alerts: Sequence[Alert], evidence: Evidence | None = None) -> None:
-        """Alert transitions, with the evidence the monitor measured for their diagnosis and its
-        ``verl_config_info`` labels (kept until newer evidence comes). Raises StorageUnavailable when the
-        write failed: nothing was applied, submit them again."""
-        with self.lock, self._transaction("submit"):
-            now = self.clock.now()
-            if evidence is not None:
-                self.correlator.take(evidence)
-            self.conn.executemany(
-                "INSERT INTO alerts(fingerprint, value, seen_at) VALUES(?,?,?) ON CONFLICT(fingerprint) "
-                "DO UPDATE SET value=excluded.value, seen_at=excluded.seen_at",
-                [(a.fingerprint, json.dumps(a.to_state()), now) for a in alerts])
-            for alert in alerts:
-                self.history[alert.fingerprint] = alert
-                routed, incidents = self.correlator.observe(alert, now)
-                for inc in incidents:
-                    if inc.open and not inc.revision:
-                        self.metrics.incidents.labels(inc.rule).inc()
-                    self._record(inc.record())
-                for a in routed:
-                    self.dispatcher.add(a, now)
-            self._trim_history()
-            self._flush(now)
-            self._save()
+        """The engine on its own (Alertmanager-style alerts in, tests): ``alerts`` appended to its own log
+        and taken, in one transaction. Raises StorageUnavailable: nothing was appended, submit them again."""
+        if alerts and self.log is not self.own_log:
+            raise RuntimeError("this engine follows another transition log: append there")
+        self._take(evidence, alerts)
+
+    def _take(self, evidence: Evidence | None, alerts: Sequence[Alert]) -> int:
+        with self.lock:
+            rows = [] if alerts else self.cursor.due()  # read before the write lock: most ticks bring nothing
+            if not rows and not alerts and evidence is None:
+                return 0
+            with self._transaction("take"):
+                now = self.clock.now()
+                if alerts:  # a fresh cursor catches up on the log as it was, then takes these
+                    rows = self.cursor.due() if self.cursor.at is None else []
+                    for a in alerts:
+                        log_append(self.conn, a, now, again=True)
+                    rows += self.cursor.due()
+                if evidence is not None:
+                    self.correlator.take(evidence)
+                taken = 0
+                while True:  # a backlog longer than a read is taken whole, in bounded reads
+                    n = self.cursor.accept(rows, lambda fp: self._page_pending(fp, now),
+                                           lambda a: self._observe(a, now))
+                    taken += n
+                    if n < len(rows) or len(rows) < READ_BATCH:
+                        break
+                    rows = self.cursor.due()
+                self._trim_history()
+                self._flush(now)
+                self._save()
         self._timer_wake.set()
         self.delivery.wake()
+        return taken
+
+    def _observe(self, alert: Alert, now: float) -> None:
+        self.history[alert.fingerprint] = alert
+        routed, incidents = self.correlator.observe(alert, now)
+        for inc in incidents:
+            if inc.open and not inc.revision:
+                self.metrics.incidents.labels(inc.rule).inc()
+            self._record(inc.record())
+        for a in routed:
+            self.dispatcher.add(a, now)
 
     def _build_routing(self) -> None:
         """Route/group, then the flush stages: inhibit -> silence -> dedup (built once from config;
@@ -251,11 +286,14 @@ class AlertEngine:
             self.metrics.outbox_depth.set(self.outbox.depth())
 
     # -- timers and delivery ----------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, monitor_url: str = "") -> None:
         """Daemon mode: the engine runs its own timers (correlation holds, group_wait / group_interval /
         repeat, outbox retries, pruning) in a thread of its own, and one delivery worker per receiver
         sends (``alerting.notify.DeliveryWorkers``); nobody else calls ``tick``. Simulated-time callers
-        instead call ``tick`` (or ``drain``) as they move time."""
+        instead call ``tick`` (or ``drain``) as they move time. Chat links open ``monitor_url`` (the
+        monitor's console) unless the config names one."""
+        if monitor_url and not self.config.monitor_url:
+            self.config.monitor_url = monitor_url.rstrip("/")
         self.delivery.start()
         with self.lock:
             if self._timer is not None:
@@ -298,6 +336,13 @@ class AlertEngine:
         """/healthz reasons: a delivery worker that died or is stuck, outcomes not yet written."""
         return self.delivery.problems(stuck_after_s)
 
+    def problems(self) -> list[str]:
+        """/healthz reasons: ``delivery_problems`` and transitions in the log not taken yet."""
+        with self.lock:
+            behind = self.cursor.behind()
+        taken = [f"alerting: {behind} alert transition(s) in the log not yet taken"] if behind else []
+        return self.delivery_problems() + taken
+
     def oldest_undelivered(self) -> float | None:
         """Queue time (engine clock) of the oldest notification not yet delivered."""
         with self.lock:
@@ -315,9 +360,10 @@ class AlertEngine:
                 if a.status == "resolved" and (a.ends_at or a.starts_at) < cutoff and fp not in keep]
         for fp in gone:
             del self.history[fp]
-        self.conn.executemany("DELETE FROM alerts WHERE fingerprint=?", [(fp,) for fp in gone])
         n = self.outbox.prune(cutoff)
         n += self.conn.execute("DELETE FROM silences WHERE ends_at<?", (cutoff,)).rowcount
+        if self.log is self.own_log:  # the monitor prunes its own log (``AlertBook.prune``)
+            n += prune_log(self.conn, cutoff, self.cursor.at)
         return bool(gone_inc or gone or n)
 
     def pending(self) -> bool:
@@ -346,7 +392,6 @@ class AlertEngine:
             # left); a short step lets the budget refill instead of spinning.
             self.clock.sleep(nxt - now if nxt > now else min(0.5, deadline - now))
 
-    # -- JSON API for the monitor ----------------------------------------------------------------------
     def _trim_history(self) -> None:
         if len(self.history) > HISTORY:
             keep = self.correlator.referenced() | {a.fingerprint for a in self.dispatcher.active_alerts()}
@@ -355,67 +400,22 @@ class AlertEngine:
             gone = old[: len(self.history) - HISTORY]
             for a in gone:
                 self.history.pop(a.fingerprint, None)
-            self.conn.executemany("DELETE FROM alerts WHERE fingerprint=?", [(a.fingerprint,) for a in gone])
-
-    def alerts(self) -> list[dict[str, Any]]:
-        with self.lock:
-            now = self.clock.now()
-            muted = self._muted_fn(now)
-            out = []
-            for a in self.history.values():
-                state = self.correlator.state_of(a.fingerprint) or ("suppressed" if muted(a) else "active")
-                out.append(dict(a.to_json(), value=a.value, state=state))
-            return out
-
-    def incidents(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return self.correlator.incident_records()
-
-    def silences(self) -> list[dict[str, Any]]:
-        with self.lock:
-            now = self.clock.now()
-            return [s.to_json(now) for s in self.silences_store.all()]
-
-    def add_silence(self, matchers: Sequence[str | dict[str, Any]], duration_s: float | None = None,
-                    ends_at: float | None = None, created_by: str = "verl-monitor", comment: str = "",
-                    starts_at: float | None = None) -> str:
-        """Matchers as ``name="value"`` strings or Alertmanager API v2 matcher objects. Raises ValueError."""
-        with self.lock:
-            now = self.clock.now()
-            texts = [m if isinstance(m, str) else str(matcher_from_json(m)) for m in matchers]
-            start = now if starts_at is None else starts_at
-            end = ends_at if ends_at is not None else start + (duration_s if duration_s is not None else 3600.0)
-            with self._transaction("silence", reload=False):
-                sid = self.silences_store.add(texts, start, end, created_by, comment, now=now)
-            self._save_silences()
-            return sid
-
-    def expire_silence(self, silence_id: str) -> bool:
-        with self.lock:
-            with self._transaction("silence", reload=False):
-                done = self.silences_store.expire(silence_id, self.clock.now())
-            self._save_silences()
-            return done
-
-    def _save_silences(self) -> None:
-        try:
-            self.silences_store.save_snapshot()
-        except STORAGE_ERRORS as exc:
-            self.health.failed("silences.json", "snapshot", exc)
-        else:
-            self.health.ok("silences.json")
 
     # -- durability --------------------------------------------------------------------------------------
     def _save(self) -> None:
         """Write the parts of the state that changed since the last save (and only those)."""
         self.state.save(self.conn, self.correlator, self.dispatcher, self.flush.dedup)
+        self.state.save_row(self.conn, "cursor", self.cursor.to_state())
         self._save_limiters()
 
     def _save_limiters(self) -> None:
-        self.state.save_limiters(self.conn, {k: v.to_state() for k, v in self.notify.limiters.items()})
+        self.state.save_row(self.conn, "limiters", {k: v.to_state() for k, v in self.notify.limiters.items()})
 
     def _restore(self, with_limiters: bool = True) -> None:
-        self.history = self.state.restore(self.conn, self.correlator, self.dispatcher, self.flush.dedup)
+        """The stages as last committed; the alerts they refer to as the log stood at the cursor."""
+        self.cursor = Cursor(self.log, load_state(self.conn, "cursor"))
+        self.history = self.log.current(self.cursor.at)
+        self.state.restore(self.conn, self.correlator, self.dispatcher, self.flush.dedup, self.history)
         if not with_limiters:
             return
         for k, v in self.state.limiters(self.conn).items():

@@ -1,6 +1,6 @@
 """The measured evidence a diagnosis reads, as data: captured by the monitor where the series are and
-handed forward with the alerts (``AlertEngine.submit(alerts, evidence)``), so alerting never reads the
-monitor's store or its API.
+handed forward with the alert transitions (``AlertSink.take(evidence)``, ``alerting.sink``), so alerting
+never reads the monitor's store or its API.
 
 ``Evidence`` holds copies of the recent windows of the series the diagnosis procedures name
 (``alerting.procedures.EVIDENCE_SERIES``) on the nodes of the firing alerts, the NaN/Inf sample times the

@@ -1,6 +1,9 @@
-"""SQLite (WAL) file holding the alerting state: the outbox, silences and a JSON snapshot of the
-in-memory stages (held alerts, groups, notification log, rate-limit windows); incidents have a row each,
-so a change to one incident rewrites only that row."""
+"""SQLite (WAL) file holding the alerting state: the outbox, silences, a JSON snapshot of the
+in-memory stages (held alerts, groups, notification log, rate-limit windows) and the engine's cursor
+into the transition log it follows; incidents have a row each, so a change to one incident rewrites
+only that row. The file also holds the engine's own transition log (``alerting.translog``), used when
+alerts are submitted to the engine directly; in the monitor the engine follows the alert book's log
+in ``state.db`` instead, and keeps no copy of alert state here."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from alerting import translog
 from alerting.correlate import Correlator, incident_row
 from alerting.dispatch import Dispatcher
 from alerting.durable import StorageHealth, open_sqlite
-from alerting.model import Alert, alert_from_json
+from alerting.model import Alert
 from alerting.stages import DedupStage
 
 SCHEMA = """
@@ -41,14 +45,20 @@ CREATE TABLE IF NOT EXISTS silences (
     created_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS alerts (fingerprint TEXT PRIMARY KEY, value TEXT NOT NULL, seen_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS incidents (fingerprint TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+# Files from before the transition log kept a copy of every alert's state in ``alerts``; the alerts
+# are now read from the log, so the copy is dropped on open.
+_GONE = "DROP TABLE IF EXISTS alerts;"
+
+
 def open_db(path: str | Path, health: StorageHealth | None = None) -> sqlite3.Connection:
     """Open (WAL) or create the state database; a corrupt file is moved aside (``alerting.durable``)."""
-    return open_sqlite(path, SCHEMA, health)
+    conn = open_sqlite(path, SCHEMA + _GONE, health)
+    translog.create(conn)
+    return conn
 
 
 def load_state(conn: sqlite3.Connection, key: str) -> dict[str, Any]:
@@ -62,7 +72,7 @@ def save_state(conn: sqlite3.Connection, key: str, value: dict[str, Any]) -> Non
 
 
 class EngineState:
-    """Saves the engine's stages into the ``state``, ``incidents`` and ``alerts`` tables, rewriting only
+    """Saves the engine's stages into the ``state`` and ``incidents`` tables, rewriting only
     what changed since the last save (what each row holds is remembered), and loads them back."""
 
     def __init__(self) -> None:
@@ -102,18 +112,17 @@ class EngineState:
         if gone:
             conn.executemany("DELETE FROM incidents WHERE fingerprint=?", [(fp,) for fp in gone])
 
-    def save_limiters(self, conn: sqlite3.Connection, limiters: dict[str, Any]) -> None:
-        text = json.dumps(limiters, sort_keys=True)
-        if self.written.get("limiters") != text:
-            save_state(conn, "limiters", limiters)
-            self.written["limiters"] = text
+    def save_row(self, conn: sqlite3.Connection, key: str, value: dict[str, Any]) -> None:
+        """One ``state`` row, written only when it changed (the rate-limit budgets, the log cursor)."""
+        text = json.dumps(value, sort_keys=True)
+        if self.written.get(key) != text:
+            save_state(conn, key, value)
+            self.written[key] = text
 
     def restore(self, conn: sqlite3.Connection, correlator: Correlator, dispatcher: Dispatcher,
-                dedup: DedupStage) -> dict[str, Alert]:
-        """Load the stages as last committed; returns the alert table (fingerprint -> alert)."""
+                dedup: DedupStage, history: dict[str, Alert]) -> None:
+        """Load the stages as last committed; ``history``: the alerts they refer to (fingerprint -> alert)."""
         state = load_state(conn, "engine")
-        rows = conn.execute("SELECT value FROM alerts ORDER BY seen_at").fetchall()
-        history = {a.fingerprint: a for a in (alert_from_json(json.loads(r[0])) for r in rows)}
         corr = dict(state.get("correlator", {}))
         incidents = dict(corr.get("incidents", {}))  # snapshots before the incidents table held them inline
         for fp, value in conn.execute("SELECT fingerprint, value FROM incidents"):
@@ -128,7 +137,6 @@ class EngineState:
         dispatcher.load_state(state.get("router", {}), resolve)
         dedup.load_state(state.get("router", {}).get("nflog", {}))
         self.legacy_limiters = state.get("limiters", {})
-        return history
 
     def limiters(self, conn: sqlite3.Connection) -> dict[str, Any]:
         """The robots' saved budgets (older files kept them inside the ``engine`` row)."""

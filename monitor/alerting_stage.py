@@ -1,7 +1,8 @@
 """The monitor's last stage, wired once: the alerting engine built from ``--notify-config`` (or none), the
 reward-outlier value the annotate stage reads, and, when the daemon starts, signed plot links and the
-engine's own timer and delivery threads. The daemon calls ``build`` and ``start``; data only flows
-forward from here (alerts and their evidence into ``AlertEngine.submit``)."""
+engine's own timer and delivery threads. The daemon calls ``build_engine`` and ``start``. The engine is
+an ``alerting.sink.AlertSink``: it follows the alert book's transition log and is told to ``take`` what
+is new with its evidence; what its diagnoses read (``DiagnosisNeeds``) comes from it as data."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from typing import Any
 
 from alerting.clock import Clock
 from alerting.durable import StorageHealth
+from alerting.sink import AlertSink
 from monitor.annotate import RewardOutliers
 from monitor.config import MonitorConfig
 from monitor.metrics import MonitorMetrics
 from monitor.plotlinks import PlotLinks
 
 
-def build_engine(config: MonitorConfig, clock: Clock, metrics: MonitorMetrics, health: StorageHealth) -> Any:
+def build_engine(config: MonitorConfig, clock: Clock, metrics: MonitorMetrics,
+                 health: StorageHealth) -> AlertSink | None:
     """The ``AlertEngine`` of ``config.notify_config`` (its state next to the alert book), or None."""
     if config.notify_config is None:
         return None
@@ -34,7 +37,7 @@ def reward_outliers(config: MonitorConfig) -> RewardOutliers | None:
     return RewardOutliers([(tg.name, tg.node or None) for tg in config.targets if tg.job == "verl"])
 
 
-def start(pipeline: Any, engine: Any, config: MonitorConfig, base_url: str) -> None:
+def start(pipeline: Any, engine: AlertSink | None, config: MonitorConfig, base_url: str) -> None:
     """Once the API listens at ``base_url``: plot and alert links point there (signed when a token is
     set), and the engine starts its own timers and one delivery worker per receiver."""
     pipeline.set_base_url(base_url)
@@ -42,6 +45,4 @@ def start(pipeline: Any, engine: Any, config: MonitorConfig, base_url: str) -> N
         pipeline.annotator.plot_links = PlotLinks(config.plots_dir, f"{base_url.rstrip('/')}/api/v1/plots",
                                         config.bearer_token)
     if engine is not None:
-        if config.external_url and not engine.config.monitor_url:  # chat links open the console's pages
-            engine.config.monitor_url = config.external_url.rstrip("/")
-        engine.start()
+        engine.start(config.external_url or "")  # chat links open the console's pages

@@ -2,9 +2,11 @@
 
 Several rules may yield the same fingerprint (e.g. the verl and DCGM families for one GPU); the alert
 is active while any of them is. Only transitions are written and emitted, so a restart restores the
-firing alerts and never repeats a record: ``alert_events`` has one row per (fingerprint, status,
-startsAt), enforced by a UNIQUE key. A transition is emitted only after its rows are committed; a
-write that fails is kept queued and retried (see ``AlertBook``).
+firing alerts and never repeats a record. Each transition is appended to the transition log
+(``alerting.translog``, one row per (fingerprint, status, startsAt)) in the same transaction as the
+alert's ``alerts`` row: the log is the one record of alert state the alerting engine follows, written
+once, here. A transition is emitted only after its rows are committed; a write that fails is kept
+queued and retried (see ``AlertBook``).
 
 An alert can also arrive already evaluated, from Prometheus through the Alertmanager webhook. Its
 fingerprint ignores scrape plumbing (``alerting.model.NON_IDENTITY_LABELS``), so when the monitor's own
@@ -24,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from alerting import translog
 from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, open_sqlite, reappear
 from alerting.model import Alert
+from alerting.translog import TransitionLog
 from monitor.evaluator import Candidate
 
 
@@ -41,10 +45,6 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
   fingerprint TEXT PRIMARY KEY, labels TEXT NOT NULL, annotations TEXT NOT NULL, status TEXT NOT NULL,
   starts_at REAL NOT NULL, ends_at REAL, value REAL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS alert_events (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, fingerprint TEXT NOT NULL, status TEXT NOT NULL,
-  starts_at REAL NOT NULL, at REAL NOT NULL, record TEXT NOT NULL,
-  UNIQUE (fingerprint, status, starts_at));
 """
 # Added after the first release; databases from before get them by ALTER TABLE on open.
 _LATER_COLUMNS = {"generator_url": "TEXT NOT NULL DEFAULT ''", "external": "INTEGER NOT NULL DEFAULT 0",
@@ -106,11 +106,12 @@ class AlertBook:
         self._path = Path(db_path) if db_path is not None else None
         self._unwritten: list[_Write] = []  # transitions and flag changes not yet committed, in order
         self._backoff = Backoff(monotonic)
-        self.recreated = False  # its database was corrupt and replaced at start (reconcile.py reads it)
+        self.log = TransitionLog.in_memory()  # what the alerting engine follows: in memory without a database
         if self._path is not None:
             self.DB = self._path.name
             self._db = open_sqlite(self._path, SCHEMA, self.health)
-            self.recreated = self.DB in self.health.moved_aside
+            translog.create(self._db)
+            self.log = TransitionLog(self._db, self._lock)
             have = {row[1] for row in self._db.execute("PRAGMA table_info(alerts)")}
             for col, decl in _LATER_COLUMNS.items():
                 if col not in have:
@@ -128,7 +129,7 @@ class AlertBook:
                                          generator_url=url or "", external=bool(external), plot_file=plot or "")
 
     def resolved_record(self, fp: str) -> Alert | None:
-        """The committed resolve of ``fp`` (for the restart reconcile), None when it has none."""
+        """The committed resolve of ``fp`` (the API's view of an alert no longer firing), None when it has none."""
         if self._db is None:
             return None
         with self._lock:
@@ -266,9 +267,12 @@ class AlertBook:
 
     def _commit(self, now: float) -> list[Alert]:
         """Write what is queued in one transaction; the transitions are returned only once it landed.
-        Without a database every transition is returned at once."""
+        Without a database every transition is returned at once (and logged in memory)."""
         if self._db is None:
             out = [w.alert for w in self._unwritten if w.alert is not None]
+            for w in self._unwritten:
+                if w.alert is not None:
+                    translog.append(self.log.conn, w.alert, w.at)
             self._unwritten = []
             return out
         self._reappear()  # a deleted state dir is noticed on the next evaluation, written or not
@@ -298,7 +302,7 @@ class AlertBook:
         if self._db is not None and self._path is not None:
             fresh = reappear(self._db, self._path, self.health)
             if fresh is not None:
-                self._db = fresh
+                self._db = self.log.conn = fresh
 
     def _write(self, w: _Write) -> bool:
         """One queued write; False when the event was already recorded (before a restart: not new)."""
@@ -306,13 +310,11 @@ class AlertBook:
         if w.alert is None:  # flags only
             self._db.execute("UPDATE alerts SET external=?, generator_url=? WHERE fingerprint=?", w.row)
             return False
-        cur = self._db.execute(
-            "INSERT OR IGNORE INTO alert_events (fingerprint, status, starts_at, at, record) "
-            "VALUES (?,?,?,?,?)", (w.fp, w.alert.status, w.alert.starts_at, w.at, json.dumps(w.alert.to_json())))
+        new = translog.append(self._db, w.alert, w.at)
         self._db.execute(
             "INSERT OR REPLACE INTO alerts (fingerprint, labels, annotations, status, starts_at, ends_at, "
             "value, updated_at, generator_url, external, plot_file) VALUES (?,?,?,?,?,?,?,?,?,?,?)", w.row)
-        return cur.rowcount > 0
+        return new
 
     def unwritten(self) -> int:
         """Transitions held in memory because their write has not landed yet."""
@@ -320,14 +322,14 @@ class AlertBook:
 
     def prune(self, before: float) -> int:
         """Forget resolved alerts and transition records older than ``before`` (the retention); the
-        firing ones stay, so a restart still restores them."""
+        firing ones stay, so a restart still restores them and the engine can catch up on them."""
         if self._db is None:
             return 0
         with self._lock:
             try:
                 n = self._db.execute("DELETE FROM alerts WHERE status='resolved' AND updated_at<?",
                                      (before,)).rowcount
-                return n + self._db.execute("DELETE FROM alert_events WHERE at<?", (before,)).rowcount
+                return n + translog.prune(self._db, before)
             except STORAGE_ERRORS as exc:
                 self.health.failed(self.DB, "prune", exc, self._path)
                 return 0

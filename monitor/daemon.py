@@ -27,6 +27,7 @@ import httpx
 from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
+from alerting.sink import AlertSink
 from monitor import alerting_stage, health, listener
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
@@ -57,7 +58,7 @@ class Daemon:
         self.lock = threading.RLock()
         rules = load_rule_files(config.rules or None)
         config.state_db.parent.mkdir(parents=True, exist_ok=True)
-        self.engine: Any = alerting_stage.build_engine(config, self.clock, self.metrics, self.storage)
+        self.engine: AlertSink | None = alerting_stage.build_engine(config, self.clock, self.metrics, self.storage)
         outliers = alerting_stage.reward_outliers(config)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,

@@ -1,5 +1,5 @@
 """Evidence captured where the data is: copies of the series the diagnosis procedures read
-(``alerting.procedures.EVIDENCE_SERIES``) on the nodes of the firing alerts, the NaN/Inf sample times
+(``alerting.sink.DiagnosisNeeds.series_read``, handed in as data) on the nodes of the firing alerts, the NaN/Inf sample times
 the pipeline refused, and each node's ``verl_config_info`` labels, as an ``alerting.evidence.Evidence``
 that travels forward with the alerts. Alerting never reads the store."""
 
@@ -9,7 +9,6 @@ from collections import deque
 from collections.abc import Iterable
 
 from alerting.evidence import Evidence, NonFiniteTimes, SeriesWindow
-from alerting.procedures import EVIDENCE_SERIES
 from monitor.store import Series, SeriesKey, SeriesStore
 
 NONFINITE_KEPT = 256    # NaN/Inf sample times remembered per series
@@ -42,8 +41,7 @@ class NonFiniteLog:
 class EvidenceCapture:
     """Copies what the procedures read out of the store, for the nodes asked (all when ``None``)."""
 
-    def __init__(self, store: SeriesStore, nonfinite: NonFiniteLog | None = None,
-                 names: Iterable[str] = EVIDENCE_SERIES) -> None:
+    def __init__(self, store: SeriesStore, nonfinite: NonFiniteLog | None, names: Iterable[str]) -> None:
         self.store = store
         self.nonfinite_log = nonfinite or NonFiniteLog()
         self.names = frozenset(names)

@@ -69,15 +69,14 @@ def report(daemon: Any) -> dict[str, Any]:
     book, pipeline = daemon.pipeline.book, daemon.pipeline
     if book.unwritten():
         reasons.append(f"{book.DB}: {book.unwritten()} alert transition(s) held in memory, not yet written")
-    if pipeline.unsubmitted:
-        reasons.append(f"alerting: {len(pipeline.unsubmitted)} alert transition(s) not yet taken by the engine")
     reasons += daemon.progress.stalled()
     troubles = daemon.troubles
     reasons += [f"{name}: down ({why})" for name, why in sorted(troubles.problems.items())]
     engine = daemon.engine
-    delivery_problems = getattr(engine, "delivery_problems", None)
-    if delivery_problems is not None:
-        reasons += delivery_problems()
+    try:
+        reasons += engine.problems() if engine is not None else []  # delivery, transitions not yet taken
+    except (OSError, sqlite3.Error) as exc:
+        reasons.append(f"alerting: state unreadable ({exc})")
     try:
         oldest = engine.oldest_undelivered() if engine is not None else None
     except (OSError, sqlite3.Error) as exc:

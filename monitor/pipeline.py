@@ -1,11 +1,14 @@
 """The monitor's pipeline, shared by the daemon and replay, forward only:
 
 samples -> SeriesStore -> Evaluator (detectors per rule binding) -> annotate (templates, plots, prompts)
-        -> AlertBook (state machine, SQLite) -> records + alerting.engine.AlertEngine.submit(alerts, evidence)
+        -> AlertBook (state machine + transition log, SQLite) -> records + AlertSink.take(evidence)
 
-The evidence a diagnosis needs is captured here, where the series are (``monitor.evidence``), and handed
-to the engine with the alerts: on every transition, and every ``REDIAGNOSE_S`` while an alert that a
-diagnosis procedure explains is firing (its cause may be scraped a few seconds after it fired).
+The book commits each transition once, into the transition log (``alerting.translog``); the alerting
+engine (an ``alerting.sink.AlertSink``) follows that log from a cursor of its own, so ``take`` only tells
+it to read what is new, with the evidence a diagnosis needs. That evidence is captured here, where the
+series are (``monitor.evidence``): on every transition, and every ``needs.rediagnose_s`` while an alert
+that a diagnosis procedure explains (``needs.trigger_alerts``) is firing (its cause may be scraped a few
+seconds after it fired). What the diagnoses read comes from alerting as data (``DiagnosisNeeds``).
 """
 
 from __future__ import annotations
@@ -16,15 +19,14 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from alerting import vocabulary
 from alerting.clock import Clock
-from alerting.correlate import REDIAGNOSE_S
 from alerting.durable import StorageHealth, StorageUnavailable
 from alerting.evidence import Evidence
 from alerting.model import Alert
-from alerting.procedures import TRIGGER_ALERTS
+from alerting.sink import AlertSink, DiagnosisNeeds, diagnosis_needs
 from alerting.vocabulary import Vocabulary
 from monitor.alerts import AlertBook
 from monitor.annotate import Annotator, RewardOutliers
@@ -32,7 +34,6 @@ from monitor.evaluator import Evaluator
 from monitor.evidence import EvidenceCapture, NonFiniteLog
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
-from monitor.reconcile import reconcile
 from monitor.rules import Rule
 from monitor.sources import verl_jsonl
 from monitor.store import Series, SeriesStore, StoreLimits, series_key
@@ -43,18 +44,17 @@ Record = dict[str, Any]
 EVICT_EVERY_S = 60.0
 
 
-class Engine(Protocol):
-    def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None: ...
-
-
 class Pipeline:
     def __init__(self, rules: list[Rule], clock: Clock, *, cluster: str = "default",
                  db_path: str | Path | None = None, plots_dir: str | Path | None = None,
                  plot_prefix: str | None = None, metrics: MonitorMetrics | None = None,
-                 engine: Engine | None = None, on_record: Callable[[Record], None] | None = None,
+                 engine: AlertSink | None = None, on_record: Callable[[Record], None] | None = None,
                  outliers: RewardOutliers | None = None, limits: StoreLimits | None = None,
-                 restore_grace_s: float = 600.0, health: StorageHealth | None = None) -> None:
+                 restore_grace_s: float = 600.0, health: StorageHealth | None = None,
+                 needs: DiagnosisNeeds | None = None) -> None:
+        """``needs``: what alerting's diagnoses read (the engine's when not given)."""
         self.clock = clock
+        self.needs = needs or (engine.needs() if engine is not None else diagnosis_needs())
         self.metrics = metrics or MonitorMetrics()
         self.health = health or StorageHealth()
         # a series' ring holds what its readers read: the diagnosis evidence (known by name at creation)
@@ -79,19 +79,10 @@ class Pipeline:
         self.config_info: dict[str, dict[str, str]] = {}  # node -> the run's settings (verl_config_info)
         self.verl_nodes: set[str] = set()  # nodes whose series came from volcengine verl (vocabulary)
         self.nonfinite = NonFiniteLog()
-        self.evidence = EvidenceCapture(self.store, self.nonfinite)
+        self.evidence = EvidenceCapture(self.store, self.nonfinite, self.needs.series_read)
         self._evidence_due = -math.inf  # next refresh of the evidence handed forward while diagnosable alerts fire
-        # Committed in the book, not yet accepted by the engine (its database failed): sent again, in
-        # order, on every tick until the engine takes them.
-        self.unsubmitted: list[Alert] = []
-        self._awaiting: set[str] = set()  # resolves held back until their backlogged page has flushed
-        engine_firing = getattr(engine, "firing_alerts", None)
-        if engine_firing is not None:  # one truth at restart: the engine's view rebuilt from the book's
-            missed = reconcile(self.book, engine_firing(), clock.now())
-            if missed:
-                log.warning("restart: %d alert transition(s) committed in the alert book had not reached "
-                            "the alerting engine; handed over now", len(missed))
-                self._emit(missed)
+        if engine is not None:
+            engine.follow(self.book.log)  # from its cursor: what it missed before a restart comes first
 
     # -- ingest ----------------------------------------------------------------------------------
 
@@ -224,17 +215,17 @@ class Pipeline:
         if transitions:
             self._refresh_firing_gauge()
             self._emit(transitions)
-        elif self.unsubmitted:
-            self._submit([])
         elif self.engine is not None and now >= self._evidence_due:
             self._refresh_evidence(now)
+        else:
+            self._take(None)  # what it could not take before (its database failed), or held back
         return transitions
 
     def _diagnosable_nodes(self, alerts: list[Alert]) -> set[str] | None:
         """Nodes of the firing alerts a diagnosis procedure explains (None: one has no node, so all)."""
         nodes: set[str] = set()
         for a in alerts:
-            if a.status == "firing" and a.name in TRIGGER_ALERTS:
+            if a.status == "firing" and a.name in self.needs.trigger_alerts:
                 if "node" not in a.labels:
                     return None
                 nodes.add(a.labels["node"])
@@ -242,18 +233,14 @@ class Pipeline:
 
     def _capture(self, alerts: list[Alert]) -> Evidence:
         now = self.clock.now()
-        self._evidence_due = now + REDIAGNOSE_S
+        self._evidence_due = now + self.needs.rediagnose_s
         nodes = self._diagnosable_nodes(self.book.firing() + alerts)
         return self.evidence.capture(now, nodes, self.config_info)
 
     def _refresh_evidence(self, now: float) -> None:
         """While a diagnosable alert fires, its evidence is measured again and handed forward."""
-        self._evidence_due = now + REDIAGNOSE_S
-        if self._diagnosable_nodes(self.book.firing()) == set():
-            return
-        assert self.engine is not None
-        with contextlib.suppress(StorageUnavailable):  # counted and logged by the engine; the next refresh retries
-            self.engine.submit([], self._capture([]))
+        self._evidence_due = now + self.needs.rediagnose_s
+        self._take(None if self._diagnosable_nodes(self.book.firing()) == set() else self._capture([]))
 
     def set_base_url(self, base: str) -> None:
         """Where the monitor's API is reachable: plot links and each alert's generatorURL point there."""
@@ -273,36 +260,14 @@ class Pipeline:
             for a in alerts:
                 self.on_record({"kind": "alert", **a.to_json()})
         if self.engine is not None:
-            self._submit(alerts)
+            self._take(self._capture(alerts))
 
-    def _submit(self, alerts: list[Alert]) -> None:
-        """Hand committed transitions to the engine, after any it refused before (order kept).
-
-        A backlog (writes that failed for a while) can hold an alert's firing and its resolve together;
-        handed over at once, the resolve would replace the firing before its group flushed and the
-        outage would never page. So the resolve (and what follows it) waits until the engine has
-        flushed that page: FIRING, then RESOLVED, as if the disk had never been full."""
-        assert self.engine is not None
-        todo = self.unsubmitted + list(alerts)
-        page_pending = getattr(self.engine, "page_pending", None)
-        cut, fired = len(todo), set()
-        for i, a in enumerate(todo):
-            fp = a.fingerprint
-            if a.status == "firing":
-                fired.add(fp)
-            elif page_pending is not None and (fp in fired or (fp in self._awaiting and page_pending(fp))):
-                cut = i
-                self._awaiting.add(fp)
-                break
-            else:
-                self._awaiting.discard(fp)
-        if cut:
-            try:
-                self.engine.submit(todo[:cut], self._capture(todo[:cut]))
-            except StorageUnavailable:  # already counted and logged by the engine; retried next tick
-                self.unsubmitted = todo
-                return
-        self.unsubmitted = todo[cut:]
+    def _take(self, evidence: Evidence | None) -> None:
+        """The engine reads what the book committed since its cursor. When it cannot commit, it took
+        nothing: the log keeps the transitions and the next tick offers them again."""
+        if self.engine is not None:
+            with contextlib.suppress(StorageUnavailable):  # counted and logged by the engine
+                self.engine.take(evidence)
 
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing

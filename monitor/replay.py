@@ -7,13 +7,16 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from alerting.clock import SimulatedClock
 from alerting.model import rfc3339
 from monitor.pipeline import Pipeline
 from monitor.rules import Rule
 from monitor.sources.recorded import Recording, load_recording
+
+if TYPE_CHECKING:
+    from alerting.engine import AlertEngine
 
 
 @dataclass
@@ -27,34 +30,36 @@ class ReplayResult:
 
 
 def open_engine(notify_config: str | Path, db_path: Path, clock: SimulatedClock,
-                on_record: Callable[[dict[str, Any]], None]) -> Any:
+                on_record: Callable[[dict[str, Any]], None]) -> AlertEngine:
     from alerting.engine import AlertEngine  # only when notifying: the engine's imports are not small
 
     return AlertEngine.from_file(notify_config, db_path, clock, on_record=on_record)
 
 
-def feed(pipe: Pipeline, rec: Recording, clock: SimulatedClock, tick_s: float = 5.0) -> None:
+def feed(pipe: Pipeline, rec: Recording, clock: SimulatedClock, tick_s: float = 5.0,
+         engine: AlertEngine | None = None) -> None:
     """Push every sample through ``pipe`` in time order, ticking the simulated clock every ``tick_s`` of
-    data time (as the daemon ticks on wall time), and run one last tick at the end of the data."""
+    data time (as the daemon ticks on wall time), and run one last tick at the end of the data.
+    ``engine``: the pipeline's, whose timers run as the simulated clock moves."""
     handles = [pipe.series(name, labels) for name, labels in rec.series]
     next_tick = current = float(rec.t[0]) if len(rec) else clock.now()
     for t, sid, v in zip(rec.t.tolist(), rec.sid.tolist(), rec.value.tolist(), strict=True):
         if t > current:
             if current >= next_tick:
                 clock.set(current)
-                _tick(pipe)
+                _tick(pipe, engine)
                 next_tick = current + tick_s
             current = t
         if handles[sid] is not None:
             pipe.observe(handles[sid], t, v)
     clock.set(max(current, clock.now()))
-    _tick(pipe)
+    _tick(pipe, engine)
 
 
-def _tick(pipe: Pipeline) -> None:
+def _tick(pipe: Pipeline, engine: AlertEngine | None) -> None:
     pipe.tick()
-    if pipe.engine is not None:  # simulated time: the replay moves the clock, so it runs the engine's timers
-        pipe.engine.tick()  # type: ignore[attr-defined]  # the AlertEngine run_recording opened
+    if engine is not None:  # simulated time: the replay moves the clock, so it runs the engine's timers
+        engine.tick()
 
 
 def stamp(record: dict[str, Any], now: float, fired_at: dict[str, str]) -> dict[str, Any]:
@@ -94,7 +99,7 @@ def run_recording(rec: Recording, rules: list[Rule], out: IO[str], *, plots_dir:
     with tempfile.TemporaryDirectory(prefix="verl-replay-") as tmp:
         engine = open_engine(notify_config, Path(tmp) / "alerting.db", clock, write) if notify_config else None
         pipe = Pipeline(rules, clock, cluster=cluster, plots_dir=plots_dir, engine=engine, on_record=write)
-        feed(pipe, rec, clock, tick_s)
+        feed(pipe, rec, clock, tick_s, engine)
         drained = True
         if engine is not None:
             drained = bool(engine.drain(drain_s))

@@ -11,7 +11,11 @@
     reads back the monitor's API (``/api/v1/``);
 (d) ``ppo_step`` takes the step's parts, not the trainer: no parameter annotated ``RLTrainer``, and
     verl/trainer/ppo_step.py does not import ppo_trainer;
-(e) monitor/daemon.py only schedules: at most 250 lines; (f) no product module over 450 lines.
+(e) monitor/daemon.py only schedules: at most 250 lines; (f) no product module over 450 lines;
+(g) issue 34's typed seam: no ``getattr``/``hasattr`` on the engine anywhere in monitor/ (it is an
+    ``alerting.sink.AlertSink``: call what the protocol names), and no monitor module imports alerting's
+    internal constants (ALL_CAPS names from ``alerting.correlate``/``alerting.procedures``): what alerting
+    needs measured reaches the monitor as data (``alerting.sink.DiagnosisNeeds``).
 
 Each check is a function of a tree's root returning its violations as ``file:line: what, and what to change``;
 each is asserted empty on this repository and shown to find a violation planted in a tmp_path tree.
@@ -191,6 +195,31 @@ def getattr_hooks(root: Path) -> list[str]:
             and isinstance(node.args[1].value, str) and node.args[1].value.startswith("set_")]
 
 
+def _is_engine(expr: ast.expr) -> bool:
+    """``engine``, ``self.engine``, ``daemon.engine``, ``pipe.engine``...: the alerting engine by its name."""
+    return (isinstance(expr, ast.Name) and "engine" in expr.id.lower()) or (
+        isinstance(expr, ast.Attribute) and "engine" in expr.attr.lower())
+
+
+def engine_getattr(root: Path) -> list[str]:
+    return [f"{_rel(root, path)}:{node.lineno}: {ast.unparse(node)} looks the engine's methods up by name: "
+            "call what alerting.sink.AlertSink names (add it there when the monitor needs more)"
+            for path in _files(root, "monitor") for node in _nodes(path)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+            and node.args and _is_engine(node.args[0])]
+
+
+INTERNAL = ("alerting.correlate", "alerting.procedures")
+
+
+def monitor_imports_alerting_constants(root: Path) -> list[str]:
+    return [f"{_rel(root, path)}:{node.lineno}: imports {a.name} from {node.module}, alerting's internals: take "
+            "it from alerting.sink.DiagnosisNeeds, handed to the monitor at construction"
+            for path in _files(root, "monitor") for node, _ in _import_nodes(_tree(path).body)
+            if isinstance(node, ast.ImportFrom) and node.module in INTERNAL
+            for a in node.names if a.name.isupper()]
+
+
 def _alerting_setters(root: Path) -> set[str]:
     return {item.name for path in _files(root, "alerting") for cls in _nodes(path)
             if isinstance(cls, ast.ClassDef) for item in cls.body
@@ -328,6 +357,8 @@ HOUSE = [
     _case(cycles_in, "verl"),
     _case(cycles_in, "monitor"), _case(cycles_in, "alerting"), _case(cycles_in, "harness"),
     _case(getattr_hooks),
+    _case(engine_getattr),
+    _case(monitor_imports_alerting_constants),
     _case(monitor_hands_alerting_callbacks),
     _case(notifier_fetches),
     _case(step_takes_trainer),
@@ -374,6 +405,10 @@ PLANTED = {
                                     "        self.client.post(self.url, json={'errcode': data.get('errcode')})\n"
                                     "        httpx.post(f'{self.monitor}/api/v1/alerts', json={})\n"
                                     "        return self.client.get(ref).content\n"),
+    # (g) the engine's methods found by name, alerting's constants imported
+    "monitor/health.py": ("from alerting.correlate import REDIAGNOSE_S, load_rules\n\n\n"
+                          "def report(daemon):\n    problems = getattr(daemon.engine, 'delivery_problems', None)\n"
+                          "    return hasattr(engine, 'page_pending') or getattr(self.engine, 'x') or getattr(h, 'y')\n"),
     "harness/__init__.py": "",
 }
 
@@ -434,3 +469,13 @@ def test_length_checks_find_a_long_daemon_and_a_long_module(planted: Path) -> No
     (planted / "alerting/engine.py").write_text("x = 1\n" * 451)
     assert long_modules(planted, "alerting") == ["alerting/engine.py:451: 451 lines (at most 450): split it along "
                                                  "a real seam"]
+
+
+def test_seam_checks_find_getattr_on_the_engine_and_an_internal_constant(planted: Path) -> None:
+    assert [f.split(" looks")[0] for f in engine_getattr(planted)] == [
+        "monitor/health.py:5: getattr(daemon.engine, 'delivery_problems', None)",
+        "monitor/health.py:6: hasattr(engine, 'page_pending')", "monitor/health.py:6: getattr(self.engine, 'x')",
+        "monitor/pipeline.py:2: getattr(engine, 'set_evidence', None)"]
+    assert monitor_imports_alerting_constants(planted) == [
+        "monitor/health.py:1: imports REDIAGNOSE_S from alerting.correlate, alerting's internals: take it from "
+        "alerting.sink.DiagnosisNeeds, handed to the monitor at construction"]  # load_rules is a function: fine

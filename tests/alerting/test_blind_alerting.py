@@ -139,7 +139,7 @@ def solo_engine(tmp: Path, clock: SimulatedClock, retention_s: float) -> AlertEn
 
 def state_bytes(engine: AlertEngine) -> int:
     q = ("SELECT (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM state) + (SELECT COALESCE(SUM(LENGTH(value)), 0) "
-         "FROM incidents) + (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM alerts) + "
+         "FROM incidents) + (SELECT COALESCE(SUM(LENGTH(record)), 0) FROM alert_events) + "
          "(SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM outbox)")
     return engine.conn.execute(q).fetchone()[0]
 

@@ -20,13 +20,25 @@ def test_a_lone_incident_links_its_console_page_for_every_robot() -> None:
 
 
 def test_the_monitors_external_url_becomes_the_engines_link_base(tmp_path) -> None:  # noqa: ANN001
+    from alerting.clock import SimulatedClock
+    from alerting.config import parse_config
+    from alerting.engine import AlertEngine
     from monitor.alerting_stage import start
 
-    engine = SimpleNamespace(config=SimpleNamespace(monitor_url=""), start=lambda: None)
+    cfg = parse_config({"receivers": [{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}],
+                        "route": {"receiver": "hook"}})
     pipeline = SimpleNamespace(set_base_url=lambda url: None, annotator=SimpleNamespace())
     config = SimpleNamespace(external_url="https://mon.example:9105/", plots_dir=None, bearer_token=None)
-    start(pipeline, engine, config, "http://127.0.0.1:9105")  # type: ignore[arg-type]
-    assert engine.config.monitor_url == "https://mon.example:9105"
+    engine = AlertEngine(cfg, tmp_path / "alerting.db", SimulatedClock(0.0))
+    try:
+        start(pipeline, engine, config, "http://127.0.0.1:9105")  # type: ignore[arg-type]
+        assert engine.config.monitor_url == "https://mon.example:9105"
+    finally:
+        engine.close()
+    engine = AlertEngine(cfg, tmp_path / "alerting.db", SimulatedClock(0.0))
     engine.config.monitor_url = "http://own"
-    start(pipeline, engine, config, "http://127.0.0.1:9105")  # type: ignore[arg-type]
-    assert engine.config.monitor_url == "http://own"  # the alerting config's own choice stays
+    try:
+        start(pipeline, engine, config, "http://127.0.0.1:9105")  # type: ignore[arg-type]
+        assert engine.config.monitor_url == "http://own"  # the alerting config's own choice stays
+    finally:
+        engine.close()

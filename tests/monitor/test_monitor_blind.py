@@ -356,6 +356,9 @@ def test_healthz_degrades_when_a_notification_is_stuck(tmp_path: Path) -> None:
         def oldest_undelivered(self) -> float | None:
             return self.oldest
 
+        def problems(self) -> list[str]:
+            return []
+
         def close(self) -> None:
             pass
 

@@ -11,8 +11,10 @@ from alerting.evidence import Evidence
 from alerting.findings import Case
 from alerting.model import Alert
 from alerting.procedures import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
+from alerting.sink import diagnosis_needs
 from monitor.evidence import EvidenceCapture
 from monitor.store import SeriesStore
+from tests.monitor.recording_sink import RecordingSink
 
 T0 = 1_767_225_600.0
 NODE = "gpu-01"
@@ -24,7 +26,7 @@ class World:
     def __init__(self, now: float = T0 + 3600) -> None:
         self.store = SeriesStore()
         self.clock = SimulatedClock(now)
-        self.ev = EvidenceCapture(self.store)
+        self.ev = EvidenceCapture(self.store, None, diagnosis_needs().series_read)
 
     def put(self, name: str, t: np.ndarray, v: np.ndarray, **labels: str) -> None:
         s = self.store.get_or_create(name, {"node": NODE, **labels})
@@ -216,17 +218,10 @@ def test_the_pipeline_hands_evidence_forward_with_alerts_and_refreshes_it_while_
     from monitor.pipeline import Pipeline
     from monitor.rules import load_rules
 
-    class Engine:
-        def __init__(self) -> None:
-            self.calls: list[tuple[list[str], Evidence | None]] = []
-
-        def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None:
-            self.calls.append(([a.name for a in alerts], evidence))
-
     rules = tmp_path / "r.yaml"
     rules.write_text("rules:\n  - {alert: KLDriftDetected, severity: P2, select: verl_kl_divergence,\n"
                      "     detector: {type: threshold, op: '>', value: 1}}\n")
-    clock, engine = SimulatedClock(T0), Engine()
+    clock, engine = SimulatedClock(T0), RecordingSink()
     pipe = Pipeline(load_rules(rules), clock, engine=engine)
     kl = pipe.series("verl_kl_divergence", {"node": NODE, "job": "verl"})
     coef_series = pipe.series("verl_kl_coef", {"node": NODE, "job": "verl"})

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from alerting.clock import SimulatedClock
-from alerting.evidence import Evidence
 from alerting.model import Alert
 from monitor.cli import main
 from monitor.config import DEFAULT_TARGET, ConfigError, default_config, target_from_url
@@ -25,16 +24,12 @@ from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
 from monitor.sources.alertmanager import parse_webhook
 from monitor.sources.prom_text import Target, scrape
+from tests.monitor.recording_sink import RecordingSink
 
 T0 = 1_800_000_000.0
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.submitted: list[Alert] = []
-
-    def submit(self, alerts: list[Alert], evidence: Evidence | None = None) -> None:
-        self.submitted += alerts
+Recorder = RecordingSink  # what the engine took from the book's log, in order
 
 
 def prometheus_trainer_down(status: str = "firing") -> dict[str, Any]:

@@ -67,13 +67,7 @@ def test_the_annotate_stage_puts_the_signed_link_and_the_png_path_on_the_alert(t
     from alerting.clock import SimulatedClock
     from monitor.pipeline import Pipeline
     from monitor.rules import load_rules
-
-    class Recorder:
-        def __init__(self) -> None:
-            self.submitted: list[Alert] = []
-
-        def submit(self, alerts: list[Alert], evidence: object = None) -> None:
-            self.submitted += alerts
+    from tests.monitor.recording_sink import RecordingSink as Recorder
 
     rules = tmp_path / "r.yaml"
     rules.write_text("rules:\n  - {alert: Hot, severity: P2, select: temp, plot: true,\n"

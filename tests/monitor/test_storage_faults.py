@@ -96,7 +96,9 @@ def test_only_the_engine_database_full_queues_nothing_twice_and_loses_nothing(mo
     engine.error = FULL
     mon.step(hot=True, n=3)
     assert [a.name for a in mon.pipe.book.firing()] == ["CrashPointHot"] and mon.pages() == []
-    assert mon.pipe.unsubmitted and mon.engine.outbox.depth() == 0  # rolled back, held by the pipeline
+    # rolled back: the cursor did not move, the book's log still holds the transition for the engine
+    assert mon.engine.problems() == ["alerting: 1 alert transition(s) in the log not yet taken"]
+    assert mon.engine.outbox.depth() == 0
     engine.error = None
     mon.step(hot=True, n=2)
     assert mon.pages() == ["firing"]
@@ -220,18 +222,42 @@ def test_a_stuck_delivery_worker_is_reported(mon: Monitor) -> None:
         mon.engine.stop_delivery()
 
 
-def test_the_restart_reconcile_is_idempotent(tmp_path: Path, robot: WebhookStandIn) -> None:
-    from monitor.reconcile import reconcile
-
+def test_a_restart_resumes_the_engine_at_its_cursor(tmp_path: Path, robot: WebhookStandIn) -> None:
     clock = SimulatedClock(T0)
     m = Monitor(tmp_path / "state", robot, clock)
     m.step(hot=True, n=2)
     m.close()
-    m = Monitor(tmp_path / "state", robot, clock)  # both databases agree: nothing to hand over
+    m = Monitor(tmp_path / "state", robot, clock)  # the cursor was committed with the page: nothing to take again
     try:
         assert [a.name for a in m.pipe.book.firing()] == ["CrashPointHot"]
-        assert reconcile(m.pipe.book, m.engine.firing_alerts(), clock.now()) == []
-        assert m.pipe.unsubmitted == [] and m.pages() == ["firing"]
+        assert m.engine.problems() == [] and m.engine.take() == 0
+        m.step(hot=True, n=2)
+        assert m.pages() == ["firing"]
+        m.step(hot=False, n=2)
+        assert m.pages() == ["firing", "resolved"]
+    finally:
+        m.close()
+
+
+def test_an_alerting_db_from_before_the_log_opens_and_catches_up(tmp_path: Path, robot: WebhookStandIn) -> None:
+    clock = SimulatedClock(T0)
+    m = Monitor(tmp_path / "state", robot, clock)
+    m.step(hot=True, n=2)
+    m.close()
+    old = sqlite3.connect(tmp_path / "state" / "alerting.db")  # as the engine left it before: a copy of each alert
+    old.execute("CREATE TABLE alerts (fingerprint TEXT PRIMARY KEY, value TEXT NOT NULL, seen_at REAL NOT NULL)")
+    old.execute("INSERT INTO alerts VALUES ('0123456789abcdef', '{}', 0)")
+    old.execute("DELETE FROM state WHERE key='cursor'")
+    old.commit()
+    old.close()
+    m = Monitor(tmp_path / "state", robot, clock)
+    try:
+        tables = {r[0] for r in m.engine.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "alerts" not in tables and "alert_events" in tables
+        m.step(hot=True, n=2)  # no place in the book's log: it catches up on what fires, its page already sent
+        assert m.pages() == ["firing"] and m.engine.problems() == []
+        m.step(hot=False, n=2)
+        assert m.pages() == ["firing", "resolved"]
     finally:
         m.close()
 

@@ -1,0 +1,76 @@
+"""What the alerting engine shows and takes from people (the monitor's API and console, ``verl-alert``):
+its alerts, incidents and silences. A part of ``AlertEngine`` (``alerting.engine``), apart so the
+pipeline there reads on its own."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from alerting.clock import Clock
+from alerting.correlate import Correlator
+from alerting.durable import STORAGE_ERRORS, StorageHealth
+from alerting.matchers import matcher_from_json
+from alerting.model import Alert
+from alerting.silence import SilenceStore
+
+
+class EngineViews:
+    lock: threading.RLock
+    clock: Clock
+    health: StorageHealth
+    history: dict[str, Alert]
+    correlator: Correlator
+    silences_store: SilenceStore
+    _muted_fn: Callable[[float], Callable[[Alert], bool]]
+    _transaction: Callable[..., AbstractContextManager[None]]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        with self.lock:
+            now = self.clock.now()
+            muted = self._muted_fn(now)
+            out = []
+            for a in self.history.values():
+                state = self.correlator.state_of(a.fingerprint) or ("suppressed" if muted(a) else "active")
+                out.append(dict(a.to_json(), value=a.value, state=state))
+            return out
+
+    def incidents(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return self.correlator.incident_records()
+
+    def silences(self) -> list[dict[str, Any]]:
+        with self.lock:
+            now = self.clock.now()
+            return [s.to_json(now) for s in self.silences_store.all()]
+
+    def add_silence(self, matchers: Sequence[str | dict[str, Any]], duration_s: float | None = None,
+                    ends_at: float | None = None, created_by: str = "verl-monitor", comment: str = "",
+                    starts_at: float | None = None) -> str:
+        """Matchers as ``name="value"`` strings or Alertmanager API v2 matcher objects. Raises ValueError."""
+        with self.lock:
+            now = self.clock.now()
+            texts = [m if isinstance(m, str) else str(matcher_from_json(m)) for m in matchers]
+            start = now if starts_at is None else starts_at
+            end = ends_at if ends_at is not None else start + (duration_s if duration_s is not None else 3600.0)
+            with self._transaction("silence", reload=False):
+                sid = self.silences_store.add(texts, start, end, created_by, comment, now=now)
+            self._save_silences()
+            return sid
+
+    def expire_silence(self, silence_id: str) -> bool:
+        with self.lock:
+            with self._transaction("silence", reload=False):
+                done = self.silences_store.expire(silence_id, self.clock.now())
+            self._save_silences()
+            return done
+
+    def _save_silences(self) -> None:
+        try:
+            self.silences_store.save_snapshot()
+        except STORAGE_ERRORS as exc:
+            self.health.failed("silences.json", "snapshot", exc)
+        else:
+            self.health.ok("silences.json")

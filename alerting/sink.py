@@ -1,0 +1,68 @@
+"""The seam between whoever evaluates alerts (the monitor) and the alerting engine, typed both ways:
+``AlertSink`` is what the monitor calls, ``DiagnosisNeeds`` is what alerting needs measured for its
+diagnoses, handed to the monitor as data when it is built.
+
+Alert transitions do not cross this seam as calls: the monitor appends them to the transition log
+(``alerting.translog``) and ``take`` makes the engine read what is new there, from its own cursor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from alerting.correlate import REDIAGNOSE_S
+from alerting.evidence import Evidence
+from alerting.procedures import EVIDENCE_SERIES, TRIGGER_ALERTS
+from alerting.translog import TransitionLog
+
+
+@dataclass(frozen=True)
+class DiagnosisNeeds:
+    """``trigger_alerts``: the alerts a diagnosis procedure explains (evidence is captured while one
+    fires); ``rediagnose_s``: how often that evidence is measured again; ``series_read``: the series the
+    procedures read (the monitor keeps their history and copies them into the evidence)."""
+
+    trigger_alerts: frozenset[str]
+    rediagnose_s: float
+    series_read: frozenset[str]
+
+
+def diagnosis_needs() -> DiagnosisNeeds:
+    """What this version's diagnosis procedures read; the same for every engine."""
+    return DiagnosisNeeds(TRIGGER_ALERTS, REDIAGNOSE_S, EVIDENCE_SERIES)
+
+
+class AlertSink(Protocol):
+    """The alerting engine as the monitor sees it."""
+
+    def follow(self, log: TransitionLog) -> None:
+        """Read transitions from ``log`` from now on (its cursor into that log as last committed)."""
+
+    def take(self, evidence: Evidence | None = None) -> int:
+        """Act on the transitions committed in the log since the cursor (and ``evidence``, the series
+        measured for their diagnosis); returns how many were taken. Raises StorageUnavailable when the
+        engine could not commit: nothing was taken, the same ones are read again on the next call."""
+
+    def needs(self) -> DiagnosisNeeds: ...
+
+    def start(self, monitor_url: str = "") -> None:
+        """Daemon mode: timers and delivery workers in threads of their own; chat links open
+        ``monitor_url`` (the console) unless the engine's config names one."""
+
+    def problems(self) -> list[str]:
+        """/healthz reasons: delivery workers stuck or dead, outcomes not written, transitions not taken."""
+
+    def oldest_undelivered(self) -> float | None: ...
+
+    def incidents(self) -> list[dict[str, Any]]: ...
+
+    def silences(self) -> list[dict[str, Any]]: ...
+
+    def add_silence(self, matchers: Sequence[str | dict[str, Any]], duration_s: float | None = None,
+                    ends_at: float | None = None, created_by: str = "verl-monitor", comment: str = "",
+                    starts_at: float | None = None) -> str: ...
+
+    def expire_silence(self, silence_id: str) -> bool: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,83 @@
+"""The transition log and a follower's cursor (alerting/translog.py): reads in order from a place, a
+backlogged resolve waits for its firing's page, a place saved for another log is not applied, pruning
+keeps what a follower catching up must see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alerting import translog
+from alerting.clock import SimulatedClock
+from alerting.engine import AlertEngine
+from alerting.model import Alert
+from alerting.translog import Cursor, TransitionLog
+from tests.alerting.helpers import T0, alert, make_config
+
+
+def write(log: TransitionLog, *alerts: Alert, at: float = T0) -> None:
+    for a in alerts:
+        translog.append(log.conn, a, at)
+
+
+def test_a_follower_reads_in_order_from_its_place_and_a_repeat_is_not_logged_twice() -> None:
+    log = TransitionLog.in_memory()
+    write(log, alert("A"), alert("B"))
+    cur = Cursor(log, {"log": log.identity(), "at": 0})
+    seen: list[str] = []
+    assert cur.accept(cur.due(), lambda fp: False, lambda a: seen.append(a.name)) == 2
+    assert seen == ["A", "B"] and cur.due() == [] and cur.behind() == 0
+    assert translog.append(log.conn, alert("A"), T0) is False  # a restart re-deriving a committed firing
+    write(log, alert("A", status="resolved"))
+    assert [(a.name, a.status) for _, a in cur.due()] == [("A", "resolved")] and cur.behind() == 1
+
+
+def test_a_resolve_read_with_its_firing_waits_until_the_page_flushed() -> None:
+    log = TransitionLog.in_memory()
+    write(log, alert("A"), alert("A", status="resolved"), alert("B"))
+    cur = Cursor(log, {"log": log.identity(), "at": 0})
+    seen: list[str] = []
+    pending = {alert("A").fingerprint}
+    assert cur.accept(cur.due(), pending.__contains__, lambda a: seen.append(a.status)) == 1
+    assert seen == ["firing"] and cur.held == {alert("A").fingerprint}
+    assert cur.accept(cur.due(), pending.__contains__, lambda a: seen.append(a.status)) == 0  # still unpaged
+    saved = cur.to_state()
+    again = Cursor(log, saved)  # the hold survives a restart with the place it is saved with
+    pending.clear()  # the firing's group flushed
+    assert again.accept(again.due(), pending.__contains__, lambda a: seen.append(a.status)) == 2
+    assert seen == ["firing", "resolved", "firing"] and again.held == set()
+
+
+def test_a_place_in_another_log_is_not_applied_and_the_follower_catches_up_on_what_fires() -> None:
+    log = TransitionLog.in_memory()
+    write(log, alert("Old"), alert("Old", status="resolved"), alert("Now"))
+    cur = Cursor(log, {"log": "a-log-that-was-moved-aside", "at": 1, "held": ["x"]})
+    assert cur.at is None and cur.held == set()
+    assert cur.behind() == 1
+    rows = cur.due()
+    assert [(a.name, a.status) for _, a in rows] == [("Now", "firing")]  # not the history: Old never pages
+    assert cur.accept(rows, lambda fp: False, lambda a: None) == 1 and cur.at == log.head()
+    empty = TransitionLog.in_memory()
+    fresh = Cursor(empty, {})
+    assert fresh.due() == [] and fresh.at == 0  # nothing to catch up on: its place is the log's end
+
+
+def test_pruning_keeps_a_firing_alerts_newest_row_and_nothing_past_the_place() -> None:
+    log = TransitionLog.in_memory()
+    write(log, alert("Long"), alert("Done"), alert("Done", status="resolved"), at=T0)
+    write(log, alert("Late"), at=T0 + 100)
+    assert translog.prune(log.conn, T0 + 50, upto=2) == 1  # Done's firing; its resolve is past the place
+    assert translog.prune(log.conn, T0 + 50) == 1  # now the resolve; Long still fires
+    assert sorted(log.current()) == sorted(a.fingerprint for a in (alert("Long"), alert("Late")))
+
+
+def test_a_backlog_longer_than_one_read_is_taken_in_one_take(tmp_path: Path) -> None:
+    log = TransitionLog.in_memory()
+    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
+                         tmp_path / "alerting.db", SimulatedClock(T0))
+    try:
+        engine.follow(log)
+        write(log, *(alert("A", node=f"n{i}") for i in range(translog.READ_BATCH * 2 + 5)))
+        assert engine.take() == translog.READ_BATCH * 2 + 5 and engine.problems() == []
+        assert len(engine.alerts()) == translog.READ_BATCH * 2 + 5
+    finally:
+        engine.close()

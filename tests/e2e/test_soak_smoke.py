@@ -38,9 +38,11 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     assert report["ettr"] * 60 == pytest.approx(60 - report["lost_seconds_total"], abs=0.5)  # wall: 60 s + a tick
     # it trained on past both faults (a quiet machine reaches ~40 steps in the 60 s, one at load 10 ~13)
     assert report["restarts"] == 0 and report["final_step"] > 8
-    # on wall time: the critic OOM is due while the trainer trains, so it lands within a tick or two of its plan
+    # on wall time: the critic OOM is due while the trainer trains and is read at the next step's start, so it
+    # lands within about a step of its plan (a step is ~1.5 s quiet, ~4.6 s at load 10: 2.8 s late was seen)
     oom = report["faults"][1]
-    assert oom["late_s"] is not None and 0 <= oom["late_s"] < 1.0 and oom["step"] is not None
+    step_s = 60 / report["final_step"]
+    assert oom["late_s"] is not None and 0 <= oom["late_s"] < max(1.0, 2 * step_s) and oom["step"] is not None
     # every unproductive second is start-up or a fault's (no kill here: restart and recomputed are 0)
     assert report["lost_seconds_restart"] == report["lost_seconds_recomputed"] == 0
     assert abs(report["lost_seconds_total"] - report["lost_seconds_startup"]) < 1.0

@@ -45,7 +45,8 @@ def test_one_minute_soak_reports_the_contract(tmp_path: Path) -> None:
     assert oom["late_s"] is not None and 0 <= oom["late_s"] < max(1.0, 2 * step_s) and oom["step"] is not None
     # every unproductive second is start-up or a fault's (no kill here: restart and recomputed are 0)
     assert report["lost_seconds_restart"] == report["lost_seconds_recomputed"] == 0
-    assert abs(report["lost_seconds_total"] - report["lost_seconds_startup"]) < 1.0
+    # the faults' own cost is seconds: the hang's timeouts before the breaker opened (1.7 s at load 10)
+    assert abs(report["lost_seconds_total"] - report["lost_seconds_startup"]) < 3.0
     assert report["faults"][0]["degraded_s"] > 0  # the hang's timeouts before the breaker opened
 
 

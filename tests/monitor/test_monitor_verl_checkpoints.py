@@ -237,8 +237,11 @@ def test_only_a_save_watched_from_its_start_teaches_the_usual_time(tmp_path: Pat
     os.rename(tmp_path / "staging" / "global_step_20", tmp_path / "global_step_20")
     w.observe_log([Sample("verl_global_step", {}, 19.0, 0.0)])
     poll_until_scanned(w, now)
-    (tmp_path / "global_step_20" / "data.pt").write_bytes(b"d")
-    os.utime(tmp_path / "global_step_20" / "data.pt", (now - 10, now - 10))
+    # the last file lands whole, already stamped (the poll above started a scan that may run meanwhile: a
+    # file written, then re-stamped, could be seen with the wrong time)
+    (tmp_path / "staging" / "data.tmp").write_bytes(b"d")
+    os.utime(tmp_path / "staging" / "data.tmp", (now - 10, now - 10))
+    os.rename(tmp_path / "staging" / "data.tmp", tmp_path / "global_step_20" / "data.pt")
     poll_until_scanned(w, now)
     assert w.usual_save_s() == pytest.approx(90, abs=1)
 

@@ -22,7 +22,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_cached_scores_are_not_judged_and_recovery_restarts_the_reference() -> None:
     trainer = RLTrainer("ppo_tiny", overrides=[
         "trainer.total_steps=40", "metrics.layer_kl=false", "rollout_worker_num=0", "reward.timeout_s=0.3",
-        "reward.probe_interval_s=0.3", "faults.reward_hang_at_step=6", "faults.reward_hang_seconds=2"])
+        "reward.probe_interval_s=0.3", "faults.reward_hang_at_step=6", "faults.reward_hang_seconds=2",
+        # the first timed-out call opens the breaker: with 3, a loaded machine's slow steps made too few calls
+        # during the 2 s hang to open it at all (cached scores, no outage, nothing to re-learn)
+        "reward.failure_threshold=1"])
     guard = trainer.data_guards.reward
     judged: list[tuple[int, int]] = []  # (step, rewards judged)
     restarts: list[int] = []

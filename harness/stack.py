@@ -370,13 +370,12 @@ def _leak_on_gpu(trainer_args: Sequence[str] | None) -> bool:
     the leak. A trainer started elsewhere (``trainer_args`` None): a GPU that NVML sees is taken as its."""
     if trainer_args is None:
         return _has_gpu()
+    from verl.cli.train import build_parser
     from verl.config import ConfigError, load_config
 
-    args = list(trainer_args)
-    name = args[args.index("--config") + 1] if "--config" in args[:-1] else None
-    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    args, _ = build_parser().parse_known_args(list(trainer_args))  # verl-train's own reading, default config too
     try:
-        device = load_config(name, overrides).actor.device
+        device = load_config(args.config, args.overrides).actor.device
     except ConfigError:
         return _has_gpu()  # the trainer itself says what is wrong with its arguments
     if device == "auto":

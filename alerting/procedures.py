@@ -28,6 +28,7 @@ MEMORY_WINDOW_S = 1800.0  # the leak rule's window
 BUFFER_MIN_GROWTH = 0.1   # the buffer "grows" when it gained >= 10 % (and >= 10 samples) over the window
 LOADER_RISE = 2.0         # the dataloader's time per step at least doubled ...
 LOADER_MIN_RISE_S = 0.02  # ... by at least 20 ms
+LOADER_SHARE = 0.5        # ... and, where the other stages are timed, made at least half of the step's slowdown
 GPU_BUSY = 0.6            # utilisation at or above this is "normal" for a training GPU
 LOOKBACK_S = 600.0        # "before the alerts" = the 10 min before the earliest member's start
 
@@ -318,6 +319,14 @@ def data_loading(case: Case) -> Finding | None:
     else:
         f.missing.append("dataloader wait not measured (no verl_dataloader_wait_seconds or "
                          "verl_stage_seconds{stage=\"dataloader\"} samples)")
+    rest = _rest_of_step(case, node)
+    # A host that slows every stage alike (other processes on its cores, a CPU-bound host) doubles the
+    # loader's few milliseconds too, and more workers would not help: the loader must make the slowdown.
+    alike = loader is not None and rest is not None and rest[1] > rest[0] \
+        and loader[0].value - loader[1].value < LOADER_SHARE * (rest[1] - rest[0])
+    if rest is not None:
+        facts.append(f"the other stages {'slowed too,' if alike else 'took'} {fmt(round(rest[0], 3))} -> "
+                     f"{fmt(round(rest[1], 3))} s per step (verl_stage_seconds)")
     utils = ev.readings("verl_gpu_utilization_ratio", node) or ev.readings("DCGM_FI_DEV_GPU_UTIL", node)
     if utils:
         u = sum(r.value for r in utils) / len(utils)
@@ -337,6 +346,9 @@ def data_loading(case: Case) -> Finding | None:
     if dataset is not None:
         settings.append(f"{case.key('data.prompt_dataset')} = {dataset}")
     # num_workers 0 is the cause only while the loader's time is not measured: measured steady, it is not
+    if alike:
+        f.checked.append("; ".join(facts) + ": every stage slowed alike, the host is slower -- not the data path")
+        return f
     if not (rose or cpu or (workers == 0 and loader is None)):
         f.checked.append("; ".join(facts) + ": not the data path")
         return f
@@ -358,6 +370,21 @@ def data_loading(case: Case) -> Finding | None:
         text += f"; if {case.key('data.prompt_dataset')} is on NFS/S3 (location not reported), cache it locally"
     f.suggestion.append(text)
     return f
+
+
+def _rest_of_step(case: Case, node: str | None) -> tuple[float, float] | None:
+    """The step's stages other than the dataloader (``verl_stage_seconds``), summed: their median time per
+    step before the alerts and since; None when no other stage is timed on both sides."""
+    ev, before, since, timed = case.evidence, 0.0, 0.0, False
+    for r in ev.readings("verl_stage_seconds", node):
+        stage = r.labels.get("stage")
+        if not stage or stage == "dataloader":
+            continue
+        b = _before(case, "verl_stage_seconds", node, {"stage": stage})
+        n = ev.median("verl_stage_seconds", case.since, ev.now(), node, {"stage": stage})
+        if b is not None and n is not None:
+            before, since, timed = before + b.value, since + n.value, True
+    return (before, since) if timed else None
 
 
 def _increase(case: Case, name: str, node: str | None) -> float | None:

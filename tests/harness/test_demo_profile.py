@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -67,3 +68,36 @@ def test_the_demo_watches_host_memory_for_a_leak_wherever_the_actor_is_on_the_cp
     assert stack._leak_on_gpu((*demo_args, "actor.device=auto")) is gpu_seen
     assert stack._leak_on_gpu((*demo_args, "actor.device=cuda:0")) is True
     assert stack._leak_on_gpu(None) is gpu_seen  # a trainer started elsewhere: what NVML sees
+
+
+def _rss_trace() -> list[tuple[float, float]]:
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "demo-trainer-rss-loaded.txt"
+    return [(float(t), float(r)) for t, r, _ in (line.split() for line in path.read_text().splitlines()
+                                                 if not line.startswith("#"))]
+
+
+@pytest.mark.parametrize("pace", [0.5, 1.0, 2.0])  # the recorded run stretched or squeezed: slower or faster machines
+@pytest.mark.parametrize("leak_mb_per_min", [0, 300])
+def test_the_demo_host_leak_rule_is_quiet_on_a_warming_trainer_and_pages_the_simulated_leak(
+        tmp_path: Path, pace: float, leak_mb_per_min: int) -> None:
+    """Stop 38's CI failure: on a loaded runner the KL demo paged "a leak" -- the trainer's RSS ratcheting up
+    through its first ~40 steps filled the host rule's 45 s window. The monitor starts when /metrics is served
+    (~48 s into the recording) and scrapes every second, as the demo does."""
+    path = tmp_path / "rules.demo.yaml"
+    path.write_text(yaml.safe_dump(demo_rules(True), sort_keys=False))
+    detectors = [r.conditions[0].new_detector() for r in load_rules(path) if r.alert == "MemoryLeakSuspected"
+                 and "verl-process" in r.conditions[0].selectors[0].text]  # a copy of each GPU-memory leak rule
+    assert detectors
+    trace = [(t / pace, rss) for t, rss in _rss_trace()]
+    start, first = 48.0 / pace, None
+    times, values = zip(*trace, strict=True)
+    t = start
+    while t < times[-1]:
+        rss = float(np.interp(t, times, values)) + leak_mb_per_min * 1e6 * (t - start) / 60.0
+        if any([d.update(t, rss).active for d in detectors]) and first is None:
+            first = t - start
+        t += 1.0
+    if leak_mb_per_min:
+        assert first is not None and first <= 60.0, first
+    else:
+        assert first is None, f"paged {first:.0f} s after the monitor started"

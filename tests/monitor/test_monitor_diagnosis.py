@@ -5,6 +5,7 @@ claim" negatives name nothing unmeasured, and missing evidence is said to be mis
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from alerting.clock import SimulatedClock
 from alerting.evidence import Evidence
@@ -189,6 +190,37 @@ def test_data_loading_must_not_claim_when_loader_is_steady_and_workers_fine() ->
     w = loader_world(0.01)
     f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="8"))
     assert f is not None and not f.cause and f.checked[0].endswith("not the data path")
+
+
+def host_slowed_world(loader_after: float, rest_after: float) -> World:
+    """Throughput halves at 20 min; the loader's time goes 0.01 -> ``loader_after`` while the step's other
+    stages go 0.5 -> ``rest_after`` s (two timed stages)."""
+    w, t = World(T0 + 45 * 60), grid(15.0, 45.0)
+    w.put("verl_actor_tokens_per_second", t, np.where(t >= T0 + 1200, 6000.0, 12000.0))
+    w.put("verl_stage_seconds", t, np.where(t >= T0 + 1200, loader_after, 0.01), stage="dataloader")
+    for stage in ("rollout", "actor_update"):
+        w.put("verl_stage_seconds", t, np.where(t >= T0 + 1200, rest_after / 2, 0.25), stage=stage)
+    return w
+
+
+@pytest.mark.parametrize("cpu_bound", [False, True])
+def test_a_host_that_slows_every_stage_alike_is_not_blamed_on_data_loading(cpu_bound: bool) -> None:
+    # a loaded host (a CI runner, other jobs on the node): the loader's 10 ms became 40 ms -- doubled, by
+    # more than 20 ms -- but the rest of the step slowed by 0.5 s; more loader workers would not help
+    w = host_slowed_world(0.04, 1.0)
+    members = [alert("ThroughputDrop", T0 + 1300)] + ([alert("CPUBoundBottleneck", T0 + 1290)] if cpu_bound else [])
+    f = data_loading(w.case(*members, data_num_workers="2"))
+    assert f is not None and not f.cause and not f.root_cause
+    assert f.checked[0].endswith("every stage slowed alike, the host is slower -- not the data path")
+    assert "the other stages slowed too, 0.5 -> 1 s per step (verl_stage_seconds)" in f.checked[0]
+
+
+def test_a_loader_that_makes_the_slowdown_is_still_data_loading_with_the_other_stages_timed() -> None:
+    w = host_slowed_world(0.8, 0.6)  # the loader +0.79 s, the rest +0.1 s
+    f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="2"))
+    assert f is not None and f.cause
+    assert "dataloader time per step rose 0.01 -> 0.8 s" in f.root_cause[0]
+    assert "the other stages took 0.5 -> 0.6 s per step" in f.root_cause[0]
 
 
 def test_undetermined_diagnosis_reports_what_it_checked() -> None:

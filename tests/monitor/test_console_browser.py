@@ -77,15 +77,37 @@ def console(tmp_path: Path):
     targets.close()
 
 
-def _go(driver, element) -> None:  # noqa: ANN001
-    """Click what navigates, and wait for the next page (a click returns before the page is replaced)."""
+def _go(driver, find) -> None:  # noqa: ANN001
+    """Click what ``find(driver)`` returns and wait for the next page (a click returns before the page is
+    replaced). The element is looked up afresh until the click lands: on a loaded runner chromedriver can
+    return from a navigation while handles still point into the document being replaced."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = driver.find_element(By.TAG_NAME, "html")
-    element.click()
+    old = _fresh(driver, lambda d: d.find_element(By.TAG_NAME, "html"))
+    _fresh(driver, lambda d: find(d).click() or True)
     WebDriverWait(driver, 15).until(ec.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _fresh(driver, find, timeout: float = 15.0):  # noqa: ANN001, ANN202 - selenium objects
+    """``find(driver)`` retried until it returns something truthy from the document now shown (stale
+    handles -- "Node with given id does not belong to the document" -- are looked up again)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def attempt(d):  # noqa: ANN001, ANN202
+        try:
+            return find(d)
+        except StaleElementReferenceException:
+            return None
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e):
+                return None
+            raise
+
+    return WebDriverWait(driver, timeout).until(attempt)
 
 
 def _shot(driver, name: str, tmp: Path) -> None:  # noqa: ANN001
@@ -103,11 +125,11 @@ def test_the_console_in_chromium(console, browser, tmp_path: Path) -> None:  # n
     browser.get(f"{d.url}/targets")  # not logged in: the login page, then back where we were going
     assert "/login" in browser.current_url
     browser.find_element(By.ID, "token").send_keys("wrong")
-    _go(browser, browser.find_element(By.ID, "login"))
+    _go(browser, lambda b: b.find_element(By.ID, "login"))
     assert "not the monitor's token" in text()
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     _shot(browser, "login", tmp_path)
-    _go(browser, browser.find_element(By.ID, "login"))
+    _go(browser, lambda b: b.find_element(By.ID, "login"))
     assert browser.current_url.endswith("/targets"), text()
     cookie = browser.get_cookie("verl_monitor_session")
     assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
@@ -126,23 +148,23 @@ def test_the_console_in_chromium(console, browser, tmp_path: Path) -> None:  # n
     assert HOSTILE in page  # shown as text, never run
     _shot(browser, "alerts", tmp_path)
 
-    _go(browser, browser.find_element(By.LINK_TEXT, "DataflowCollapse"))
+    _go(browser, lambda b: b.find_element(By.LINK_TEXT, "DataflowCollapse"))
     page = text()
     assert "Root cause" in page and "Reward Model OOM on node gpu-08" in page and "Suggestion" in page
     _shot(browser, "incident", tmp_path)
 
     browser.get(f"{d.url}/")
-    _go(browser, browser.find_element(By.LINK_TEXT, "RewardModelCircuitOpen"))
-    img = browser.find_element(By.CSS_SELECTOR, "img.plot")
-    assert wait_for(lambda: browser.execute_script("return arguments[0].naturalWidth", img) > 100, 10)
+    _go(browser, lambda b: b.find_element(By.LINK_TEXT, "RewardModelCircuitOpen"))
+    assert _fresh(browser, lambda b: b.execute_script("return arguments[0].naturalWidth",  # the plot loaded
+                                                      b.find_element(By.CSS_SELECTOR, "img.plot")) > 100)
     _shot(browser, "alert", tmp_path)
 
-    _go(browser, browser.find_element(By.CSS_SELECTOR, "a[href^='/silences/new?fp=']"))
+    _go(browser, lambda b: b.find_element(By.CSS_SELECTOR, "a[href^='/silences/new?fp=']"))
     assert 'alertname="RewardModelCircuitOpen"' in browser.find_element(By.ID, "matchers").get_attribute("value")
     browser.find_element(By.ID, "comment").send_keys("browser-made: circuit flapping, on it")
     browser.find_element(By.ID, "creator").send_keys("oncall")
     _shot(browser, "silence-form", tmp_path)
-    _go(browser, browser.find_element(By.ID, "create"))
+    _go(browser, lambda b: b.find_element(By.ID, "create"))
     assert browser.current_url.endswith("/silences")
     active = browser.find_elements(By.TAG_NAME, "table")[0].text
     assert "browser-made: circuit flapping, on it" in active and "oncall" in active
@@ -151,11 +173,11 @@ def test_the_console_in_chromium(console, browser, tmp_path: Path) -> None:  # n
         "matchers": ['node="gpu-05"'], "duration": "30m", "comment": "made through the API"})
     assert made.status_code == 200
     browser.refresh()
-    assert "made through the API" in browser.find_elements(By.TAG_NAME, "table")[0].text
+    assert _fresh(browser, lambda b: "made through the API" in b.find_elements(By.TAG_NAME, "table")[0].text)
     _shot(browser, "silences", tmp_path)
 
-    row = next(r for r in browser.find_elements(By.CSS_SELECTOR, "tbody tr") if "browser-made" in r.text)
-    _go(browser, row.find_element(By.TAG_NAME, "button"))
+    _go(browser, lambda b: next(r.find_element(By.TAG_NAME, "button")
+                                for r in b.find_elements(By.CSS_SELECTOR, "tbody tr") if "browser-made" in r.text))
     tables = browser.find_elements(By.TAG_NAME, "table")
     assert "browser-made" not in tables[0].text and "browser-made" in tables[1].text
     states = {s["comment"]: s["status"]["state"]

@@ -345,10 +345,10 @@ def data_loading(case: Case) -> Finding | None:
     dataset = case.cfg("data.prompt_dataset")
     if dataset is not None:
         settings.append(f"{case.key('data.prompt_dataset')} = {dataset}")
-    # num_workers 0 is the cause only while the loader's time is not measured: measured steady, it is not
     if alike:
         f.checked.append("; ".join(facts) + ": every stage slowed alike, the host is slower -- not the data path")
         return f
+    # num_workers 0 is the cause only while the loader's time is not measured: measured steady, it is not
     if not (rose or cpu or (workers == 0 and loader is None)):
         f.checked.append("; ".join(facts) + ": not the data path")
         return f

@@ -378,8 +378,10 @@ def _leak_on_gpu(trainer_args: Sequence[str] | None) -> bool:
         device = load_config(args.config, args.overrides).actor.device
     except ConfigError:
         return _has_gpu()  # the trainer itself says what is wrong with its arguments
-    if device == "auto":
-        return _has_gpu()
+    if device == "auto":  # the trainer's own answer (torch's CUDA, not NVML: a CPU wheel on a GPU box is cpu)
+        from verl.trainer.distributed import DistContext, resolve_device
+
+        return resolve_device(device, DistContext(), "actor.device").type == "cuda"
     return device.startswith("cuda")
 
 

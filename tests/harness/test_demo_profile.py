@@ -60,9 +60,12 @@ def test_the_demo_watches_host_memory_for_a_leak_wherever_the_actor_is_on_the_cp
         monkeypatch: pytest.MonkeyPatch, gpu_seen: bool) -> None:
     """The leak is allocated on the actor's device: ppo_tiny pins it to the CPU, so even where NVML sees a
     GPU (an H200 machine: the demo watched the idle GPU and missed the leak) its memory is the trainer's RSS."""
+    import torch
+
     from harness import stack
 
-    monkeypatch.setattr(stack, "_has_gpu", lambda: gpu_seen)
+    monkeypatch.setattr(stack, "_has_gpu", lambda: gpu_seen)  # NVML: a trainer started elsewhere
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu_seen)  # what verl-train resolves `auto` with
     demo_args = ("--config", "ppo_tiny", "--metrics-port", "0", "trainer.total_steps=5")
     assert stack._leak_on_gpu(demo_args) is False
     assert stack._leak_on_gpu((*demo_args, "actor.device=auto")) is gpu_seen
@@ -101,3 +104,15 @@ def test_the_demo_host_leak_rule_is_quiet_on_a_warming_trainer_and_pages_the_sim
         assert first is not None and first <= 60.0, first
     else:
         assert first is None, f"paged {first:.0f} s after the monitor started"
+
+
+def test_a_cpu_torch_on_a_gpu_machine_puts_an_auto_actor_and_its_leak_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`actor.device=auto` is what verl-train resolves it to (torch's CUDA), not whether NVML sees a GPU: the
+    CPU torch wheel on a GPU machine trains on the CPU, so the leak is the trainer's RSS."""
+    import torch
+
+    from harness import stack
+
+    monkeypatch.setattr(stack, "_has_gpu", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert stack._leak_on_gpu(("--config", "ppo_tiny", "actor.device=auto")) is False

@@ -376,10 +376,8 @@ def _rest_of_step(case: Case, node: str | None) -> tuple[float, float] | None:
     """The step's stages other than the dataloader (``verl_stage_seconds``), summed: their median time per
     step before the alerts and since; None when no other stage is timed on both sides."""
     ev, before, since, timed = case.evidence, 0.0, 0.0, False
-    for r in ev.readings("verl_stage_seconds", node):
-        stage = r.labels.get("stage")
-        if not stage or stage == "dataloader":
-            continue
+    stages = {r.labels.get("stage") for r in ev.readings("verl_stage_seconds", node)} - {None, "", "dataloader"}
+    for stage in sorted(stages):  # each stage once, however many series carry it
         b = _before(case, "verl_stage_seconds", node, {"stage": stage})
         n = ev.median("verl_stage_seconds", case.since, ev.now(), node, {"stage": stage})
         if b is not None and n is not None:

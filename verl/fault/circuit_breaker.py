@@ -230,9 +230,6 @@ class RewardCircuitBreaker:
         self._hung = False
         self._miss_logged = False
         self.transitions: list[tuple[float, CircuitState]] = []
-        self.recoveries = 0
-        """Times the circuit closed again after being open: an outage that opens and closes between two
-        looks at ``state`` (a short hang inside one slow step) is still seen by whoever counts."""
         self._stop = threading.Event()
         self._prober = threading.Thread(target=self._probe_loop, name="reward-probe", daemon=True)
         self._prober.start()
@@ -241,6 +238,13 @@ class RewardCircuitBreaker:
     @property
     def state(self) -> CircuitState:
         return self._state
+
+    @property
+    def recoveries(self) -> int:
+        """Times the circuit closed again after being open (every CLOSED transition after the first): an
+        outage that opens and closes between two looks at ``state`` (a short hang inside one slow step) is
+        still seen by whoever counts."""
+        return sum(1 for _, state in self.transitions[1:] if state is CircuitState.CLOSED)
 
     def score(self, texts: Sequence[str], prompts: Sequence[str] | None = None) -> list[float]:
         """Rewards for ``texts``; ``prompts`` (same length) are the cache keys, default ``texts``."""
@@ -394,8 +398,6 @@ class RewardCircuitBreaker:
         if self._gauge is not None:
             self._gauge.set(int(state))
         if changed:
-            if state is CircuitState.CLOSED and self.transitions:
-                self.recoveries += 1
             self.transitions.append((self.clock.now(), state))
             if self._on_change is not None:
                 self._on_change(state)

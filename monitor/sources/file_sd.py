@@ -25,7 +25,8 @@ inventory script can write). Semantics follow Prometheus' ``discovery/file`` and
 - files are read and parsed in a thread, never on the shared event loop (a 14.8 MB YAML file took tens
   of seconds to parse there, every source and evaluation stopped meanwhile), within ``READ_DEADLINE_S``:
   a parse that takes longer is abandoned for this round (counted as ``file_sd_invalid``, the last good
-  targets kept) and its result used once it is done.
+  targets kept) and its result used once it is done. A YAML file over ``MAX_YAML_BYTES`` is refused
+  (JSON is parsed in C; PyYAML's safe loader takes minutes on 15 MB).
 
 Why our own reader: the format is a 10-line schema; Prometheus' Go implementation is the reference and
 no Python package implements it.
@@ -55,6 +56,10 @@ from monitor.sources.relabel import relabel
 from monitor.sources.tail_state import open_regular
 
 MAX_FILE_BYTES = 16 << 20  # a target file larger than this is refused (Prometheus' own files are KB)
+# PyYAML's safe loader is pure Python: 14.8 MB took minutes and its millions of objects made garbage
+# collections that stalled the loop for seconds even with the parse in a thread; JSON (Ray's format) is
+# read in C. 1 MiB is thousands of groups, past any target_limit.
+MAX_YAML_BYTES = 1 << 20
 MAX_TARGETS_PER_FILE = 1000  # Ray writes one target per node; 1000 GPUs are 125-250 targets
 READ_DEADLINE_S = 2.0  # a round waits this long for the files' read and parse, then scrapes what it had
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
@@ -267,6 +272,9 @@ def _read_files(paths: list[str], config: FileSDConfig) -> dict[str, tuple[list[
                 text = fh.read(MAX_FILE_BYTES + 1)
             if len(text) > MAX_FILE_BYTES:
                 raise FileSDError(f"{p}: over {MAX_FILE_BYTES >> 20} MiB; split it")
+            if not p.endswith(".json") and len(text) > MAX_YAML_BYTES:
+                raise FileSDError(f"{p}: a YAML file over {MAX_YAML_BYTES >> 20} MiB (minutes to parse); "
+                                  "write it as JSON (.json), or split it")
             out[p] = parse_groups(text.decode("utf-8"), p, config), None
         except TooManyTargets as exc:
             out[p] = exc.kept, exc

@@ -223,3 +223,20 @@ def test_a_slow_parse_runs_off_the_loop_and_its_result_is_taken_by_a_later_round
     assert took < 0.4 and ticks >= 3  # the loop ran on while the file was parsed
     assert len(errors) == 1 and "still reading after 0.1s" in str(errors[0])
     assert names == ["10.0.0.1:9100"] and later == ([], [])
+
+
+def test_a_yaml_file_too_large_to_parse_soon_is_refused_and_the_same_as_json_is_read(tmp_path: Path) -> None:
+    from monitor.sources import file_sd
+
+    groups = [{"targets": [f"10.0.{i // 250}.{i % 250}:9100"], "labels": {"n": "x" * 40}} for i in range(12000)]
+    big = tmp_path / "sd.yaml"
+    big.write_text(yaml.safe_dump(groups))
+    assert big.stat().st_size > file_sd.MAX_YAML_BYTES
+    src = FileSDSource(FileSDConfig((str(big),), job="ray"), None)  # type: ignore[arg-type]
+    _, errors = src.refresh()
+    assert not src.targets and "a YAML file over 1 MiB" in str(errors[0]) and "write it as JSON" in str(errors[0])
+    as_json = tmp_path / "sd.json"
+    as_json.write_text(__import__("json").dumps(groups))
+    src = FileSDSource(FileSDConfig((str(as_json),), job="ray"), None)  # type: ignore[arg-type]
+    src.refresh()
+    assert len(src.targets) == file_sd.MAX_TARGETS_PER_FILE

@@ -9,7 +9,7 @@ Run against an older checkout, the same snippets give the "before" figures.
 - ``file_sd_targets``: a file_sd JSON file of ``--sd-targets`` targets: targets kept, seconds to read it,
   peak RSS (MB);
 - ``file_sd_yaml``: a ``--sd-yaml-mb`` MB YAML file_sd file read by a polling source: the longest the
-  shared event loop stalled (s), seconds until its targets were in;
+  shared event loop stalled (s), seconds until its targets were in or it was refused, what was said;
 - ``ray_body``: a Ray dashboard answering ``--ray-mb`` MB: peak RSS, what the round did;
 - ``ray_bad_record``: ``null`` and ``end_time_ms: "abc"`` records beside 3 real deaths: deaths read;
 - ``ray_storm``: 10 000 deaths at once: death series emitted, and what the series say about the rest;
@@ -112,18 +112,18 @@ async def main():
         while not stop:
             await asyncio.sleep(0.01); now = time.perf_counter(); worst = max(worst, now - last - 0.01); last = now
     t = asyncio.create_task(ticker()); t0 = time.perf_counter()
-    read = getattr(src, "refresh_off_loop", None)
+    read = getattr(src, "refresh_off_loop", None); said = []
     while not src.targets and time.perf_counter() - t0 < 300:
-        if read is not None:
-            await read()
-        else:
-            src.refresh()
+        _, errors = (await read()) if read is not None else src.refresh()
+        said += [str(e).split(": ", 1)[-1][:100] for e in errors]
+        if any("still reading" not in x for x in said):
+            break  # refused: the answer is in
         await asyncio.sleep(0.05)
     took = time.perf_counter() - t0; stop = True; await t
-    return worst, took
-worst, took = asyncio.run(main())
+    return worst, took, said
+worst, took, said = asyncio.run(main())
 RESULT = {"file_mb": round(p.stat().st_size / 1e6, 1), "groups": i, "loop_stall_max_s": round(worst, 2),
-          "targets_in_s": round(took, 2), "targets_kept": len(src.targets)}
+          "done_in_s": round(took, 2), "targets_kept": len(src.targets), "said": said[-1:]}
 """
 
 RAY_SERVER = """

@@ -218,7 +218,10 @@ class RayStateSource:
             raise RayAnswerError(f"Ray dashboard {self.config.dashboard_url}{path.split('?')[0]}: not a State "
                                  "API answer (no result list)")
         good = [r for r in records if isinstance(r, dict)]
-        self.bad_records += len(records) - len(good)
+        if len(good) < len(records):
+            self.bad_records += len(records) - len(good)
+            odd = next(r for r in records if not isinstance(r, dict))
+            self.bad_record = f"{path.split('?')[0]}: a record that is {type(odd).__name__}, not an object"
         return good
 
     async def poll(self, clock: Clock) -> Round:

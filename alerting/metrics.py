@@ -20,5 +20,9 @@ class AlertingMetrics:
         self.template_failures = Counter("verl_alerting_template_failures",
                                          "User templates that failed and fell back to the built-in one.",
                                          ["receiver"], registry=reg)
+        self.log_problems = Counter("verl_alerting_transition_log_problems",
+                                    "Transition log rows that did not parse (bad_row, skipped) and saved places "
+                                    "the log no longer held (rewound: re-read from its head).", ["kind"],
+                                    registry=reg)
         self.digests = Counter("verl_alerting_digests", "Digests sent instead of single messages (rate limit).",
                                ["receiver"], registry=reg)

@@ -16,7 +16,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS alert_log_meta (key TEXT PRIMARY KEY, value TEXT NOT 
 READ_BATCH = 1000  # rows taken per read: a long backlog is followed in bounded steps
 
 Connection = Any  # a sqlite3.Connection or a wrapper with its execute (HeldInMemory, a fault injector)
+Row = tuple[int, Alert | None]  # None: a row that does not parse, skipped (counted) and passed over
 
 
 def create(conn: Connection) -> None:
@@ -74,6 +75,9 @@ class TransitionLog:
     def __init__(self, conn: Connection, lock: AbstractContextManager[Any] | None = None) -> None:
         self.conn = conn
         self._lock = lock if lock is not None else threading.RLock()
+        self.bad_rows = 0  # rows that did not parse, each counted once
+        self.bad_row = ""  # the newest of them, in words
+        self._bad_ids: set[int] = set()
 
     @classmethod
     def in_memory(cls) -> TransitionLog:
@@ -89,30 +93,64 @@ class TransitionLog:
             row = self.conn.execute("SELECT value FROM alert_log_meta WHERE key='id'").fetchone()
         return str(row[0]) if row is not None else ""
 
-    def after(self, cursor: int, limit: int = READ_BATCH) -> list[tuple[int, Alert]]:
-        """Committed transitions past ``cursor``, oldest first."""
+    def after(self, cursor: int, limit: int = READ_BATCH) -> list[Row]:
+        """Committed transitions past ``cursor``, oldest first; a row that does not parse is (id, None)."""
         with self._lock:
             rows = self.conn.execute("SELECT id, record FROM alert_events WHERE id>? ORDER BY id LIMIT ?",
                                      (cursor, limit)).fetchall()
-        return [(int(i), alert_from_json(json.loads(r))) for i, r in rows]
+        return [(int(i), self._parse(int(i), r)) for i, r in rows]
+
+    def _parse(self, row_id: int, record: Any) -> Alert | None:
+        """One row's alert; None (counted in ``bad_rows``, the newest named in ``bad_row``) when it does not
+        parse: a row edited by hand or a damaged page must not stop every later transition."""
+        try:
+            doc = json.loads(record)
+            return alert_from_json(doc) if isinstance(doc, dict) else _not_an_alert(doc)
+        except (ValueError, TypeError, RecursionError, AttributeError) as exc:
+            if row_id not in self._bad_ids and len(self._bad_ids) < 100_000:
+                self._bad_ids.add(row_id)
+                self.bad_rows += 1
+                self.bad_row = f"row {row_id} does not parse ({str(exc)[:80]}); skipped"
+            return None
+
+    def _alerts(self, records: Iterable[tuple[int, Any]]) -> list[Alert]:
+        return [a for a in (self._parse(int(i), r) for i, r in records) if a is not None]
 
     def head(self) -> int:
         """The id of the newest transition (0 when none)."""
         with self._lock:
             return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM alert_events").fetchone()[0])
 
+    def allocated(self) -> int:
+        """The highest id this log ever gave a row: never lower than a follower's place while the log is
+        the one it read (rows pruned below it keep it: AUTOINCREMENT); lower after the file was restored
+        from an older copy or its id sequence was reset."""
+        with self._lock:
+            seq = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name='alert_events'").fetchone()
+            return max(int(seq[0]) if seq else 0, self.head())
+
+    def key_at(self, row_id: int) -> str | None:
+        """The transition row ``row_id`` holds (fingerprint, status, startsAt), None when there is none."""
+        with self._lock:
+            row = self.conn.execute("SELECT fingerprint, status, starts_at FROM alert_events WHERE id=?",
+                                    (row_id,)).fetchone()
+        return None if row is None else f"{row[0]}|{row[1]}|{float(row[2])!r}"
+
     def current(self, upto: int | None = None) -> dict[str, Alert]:
         """Each alert as its newest transition up to ``upto`` left it (all when None), oldest first."""
         with self._lock:
             rows = self.conn.execute(
-                "SELECT record FROM alert_events WHERE id IN (SELECT MAX(id) FROM alert_events WHERE id<=? "
+                "SELECT id, record FROM alert_events WHERE id IN (SELECT MAX(id) FROM alert_events WHERE id<=? "
                 "GROUP BY fingerprint) ORDER BY id", (upto if upto is not None else 2**62,)).fetchall()
-        alerts = (alert_from_json(json.loads(r[0])) for r in rows)
-        return {a.fingerprint: a for a in alerts}
+        return {a.fingerprint: a for a in self._alerts(rows)}
 
     def count_after(self, cursor: int) -> int:
         with self._lock:
             return int(self.conn.execute("SELECT COUNT(*) FROM alert_events WHERE id>?", (cursor,)).fetchone()[0])
+
+
+def _not_an_alert(doc: Any) -> Alert:
+    raise ValueError(f"a JSON {type(doc).__name__}, not an alert object")
 
 
 class Cursor:
@@ -120,46 +158,98 @@ class Cursor:
 
     ``at`` None: no place in this log yet (a fresh follower, or a log that replaced the one the saved
     place was in): it catches up on what fires now, not on the log's history, which would page every
-    outage again. ``held``: alerts whose resolve waits for their page (see ``accept``)."""
+    outage again. ``held``: alerts whose resolve waits for their page (see ``accept``).
 
-    def __init__(self, log: TransitionLog, saved: dict[str, Any] | None = None) -> None:
+    The place is checked against the log before each read (``verify``): a place past the highest id the
+    log ever gave (``state.db`` restored from an older copy, or its rows deleted and the id sequence
+    reset), or a row at the place that is not the one taken there (``mark``: the same, then new rows
+    written over the old ids), means the ids no longer say what was taken. New transitions would sit
+    below the place, never read: the place is dropped and the follower catches up on what fires now,
+    as for a new log (what already paged is not paged again: the follower's own notification log)."""
+
+    def __init__(self, log: TransitionLog, saved: dict[str, Any] | None = None,
+                 on_problem: Callable[[str], None] | None = None) -> None:
         self.log = log
         self.ident = log.identity()
+        self.on_problem = on_problem or (lambda text: None)
         saved = saved or {}
         ours = bool(self.ident) and saved.get("log") == self.ident
         self.at: int | None = int(saved["at"]) if ours and saved.get("at") is not None else None
         self.held: set[str] = set(saved.get("held", ())) if ours else set()
+        self.mark: str | None = saved.get("mark") if ours else None  # the key of the row at ``at``
+        self._marked_at = self.at if self.mark is not None else None
+        self.rewinds = 0
+
+    def _remark(self) -> None:
+        """Remember what the row at the place holds, as soon as the place moves."""
+        if self.at is not None and self._marked_at != self.at:
+            self.mark, self._marked_at = self.log.key_at(self.at), self.at
 
     def to_state(self) -> dict[str, Any]:
-        return {"log": self.ident, "at": self.at, "held": sorted(self.held)}
+        self._remark()
+        return {"log": self.ident, "at": self.at, "held": sorted(self.held), "mark": self.mark}
 
-    def due(self) -> list[tuple[int, Alert]]:
+    def verify(self) -> None:
+        """Drop the place when the log no longer holds it (see the class); named through ``on_problem``."""
+        if self.at is None:
+            return
+        top = self.log.allocated()
+        if self.at > top:
+            why = f"the saved place (row {self.at}) is past the highest row the log ever held ({top})"
+        elif self._marked_at != self.at:  # moved since the last look: what its row holds now is the mark
+            self._remark()
+            return
+        elif self.mark is not None and self.log.key_at(self.at) not in (None, self.mark):
+            why = f"row {self.at} holds another transition than the one taken there"
+        else:
+            return
+        self.rewinds += 1
+        self.at, self.mark, self._marked_at, self.held = None, None, None, set()
+        self.on_problem(f"rewound: {why} (state.db restored from an older copy, or its rows "
+                        "deleted and the id sequence reset); re-reading it from its head: what fires now is "
+                        "taken again, nothing already paged is paged twice")
+
+    def due(self) -> list[Row]:
         """The transitions to take next, oldest first."""
+        self.verify()
         if self.at is None:
             head = self.log.head()
             firing = [(head, a) for a in self.log.current(head).values() if a.status == "firing"]
             if not firing:
                 self.at = head  # nothing to catch up on: the place is safe to take before it is saved
-            return firing
+                self._remark()
+            return list(firing)
         return self.log.after(self.at)
 
     def behind(self) -> int:
         """Transitions committed in the log and not taken yet (before a place: what fires)."""
+        self.verify()
         if self.at is None:
             return sum(a.status == "firing" for a in self.log.current().values())
         return self.log.count_after(self.at)
 
-    def accept(self, rows: list[tuple[int, Alert]], page_pending: Callable[[str], bool],
+    def accept(self, rows: list[Row], page_pending: Callable[[str], bool],
                observe: Callable[[Alert], None]) -> int:
-        """Hand ``rows`` to ``observe`` in order, the cursor moving past each; how many were taken.
+        """Hand ``rows`` to ``observe`` in order, the cursor moving past each; how many were taken (a row
+        that does not parse is passed over, counted by the log).
 
         A backlog (writes that failed for a while) can hold an alert's firing and its resolve together;
         taken at once, the resolve would replace the firing before its group flushed and the outage
         would never page. So the cursor stops before such a resolve and stays there until the page has
         flushed (``page_pending`` False): FIRING, then RESOLVED, as if the disk had never been full."""
+        try:
+            return self._accept(rows, page_pending, observe)
+        finally:
+            self._remark()
+
+    def _accept(self, rows: list[Row], page_pending: Callable[[str], bool],
+                observe: Callable[[Alert], None]) -> int:
         fired: set[str] = set()
         taken = 0
         for i, alert in rows:
+            if alert is None:
+                self.at, taken = max(self.at or 0, i), taken + 1
+                continue
             fp = alert.fingerprint
             if alert.status == "firing":
                 fired.add(fp)

@@ -16,6 +16,13 @@ issue 36's cases instead (a FIFO log path, a 300 MB JSONL line, a huge or drippi
 silences, a late stamp, a ``.lock`` symlink, a 100 MB prompt), each in a fresh interpreter against
 ``CHECKOUT`` (default: this one; an older checkout gives the "before" figures): see
 ``benchmarks/_hostile_round3.py``. Last line with --json: {case: {figures...}}.
+
+    python benchmarks/hostile_input.py --round4 [--tree CHECKOUT] [--sd-targets 100000] [--sd-yaml-mb 14.8]
+                                       [--ray-mb 500] [--json]
+
+issue 45's cases the same way: the transition log and its cursor, file_sd, Ray's State API, the scrape
+cache (``benchmarks/_hostile_round4_sources.py``) and, where present, the HTTP surface
+(``benchmarks/_hostile_round4_http.py``, the same ``run(tree)`` interface).
 """
 
 from __future__ import annotations
@@ -77,7 +84,26 @@ def main() -> int:
     ap.add_argument("--long-line-mb", type=int, default=300)
     ap.add_argument("--prom-body-mb", type=int, default=300)
     ap.add_argument("--embed-mb", type=int, default=100, help="0 skips the prompt case")
+    ap.add_argument("--round4", action="store_true", help="issue 45's hostile log/source (and HTTP) cases")
+    ap.add_argument("--sd-targets", type=int, default=100_000)
+    ap.add_argument("--sd-yaml-mb", type=float, default=14.8)
+    ap.add_argument("--ray-mb", type=int, default=500)
     args = ap.parse_args()
+    if args.round4:
+        from benchmarks._hostile_round4_sources import run as run_sources
+
+        res = run_sources(args.tree.resolve(), args.sd_targets, args.sd_yaml_mb, args.ray_mb)
+        try:
+            from benchmarks._hostile_round4_http import run as run_http  # type: ignore[import-not-found]
+        except ImportError:
+            run_http = None
+        if run_http is not None:
+            res.update(run_http(args.tree.resolve()))
+        for case, figures in res.items():
+            print(f"{case}: {figures}")
+        if args.json:
+            print(json.dumps(res))
+        return 0
     if args.round3:
         from benchmarks._hostile_round3 import run
 

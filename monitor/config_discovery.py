@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from monitor.errors import ConfigError
-from monitor.sources.file_sd import FileSDConfig
+from monitor.sources.file_sd import MAX_TARGETS_PER_FILE, FileSDConfig
 from monitor.sources.ray_state import RayConfig
 
-FILE_SD_KEYS = {"files", "job", "interval", "timeout", "refresh_interval", "node"}
+FILE_SD_KEYS = {"files", "job", "interval", "timeout", "refresh_interval", "node", "target_limit"}
 RAY_KEYS = {"dashboard_url", "token", "token_env", "interval", "timeout"}
 
 Section = Callable[[Any, str, str], dict[str, Any]]
@@ -62,8 +62,15 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = 
         out.append(FileSDConfig(tuple(files), text(entry.get("job", "file_sd"), f"{key}.job"), interval,
                                 dur(entry.get("timeout", min(interval, 3.0)), f"{key}.timeout"),
                                 dur(entry.get("refresh_interval", 300), f"{key}.refresh_interval"),
-                                text(entry["node"], f"{key}.node") if entry.get("node") is not None else None))
+                                text(entry["node"], f"{key}.node") if entry.get("node") is not None else None,
+                                _limit(entry.get("target_limit", MAX_TARGETS_PER_FILE), f"{key}.target_limit")))
     return out
+
+
+def _limit(raw: Any, key: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ConfigError(f"{key}: expected a whole number of targets >= 1 (default {MAX_TARGETS_PER_FILE})")
+    return raw
 
 
 def ray(raw: Any, section: Section, dur: Duration, text: Text) -> RayConfig | None:

@@ -16,11 +16,13 @@ import httpx
 
 from alerting.clock import Clock, SystemClock
 from alerting.config import ReceiverConfig
+from alerting.http_limits import BodyTooLarge, read
 from alerting.model import Notification
 from alerting.templates import Rendered
 
 # Query parameters that carry robot credentials (DingTalk access_token/timestamp/sign, WeCom key,
 # Feishu/others token/secret), and the userinfo part of any URL (http://user:pass@host).
+ANSWER_LIMIT = 1 << 20  # a robot's answer is a few hundred bytes of JSON; a larger one is not read whole
 _SECRETY = re.compile(r"(?<![A-Za-z0-9])(access_token|key|sign|timestamp|token|secret)=[^&\s\"'<>]+", re.I)
 _USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@\"'<>]+@", re.I)
 
@@ -136,7 +138,12 @@ class Notifier:
         try:
             # merge, not replace: robot urls already carry their token in the query
             target = httpx.URL(url).copy_merge_params(params) if params else httpx.URL(url)
-            resp = self.client.post(target, content=encode(body), headers={"Content-Type": "application/json"})
+            with self.client.stream("POST", target, content=encode(body),
+                                    headers={"Content-Type": "application/json"}) as resp:
+                try:
+                    content = read(resp, ANSWER_LIMIT) if resp.status_code < 500 and resp.status_code != 429 else b""
+                except BodyTooLarge:  # its answer is not a robot's: read as one that is not JSON
+                    content = b"\x00"
         except httpx.TimeoutException as exc:
             return Delivery.retry(f"timeout ({type(exc).__name__}) after {self.cfg.timeout_s:g}s")
         except httpx.HTTPError as exc:
@@ -146,8 +153,8 @@ class Notifier:
         if resp.status_code >= 500:
             return Delivery.retry(f"HTTP {resp.status_code} from receiver", resp.status_code)
         try:
-            data = resp.json() if resp.content else {}
-        except ValueError:
+            data = json.loads(content) if content else {}
+        except (ValueError, RecursionError):
             data = None
         return resp.status_code, data
 

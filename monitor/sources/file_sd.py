@@ -18,7 +18,15 @@ inventory script can write). Semantics follow Prometheus' ``discovery/file`` and
   its targets), as a Prometheus glob matching nothing;
 - a file that cannot be read or parsed is one logged line and a counted error
   (``verl_monitor_scrape_errors_total{target="file_sd:<name>",reason="file_sd_invalid"}``); the
-  targets it held before are kept, as Prometheus keeps a file's last good groups.
+  targets it held before are kept, as Prometheus keeps a file's last good groups;
+- a file naming more than ``target_limit`` targets (default MAX_TARGETS_PER_FILE) keeps its first ones
+  and counts the rest (``reason="file_sd_target_limit"``, one logged line): 100 000 targets under the
+  size cap stopped every trainer scrape for a minute and took 1.15 GB;
+- files are read and parsed in a thread, never on the shared event loop (a 14.8 MB YAML file took tens
+  of seconds to parse there, every source and evaluation stopped meanwhile), within ``READ_DEADLINE_S``:
+  a parse that takes longer is abandoned for this round (counted as ``file_sd_invalid``, the last good
+  targets kept) and its result used once it is done. A YAML file over ``MAX_YAML_BYTES`` is refused
+  (JSON is parsed in C; PyYAML's safe loader takes minutes on 15 MB).
 
 Why our own reader: the format is a 10-line schema; Prometheus' Go implementation is the reference and
 no Python package implements it.
@@ -48,6 +56,12 @@ from monitor.sources.relabel import relabel
 from monitor.sources.tail_state import open_regular
 
 MAX_FILE_BYTES = 16 << 20  # a target file larger than this is refused (Prometheus' own files are KB)
+# PyYAML's safe loader is pure Python: 14.8 MB took minutes and its millions of objects made garbage
+# collections that stalled the loop for seconds even with the parse in a thread; JSON (Ray's format) is
+# read in C. 1 MiB is thousands of groups, past any target_limit.
+MAX_YAML_BYTES = 1 << 20
+MAX_TARGETS_PER_FILE = 1000  # Ray writes one target per node; 1000 GPUs are 125-250 targets
+READ_DEADLINE_S = 2.0  # a round waits this long for the files' read and parse, then scrapes what it had
 _ADDRESS_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$")
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -60,6 +74,7 @@ class FileSDConfig:
     timeout: float = 3.0
     refresh_interval: float = 300.0  # re-read even when nothing seems to have changed (Prometheus: 5m)
     node: str | None = None    # a fixed node for every target (default: the address's host)
+    target_limit: int = MAX_TARGETS_PER_FILE  # targets kept per file, the first ones; the rest counted
 
 
 class FileSDError(ValueError):
@@ -80,6 +95,7 @@ def parse_groups(text: str, path: str, defaults: FileSDConfig) -> list[Target]:
     if not isinstance(doc, list):
         raise FileSDError(f"{path}: expected a list of {{targets: [host:port], labels: {{...}}}} groups")
     out: list[Target] = []
+    over = 0
     for i, group in enumerate(doc):
         if not isinstance(group, dict) or not isinstance(group.get("targets", []), list):
             raise FileSDError(f"{path}: group {i}: expected {{targets: [host:port, ...], labels: {{...}}}}")
@@ -90,8 +106,22 @@ def parse_groups(text: str, path: str, defaults: FileSDConfig) -> list[Target]:
         for address in group.get("targets") or []:
             if not isinstance(address, str) or not _ADDRESS_RE.match(address):
                 raise FileSDError(f"{path}: group {i}: target {str(address)[:60]!r} is not host:port")
+            if len(out) >= defaults.target_limit:
+                over += 1  # still checked: a bad entry past the limit refuses the file as before
+                continue
             out.append(_target(address, labels, defaults))
+    if over:
+        raise TooManyTargets(path, out, over, defaults.target_limit)
     return out
+
+
+class TooManyTargets(Exception):
+    """A file naming more targets than its limit: ``kept`` are the first ones, ``over`` were dropped."""
+
+    def __init__(self, path: str, kept: list[Target], over: int, limit: int) -> None:
+        super().__init__(f"{path}: {len(kept) + over} targets, over target_limit {limit}: the first {limit} "
+                         f"are scraped, {over} dropped (raise file_sd[].target_limit, or split the file)")
+        self.kept, self.over = kept, over
 
 
 def _target(address: str, labels: dict[str, str], cfg: FileSDConfig) -> Target:
@@ -121,6 +151,8 @@ class FileSDSource:
         self._stamps: dict[str, tuple[float, int]] = {}
         self._read_at = -float("inf")
         self.read_errors = 0
+        self._reading: tuple[_Plan, asyncio.Future[dict[str, tuple[list[Target] | None, Exception | None]]]] \
+            | None = None  # a read that outlived its round's deadline
 
     def paths(self) -> list[str]:
         found: list[str] = []
@@ -130,9 +162,37 @@ class FileSDSource:
 
     def refresh(self) -> tuple[list[str], list[Exception]]:
         """Re-read changed files; returns the names of targets that left, and the files' errors."""
+        plan = self._plan()
+        if plan is None:
+            return [], []
+        return self._apply(plan, _read_files(plan.read, self.config))
+
+    async def refresh_off_loop(self) -> tuple[list[str], list[Exception]]:
+        """``refresh`` with the reading and parsing in a thread, waited for at most READ_DEADLINE_S; a
+        read still running then is taken up by a later round, the targets of before scraped meanwhile."""
+        if self._reading is not None:
+            if not self._reading[1].done():
+                return [], []
+            (plan, task), self._reading = self._reading, None
+            gone, errors = self._apply(plan, task.result())
+            more_gone, more_errors = await self.refresh_off_loop()  # files may have changed meanwhile
+            return gone + more_gone, errors + more_errors
+        plan = self._plan()
+        if plan is None:
+            return [], []
+        task = asyncio.ensure_future(asyncio.to_thread(_read_files, plan.read, self.config))
+        try:
+            results = await asyncio.wait_for(asyncio.shield(task), READ_DEADLINE_S)
+        except asyncio.TimeoutError:
+            self._reading = (plan, task)
+            return [], [FileSDError(f"{', '.join(plan.read)[:200]}: still reading after {READ_DEADLINE_S:g}s; "
+                                    "scraping the targets of before until it is done (a smaller file is faster)")]
+        return self._apply(plan, results)
+
+    def _plan(self) -> _Plan | None:
+        """What changed: None when nothing did (a ``stat`` per file)."""
         paths = self.paths()
         due = time.monotonic() - self._read_at >= self.config.refresh_interval
-        errors: list[Exception] = []
         changed = due or set(paths) != set(self._stamps)
         stamps: dict[str, tuple[float, int]] = {}
         for p in paths:
@@ -143,27 +203,30 @@ class FileSDSource:
                 stamps[p] = (-1.0, -1)
             changed = changed or stamps[p] != self._stamps.get(p)
         if not changed:
-            return [], []
+            return None
         self._read_at = time.monotonic()
+        keep = [p for p in paths if stamps[p] == self._stamps.get(p) and p in self._groups and not due]
+        read = [p for p in paths if p not in keep and stamps[p][1] >= 0]
+        return _Plan(paths, stamps, keep, read)
+
+    def _apply(self, plan: _Plan, results: dict[str, tuple[list[Target] | None, Exception | None]]) \
+            -> tuple[list[str], list[Exception]]:
         groups: dict[str, list[Target]] = {}
-        for p in paths:
-            if stamps[p] == self._stamps.get(p) and p in self._groups and not due:
+        errors: list[Exception] = []
+        for p in plan.paths:
+            if p in plan.keep:
                 groups[p] = self._groups[p]
-                continue
-            if stamps[p][1] < 0:  # not there (yet): no targets, as Prometheus' glob matching no file
+            elif p not in results:  # not there (yet): no targets, as Prometheus' glob matching no file
                 groups[p] = []
-                continue
-            try:
-                with open_regular(p) as fh:  # never a FIFO's blocking read (issue 36)
-                    text = fh.read(MAX_FILE_BYTES + 1)
-                if len(text) > MAX_FILE_BYTES:
-                    raise FileSDError(f"{p}: over {MAX_FILE_BYTES >> 20} MiB; split it")
-                groups[p] = parse_groups(text.decode("utf-8"), p, self.config)
-            except (OSError, UnicodeDecodeError, FileSDError) as exc:
-                errors.append(exc if isinstance(exc, FileSDError) else FileSDError(f"{p}: cannot read ({exc})"))
-                if p in self._groups:  # the last good groups stay (Prometheus keeps them too)
+            else:
+                targets, error = results[p]
+                if error is not None:
+                    errors.append(error)
+                if targets is not None:
+                    groups[p] = targets
+                elif p in self._groups:  # the last good groups stay (Prometheus keeps them too)
                     groups[p] = self._groups[p]
-        self._stamps, self._groups = stamps, groups
+        self._stamps, self._groups = plan.stamps, groups
         new: dict[str, Target] = {}
         for targets in groups.values():
             for t in targets:
@@ -174,7 +237,7 @@ class FileSDSource:
         return gone, errors
 
     async def poll(self, clock: Clock) -> Round:
-        gone, errors = self.refresh()
+        gone, errors = await self.refresh_off_loop()
         self.read_errors += len(errors)
         now = clock.now()
         targets = list(self.targets.values())
@@ -192,10 +255,44 @@ class FileSDSource:
         pass  # the client is the daemon's
 
 
+@dataclass(frozen=True)
+class _Plan:
+    paths: list[str]
+    stamps: dict[str, tuple[float, int]]
+    keep: list[str]  # unchanged: their last good targets stay
+    read: list[str]  # changed and there: read and parsed
+
+
+def _read_files(paths: list[str], config: FileSDConfig) -> dict[str, tuple[list[Target] | None, Exception | None]]:
+    """Each file's targets (None when it could not be read) and its error; runs in a thread."""
+    out: dict[str, tuple[list[Target] | None, Exception | None]] = {}
+    for p in paths:
+        try:
+            with open_regular(p) as fh:  # never a FIFO's blocking read (issue 36)
+                text = fh.read(MAX_FILE_BYTES + 1)
+            if len(text) > MAX_FILE_BYTES:
+                raise FileSDError(f"{p}: over {MAX_FILE_BYTES >> 20} MiB; split it")
+            if not p.endswith(".json") and len(text) > MAX_YAML_BYTES:
+                raise FileSDError(f"{p}: a YAML file over {MAX_YAML_BYTES >> 20} MiB (minutes to parse); "
+                                  "write it as JSON (.json), or split it")
+            out[p] = parse_groups(text.decode("utf-8"), p, config), None
+        except TooManyTargets as exc:
+            out[p] = exc.kept, exc
+        except (OSError, UnicodeDecodeError, FileSDError) as exc:
+            out[p] = None, exc if isinstance(exc, FileSDError) else FileSDError(f"{p}: cannot read ({exc})")
+    return out
+
+
 def _error_batch(source: str, errors: list[Exception]) -> SourceBatch:
     """The files' errors as a batch: counted and logged (one line a minute) by the intake, like any
     rejected input; the line names the file and what is wrong."""
     batch = SourceBatch(source)
-    batch.error("file_sd_invalid", len(errors))
-    batch.notes["file_sd_invalid"] = f"{errors[-1]}; keeping the targets it held before"
+    over = [e for e in errors if isinstance(e, TooManyTargets)]
+    invalid = [e for e in errors if not isinstance(e, TooManyTargets)]
+    if invalid:
+        batch.error("file_sd_invalid", len(invalid))
+        batch.notes["file_sd_invalid"] = f"{invalid[-1]}; keeping the targets it held before"
+    if over:
+        batch.error("file_sd_target_limit", sum(e.over for e in over))
+        batch.notes["file_sd_target_limit"] = str(over[-1])
     return batch

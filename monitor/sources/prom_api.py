@@ -27,6 +27,7 @@ from monitor.sources.relabel import relabel
 
 MAX_POINTS = 11000
 BODY_LIMIT = 32 << 20  # bytes of one answer (decoded); 11000 points of ~100 series is about 30 MB
+INLINE_PARSE_BYTES = 256 << 10
 # reasons a request failed as a whole: the source is down while any query fails so
 REQUEST_FAILURES = ("timeout", "connect_error", "body_too_large", "bad_response")
 
@@ -80,8 +81,8 @@ async def query_range(client: httpx.AsyncClient, url: str, query: str, start: fl
         if status != 200:
             batch.error(f"http_{status}")
             continue
-        try:
-            doc = json.loads(body)
+        try:  # a large answer is parsed in a thread: the shared loop keeps scraping meanwhile
+            doc = json.loads(body) if len(body) <= INLINE_PARSE_BYTES else await asyncio.to_thread(json.loads, body)
         except (ValueError, RecursionError):
             batch.error("bad_response")
             continue

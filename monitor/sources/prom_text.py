@@ -114,9 +114,21 @@ def parse_exposition(text: str, t: float, source: str, node: str | None, extra: 
             if not (name.startswith(PER_RANK_PREFIX) and labels.get("node")):
                 labels["node"] = resolve_node(labels, node)  # a per-rank series names its rank's own host
             samples.append(Sample(name, labels, value, ts if ts is not None and honor_timestamps else t))
+    if cache is not None and values is not None and scan.known and samples and _overlap(scan.known, samples):
+        # a series repeated in the scrape, one line a cache hit and another parsed: hits are stored before
+        # parsed samples, which would change which repeat is kept (the first, as Prometheus keeps it);
+        # the scrape is parsed whole instead, in text order
+        return parse_exposition(text, t, source, node, extra, honor_timestamps)
     if cache is not None and values is not None:
         _known(batch, scan, values, t)
     return batch
+
+
+def _overlap(known: list[Any], samples: list[Sample]) -> bool:
+    """Whether a parsed sample is of a series the cache resolved too (compared by name first: cheap)."""
+    names = {s.name for s in samples}
+    hits = {(s.name, frozenset(s.labels.items())) for s in known if s.name in names}
+    return bool(hits) and any((s.name, frozenset(s.labels.items())) in hits for s in samples)
 
 
 def _values(texts: list[str]) -> np.ndarray | None:
@@ -199,7 +211,8 @@ def _families_fast(text: str, batch: SourceBatch, scan: _Scan) -> list[_Family]:
         key, _, value_text = line.rpartition(" ")
         if entries is not None:
             e = entries.get(key)
-            if e is not None and e.index == len(comments) and not e.series.gone and "_" not in value_text:
+            if (e is not None and e.index == len(comments) and not e.series.gone and "_" not in value_text
+                    and value_text.isascii()):
                 inside = cur is not None and e.name in allowed
                 if inside == e.inside:
                     if not inside:
@@ -257,7 +270,8 @@ def _unescape(m: re.Match[str]) -> str:
 
 
 def _number(s: str) -> float | None:
-    if "_" in s:  # float() accepts digit separators; the exposition format does not
+    # float() accepts digit separators and any script's digits ("１２"); the exposition format does not
+    if "_" in s or not s.isascii():
         return None
     try:  # correctly rounded, so equal to prometheus_client's float(int(s)) for integers too
         return float(s)
@@ -265,9 +279,17 @@ def _number(s: str) -> float | None:
         return None
 
 
+def _ascii_numbers(line: str) -> bool:
+    """Whether the value and timestamp of a sample line are ASCII: prometheus_client reads them with
+    float(), which takes any script's digits; Prometheus does not."""
+    return line[line.rfind("}") + 1:].isascii()
+
+
 def _parse_line_prometheus_client(line: str) -> RawSample | None:
     # The conversion sits inside the try too: prometheus_client keeps a 400-digit integer as an int,
     # and float() of it raises OverflowError (it used to end the target's scrape loop).
+    if not _ascii_numbers(line):
+        return None
     try:
         fams = list(text_string_to_metric_families(line + "\n"))
         if len(fams) != 1 or len(fams[0].samples) != 1:
@@ -282,11 +304,16 @@ def _families_prometheus_client(text: str, batch: SourceBatch) -> list[_Family]:
     """The previous path, kept for OpenMetrics: prometheus_client stops at the first malformed line,
     so on error the text is parsed line by line and a bad line costs only itself."""
     try:
+        if not text.isascii() and not all(_ascii_numbers(ln) for ln in text.splitlines() if ln[:1] != "#"):
+            raise ValueError("a value in another script's digits")  # taken line by line, those lines refused
         fams = list(text_string_to_metric_families(text))
     except Exception:
         fams = []
         for line in text.splitlines():
             if not line.strip() or line.startswith("#"):
+                continue
+            if not _ascii_numbers(line):
+                batch.error("malformed_line")
                 continue
             try:
                 fams.extend(text_string_to_metric_families(line + "\n"))

@@ -7,16 +7,19 @@ neither counts as an error)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
 
 from alerting.clock import Clock
+from alerting.http_limits import BodyTooLarge, read_async
 from monitor.sources.base import DownLabels, Round, TopPrompts
 from monitor.sources.prom_text import Target
 
 EVERY_S = 10.0
 CAP_S = 2.0
+BODY_LIMIT = 1 << 20  # three prompts of at most a few KB each: a larger answer is not the trainer's
 
 
 def prompt_lines(doc: Any) -> tuple[str, ...]:
@@ -49,11 +52,14 @@ class RewardOutlierSource:
         headers = {"Authorization": f"Bearer {token}"} if token else None
         cap = min(tg.timeout, CAP_S)
         try:
-            resp = await asyncio.wait_for(self.client.get(url, timeout=cap, headers=headers), cap)
-            doc = resp.json() if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, asyncio.TimeoutError, RecursionError):
+            doc = await asyncio.wait_for(self._get(url, cap, headers), cap)
+        except (httpx.HTTPError, ValueError, asyncio.TimeoutError, RecursionError, BodyTooLarge):
             return None
         return TopPrompts(tg.name, tg.node, prompt_lines(doc), now)
+
+    async def _get(self, url: str, timeout: float, headers: dict[str, str] | None) -> object:
+        async with self.client.stream("GET", url, timeout=timeout, headers=headers) as resp:
+            return json.loads(await read_async(resp, BODY_LIMIT)) if resp.status_code == 200 else None
 
     async def poll(self, clock: Clock) -> Round:
         now = clock.now()

@@ -149,3 +149,29 @@ def test_wecom_image_travels_with_the_alert_and_is_never_fetched(fakes: dict[str
     assert requests == []  # nothing was fetched back over HTTP
     kinds = [r.body["msgtype"] for r in fakes["wecom"].received]
     assert kinds == ["markdown", "markdown", "image", "markdown"]
+
+
+def test_a_huge_answer_from_a_receiver_is_not_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from alerting.notifiers import base
+
+    sent: list[int] = []
+
+    def stream():  # noqa: ANN202
+        for _ in range(64):
+            sent.append(1)
+            yield b'{"errcode": 0, "pad": "' + b"x" * 65536
+        yield b'"}'
+
+    cfg = parse_config({"receivers": [{"name": "dingtalk", "type": "dingtalk",
+                                       "url": "http://127.0.0.1:9/robot/send?access_token=t"}]}).receivers["dingtalk"]
+    n = build_notifier(cfg, transport=httpx.MockTransport(lambda req: httpx.Response(200, content=stream())))
+    monkeypatch.setattr(base, "ANSWER_LIMIT", 256 << 10)
+    notes = [Notification("dingtalk", "g", {}, "firing", [alert("GPUXidError")], ["x"], T0)]
+    try:
+        res = n.send(render(notes, max_bytes=n.max_bytes), notes)
+    finally:
+        n.close()
+    assert not res.ok and "without an errcode" in res.error  # read as an answer that is not the robot's
+    assert len(sent) <= 6  # stopped at the limit (256 KiB), not 4 MiB read into memory

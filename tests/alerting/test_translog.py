@@ -81,3 +81,99 @@ def test_a_backlog_longer_than_one_read_is_taken_in_one_take(tmp_path: Path) -> 
         assert len(engine.alerts()) == translog.READ_BATCH * 2 + 5
     finally:
         engine.close()
+
+
+def _state_db(path: Path) -> TransitionLog:
+    import sqlite3
+
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    translog.create(conn)
+    return TransitionLog(conn)
+
+
+def _paged(engine: AlertEngine, clock: SimulatedClock) -> set[str]:
+    clock.advance(31.0)  # past group_wait: each group flushes into the outbox
+    engine.tick()
+    return {a.name for r in engine.outbox.heads_due(clock.now() + 1e9) for a in r.notification.alerts}
+
+
+def test_a_state_db_restored_from_an_older_copy_is_noticed_at_start_and_new_alerts_page(tmp_path: Path) -> None:
+    clock = SimulatedClock(T0)
+    log = _state_db(tmp_path / "state.db")
+    write(log, alert("Old"), alert("Old", status="resolved"), alert("Still"))
+    old = tmp_path / "state-old.db"
+    log.conn.execute("VACUUM INTO ?", (str(old),))  # the backup an operator restores later
+    write(log, *(alert(f"Mid{i}") for i in range(3)), *(alert(f"Mid{i}", status="resolved") for i in range(3)))
+    config = make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}])
+    engine = AlertEngine(config, tmp_path / "alerting.db", clock)
+    engine.follow(log)
+    engine.take()
+    assert engine.cursor.at == 9 and _paged(engine, clock) == {"Still"}
+    sent = engine.outbox.heads_due(clock.now() + 1e9)
+    engine.outbox.claim(sent)
+    engine.outbox.delivered(sent)
+    engine.close()
+    log.conn.close()
+    restored = _state_db(old)  # same log identity, ids 1-3: the cursor (9) is past its head
+    engine = AlertEngine(config, tmp_path / "alerting.db", clock)
+    try:
+        engine.follow(restored)
+        assert engine.cursor.at is None and engine.cursor.rewinds == 1  # noticed before the first tick
+        assert any(e.startswith("transition log: rewound") for e in engine.health.events())
+        write(restored, alert("New"))  # row 4: below the old place, never read without the check
+        engine.take()
+        assert "New" in {a["labels"]["alertname"] for a in engine.alerts()}
+        assert _paged(engine, clock) == {"New"}  # Still fires, taken again, but was paged already
+    finally:
+        engine.close()
+
+
+def test_a_log_pruned_and_its_ids_reset_while_running_is_noticed_and_nothing_is_lost(tmp_path: Path) -> None:
+    clock = SimulatedClock(T0)
+    log = _state_db(tmp_path / "state.db")
+    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
+                         tmp_path / "alerting.db", clock)
+    try:
+        engine.follow(log)
+        write(log, alert("A"), alert("A", status="resolved"), alert("B"), alert("B", status="resolved"))
+        engine.take()
+        assert engine.cursor.at == 4
+        log.conn.execute("DELETE FROM alert_events")
+        log.conn.execute("DELETE FROM sqlite_sequence")
+        write(log, *(alert(f"N{i}") for i in range(5)))  # ids 1-5: past the place again, row 4 another
+        engine.take()
+        assert engine.cursor.rewinds == 1
+        assert {f"N{i}" for i in range(5)} <= {a["labels"]["alertname"] for a in engine.alerts()}
+        assert _paged(engine, clock) >= {f"N{i}" for i in range(5)}
+    finally:
+        engine.close()
+
+
+def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it_are_taken(tmp_path: Path) -> None:
+    clock = SimulatedClock(T0)
+    log = _state_db(tmp_path / "state.db")
+    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
+                         tmp_path / "alerting.db", clock)
+    try:
+        engine.follow(log)
+        assert engine.take() == 0 and engine.cursor.at == 0
+        write(log, alert("Before"))
+        log.conn.execute("INSERT INTO alert_events (fingerprint, status, starts_at, at, record) "
+                         "VALUES ('x', 'firing', 1, 1, '{not json')")
+        log.conn.execute("INSERT INTO alert_events (fingerprint, status, starts_at, at, record) "
+                         "VALUES ('y', 'firing', 1, 1, 'null')")
+        write(log, alert("After"))
+        assert engine.take() == 4 and engine.cursor.at == 4
+        assert {a["labels"]["alertname"] for a in engine.alerts()} == {"Before", "After"}
+        assert engine.take() == 0  # passed over, not read again every tick
+        assert log.bad_rows == 2
+        assert engine.metrics.log_problems.labels("bad_row")._value.get() == 2
+        assert any(e.startswith("transition log: row 3 does not parse") for e in engine.health.events())
+        assert _paged(engine, clock) == {"Before", "After"}
+        engine.close()
+        engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
+                             tmp_path / "alerting.db", clock)
+        engine.follow(log)  # a restart restores from the log with the bad rows in it
+        assert {a["labels"]["alertname"] for a in engine.alerts()} >= {"Before", "After"}
+    finally:
+        engine.close()

@@ -160,3 +160,83 @@ def test_a_file_not_there_yet_is_no_targets_and_no_error(tmp_path: Path) -> None
         assert src.refresh() == ([srv.address], [])
     finally:
         srv.close()
+
+
+def test_a_file_over_its_target_limit_keeps_the_first_targets_and_counts_the_rest(tmp_path: Path) -> None:
+    from monitor.sources import file_sd
+
+    sd = tmp_path / "sd.json"
+    targets = [f"10.0.{i // 250}.{i % 250}:9100" for i in range(3000)]
+    sd.write_text(__import__("json").dumps([{"targets": targets[:2000]}, {"targets": targets[2000:]}]))
+    src = FileSDSource(FileSDConfig((str(sd),), job="ray"), None)  # type: ignore[arg-type]
+    gone, errors = src.refresh()
+    assert list(src.targets) == targets[:file_sd.MAX_TARGETS_PER_FILE]
+    batch = file_sd._error_batch(src.metric, errors)
+    assert batch.errors == {"file_sd_target_limit": 3000 - file_sd.MAX_TARGETS_PER_FILE}
+    assert "3000 targets, over target_limit 1000: the first 1000 are scraped" in batch.notes["file_sd_target_limit"]
+    small = FileSDSource(FileSDConfig((str(sd),), job="ray", target_limit=10), None)  # type: ignore[arg-type]
+    small.refresh()
+    assert len(small.targets) == 10
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd": [{"files": [str(sd)], "target_limit": 0}]}))
+    with pytest.raises(ConfigError, match=r"file_sd\[0\]\.target_limit"):
+        load_config(tmp_path / "m.yaml")
+
+
+def test_a_slow_parse_runs_off_the_loop_and_its_result_is_taken_by_a_later_round(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from monitor.sources import file_sd
+
+    real = file_sd.parse_groups
+
+    def slow(*a: object, **kw: object) -> object:
+        time.sleep(0.6)  # a 14.8 MB YAML file's parse, shortened
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(file_sd, "parse_groups", slow)
+    monkeypatch.setattr(file_sd, "READ_DEADLINE_S", 0.1)
+    sd = tmp_path / "sd.yaml"
+    sd.write_text("- targets: ['10.0.0.1:9100']\n")
+    src = FileSDSource(FileSDConfig((str(sd),), job="ray"), None)  # type: ignore[arg-type]
+
+    async def go() -> tuple[float, int, list, list]:
+        ticks = 0
+
+        async def ticker() -> None:  # the rest of the daemon's loop: scrapes, evaluation
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        t = asyncio.create_task(ticker())
+        t0 = time.perf_counter()
+        first = await src.refresh_off_loop()
+        took = time.perf_counter() - t0
+        n = ticks
+        await asyncio.sleep(0.8)
+        later = await src.refresh_off_loop()
+        t.cancel()
+        return took, n, list(first[1]), [list(src.targets), later]
+
+    took, ticks, errors, (names, later) = asyncio.run(go())
+    assert took < 0.4 and ticks >= 3  # the loop ran on while the file was parsed
+    assert len(errors) == 1 and "still reading after 0.1s" in str(errors[0])
+    assert names == ["10.0.0.1:9100"] and later == ([], [])
+
+
+def test_a_yaml_file_too_large_to_parse_soon_is_refused_and_the_same_as_json_is_read(tmp_path: Path) -> None:
+    from monitor.sources import file_sd
+
+    groups = [{"targets": [f"10.0.{i // 250}.{i % 250}:9100"], "labels": {"n": "x" * 40}} for i in range(12000)]
+    big = tmp_path / "sd.yaml"
+    big.write_text(yaml.safe_dump(groups))
+    assert big.stat().st_size > file_sd.MAX_YAML_BYTES
+    src = FileSDSource(FileSDConfig((str(big),), job="ray"), None)  # type: ignore[arg-type]
+    _, errors = src.refresh()
+    assert not src.targets and "a YAML file over 1 MiB" in str(errors[0]) and "write it as JSON" in str(errors[0])
+    as_json = tmp_path / "sd.json"
+    as_json.write_text(__import__("json").dumps(groups))
+    src = FileSDSource(FileSDConfig((str(as_json),), job="ray"), None)  # type: ignore[arg-type]
+    src.refresh()
+    assert len(src.targets) == file_sd.MAX_TARGETS_PER_FILE

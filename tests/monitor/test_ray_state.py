@@ -87,3 +87,77 @@ def test_ray_config_section(tmp_path: Path) -> None:
         load({"dashboard_url": "http://h:1", "token": " "})
     with pytest.raises(ConfigError, match=r"ray\.tokn: unknown key"):
         load({"dashboard_url": "http://h:1", "tokn": "x"})
+
+
+def _answer(records: list) -> bytes:
+    return json.dumps({"result": True, "data": {"result": {"total": len(records), "result": records}}}).encode()
+
+
+def _source(actors: bytes, workers: bytes, **kw: object) -> RayStateSource:
+    import httpx
+
+    def handle(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=actors if "/actors" in req.url.path else workers)
+
+    src = RayStateSource(RayConfig("http://127.0.0.1:8265"), httpx.AsyncClient(transport=httpx.MockTransport(handle)))
+    for k, v in kw.items():
+        setattr(src, k, v)
+    return src
+
+
+def _poll(src: RayStateSource, now: float):  # noqa: ANN202
+    import asyncio
+
+    from alerting.clock import SimulatedClock
+
+    return asyncio.run(src.poll(SimulatedClock(now)))
+
+
+def test_a_malformed_record_is_skipped_and_counted_and_the_real_deaths_beside_it_are_read() -> None:
+    died = max(w["end_time_ms"] for w in WORKERS) / 1000
+    bad_worker = {**WORKERS[0], "worker_id": "w-bad", "pid": 4242, "end_time_ms": "abc", "exit_type": "SYSTEM_ERROR"}
+    odd_actor = {**ACTORS[0], "actor_id": "odd", "pid": 777, "death_cause": "a string, not an object"}
+    src = _source(_answer([None, *ACTORS, 17, odd_actor]), _answer([*WORKERS, None, bad_worker, ["x"]]))
+    got = _poll(src, died + 5)
+    deaths = [s for p in got.polled for s in p.batch.samples if s.name == "verl_ray_death"]
+    assert sorted(s.labels["cause"] for s in deaths) == ["exit", "killed", "ray_oom"]  # the round is not lost
+    errors = got.polled[0].batch.errors
+    assert errors["bad_record"] == 6 and src.bad_records == 6  # 4 non-objects, 2 fields of the wrong type
+    assert "end_time_ms 'abc' is not a number" in got.polled[0].batch.notes["bad_record"] or \
+        "death_cause" in got.polled[0].batch.notes["bad_record"]
+
+
+def test_an_answer_over_the_body_limit_is_refused_with_one_line_not_read_whole() -> None:
+    from monitor.sources.ray_state import RayAnswerError
+
+    huge = _answer([{**ACTORS[0], "actor_id": f"a{i}", "padding": "x" * 1000} for i in range(200)])
+    src = _source(huge, _answer([]), body_limit=64 << 10)
+    with pytest.raises(RayAnswerError, match=r"/api/v0/actors: answer over 65536 bytes; not read"):
+        _poll(src, 1e9)
+    assert len(_poll(_source(_answer(ACTORS), _answer(WORKERS), body_limit=64 << 10), 1e9).polled) == 1
+
+
+def test_deaths_past_the_listed_limit_are_one_series_that_says_how_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    from monitor.sources import ray_state
+
+    monkeypatch.setattr(ray_state, "MAX_LISTED", 50)
+    now = 2e9
+    actors = [{"actor_id": f"a{i}", "class_name": "RolloutWorker", "pid": 1000 + i, "node_id": f"n{i % 7}",
+               "death_cause": {"actor_died_error_context": {"reason": "NODE_DIED"}}} for i in range(180)]
+    src = _source(_answer([]), _answer([]))
+    src.polls = 1  # watching already: deaths without an end time died now
+    src._learn(actors, [], now)
+    src.client = _source(_answer(actors), _answer([])).client
+    got = _poll(src, now + 1)
+    deaths = [s for s in got.polled[0].batch.samples if s.name == "verl_ray_death"]
+    listed = [s for s in deaths if s.labels["kind"] == "actor"]
+    unlisted = [s for s in deaths if s.labels["kind"] == "unlisted"]
+    assert len(listed) == 50 and len(unlisted) == 1 and unlisted[0].value == 130.0
+    assert unlisted[0].labels["listed"] == "50"
+
+    from monitor_scenarios import firing, run, times
+
+    t = times(600, 15.0)
+    recs = run([("verl_ray_death", unlisted[0].labels, t, [130.0] * len(t))])
+    summary = firing(recs, "RayActorDied")[0]["annotations"]["summary"]
+    assert summary.startswith("180 Ray deaths at once, 50 listed: 130 more"), summary

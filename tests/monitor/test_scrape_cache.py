@@ -157,3 +157,48 @@ def test_openmetrics_text_with_a_cache_parses_and_caches_nothing() -> None:
         got = {s.name: s.value for s in batch.samples}
         assert got == {"process_resident_memory_bytes": 1.5e8, "jobs_total": 3.0}
         assert batch.known is None
+
+
+def _kept(batch) -> dict:  # noqa: ANN001
+    """What the pipeline keeps of one scrape: cache hits are stored first, then parsed samples; of a
+    series given twice the first stored stays (the second is a duplicate timestamp)."""
+    out: dict = {}
+    series, values, _ = batch.known or ([], [], 0.0)
+    for s, v in zip(series, list(values), strict=True):
+        out.setdefault(s.key, v)
+    for s in batch.samples:
+        out.setdefault(series_key(s.name, s.labels), s.value)
+    return out
+
+
+@pytest.mark.parametrize("text", [
+    # the same series under two spellings of its labels, the first stamped (never cached): parsed, it
+    # comes before the second, which the cache knows
+    f'x{{a="1",b="2"}} 7 {int(100.0 * 1000)}\nx{{b="2",a="1"}} 9\n',
+    f'# TYPE x gauge\nx{{a="1"}} 7 {int(99.5 * 1000)}\nx{{a="1"}} 9\n',
+])
+def test_a_series_repeated_in_a_scrape_keeps_what_parsing_keeps(text: str) -> None:
+    cache, store = ScrapeCache(), SeriesStore(StoreLimits())
+    want = _kept(parse_exposition(text, 100.0, "t", "n1", {"job": "j"}))
+    for _ in range(3):  # learnt on the first scrape, used on the next ones
+        b = parse_exposition(text, 100.0, "t", "n1", {"job": "j"}, cache=cache)
+        assert _kept(b) == want
+        for s in b.samples:
+            store.get_or_create(s.name, s.labels, "t")
+        cache.learn(b.comments or [], [(k, i, ins, nm, store.get(series_key(s.name, s.labels)))
+                                       for s, k, i, ins, nm in b.learn], len(want))
+
+
+@pytest.mark.parametrize("line", ["x １２", "x 12 １０００", 'x{a="b"} ١٢', "x 1２"])
+def test_digits_of_other_scripts_are_not_numbers(line: str) -> None:
+    b = parse_exposition(line + "\n", 100.0, "t", "n1", {"job": "j"})
+    assert b.samples == [] and b.errors == {"malformed_line": 1}
+    om = parse_exposition(line + "\ny 3\n# EOF\n", 100.0, "t", "n1", {"job": "j"})  # OpenMetrics
+    assert [s.name for s in om.samples] == ["y"] and om.errors == {"malformed_line": 1}
+    cache, store = ScrapeCache(), SeriesStore(StoreLimits())
+    ok = parse_exposition("x 12\n", 100.0, "t", "n1", {"job": "j"}, cache=cache)
+    store.get_or_create(ok.samples[0].name, ok.samples[0].labels, "t")
+    cache.learn(ok.comments or [], [(k, i, ins, nm, store.get(series_key(s.name, s.labels)))
+                                    for s, k, i, ins, nm in ok.learn], 1)
+    hit = parse_exposition("x １２\n", 100.0, "t", "n1", {"job": "j"}, cache=cache)  # a known line's value
+    assert not hit.known and hit.samples == [] and hit.errors == {"malformed_line": 1}

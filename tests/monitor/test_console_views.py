@@ -4,7 +4,7 @@ silence matchers made from hostile labels, and hostile text autoescaped in the H
 from __future__ import annotations
 
 from alerting.matchers import parse_matcher
-from monitor.web import views
+from monitor.web import listing, views
 from monitor.web.app import _ENV
 
 
@@ -36,8 +36,10 @@ def test_hostile_label_text_is_escaped_in_the_pages() -> None:
     hostile = '<script>alert(1)</script>'
     row = views.alert_row({"labels": {"alertname": hostile, "severity": "P1", "x": hostile},
                            "annotations": {"summary": hostile}, "fingerprint": "0123456789abcdef"}, "alert", "firing")
+    q = listing.parse_query({})
     html = _ENV.get_template("index.html").render(csrf="c", path="/", token_set=False, cluster=hostile,
-                                                   alerts=[row], incidents=[], silences_on=True,
+                                                   alerts=listing.grouped([row], q), shown=1, q=q, incidents=[],
+                                                   silences_on=True, runs=[], updated="", counts={},
                                                    health={"status": "ok", "reasons": [hostile], "series": 0,
                                                            "firing": 1, "uptime_s": 1.0})
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html

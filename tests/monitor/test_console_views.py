@@ -65,3 +65,62 @@ def test_the_alert_book_lists_recent_resolves_newest_first(tmp_path) -> None:  #
         assert row["ended"] == "1970-01-01 00:01:40 UTC" and row["summary"] == "1 at 90.0"
     finally:
         p.close()
+
+
+def _rows(n: int, **labels: str) -> list[dict]:
+    return [views.alert_row({"labels": {"alertname": "Hot", "severity": "P2", "node": f"gpu-{i % 3}", **labels},
+                             "annotations": {}, "fingerprint": f"{i:016x}",
+                             "status": {"state": "active", "silencedBy": ["s1"] if i == 0 else [], "inhibitedBy": []}},
+                            "alert", "firing", {"s1": {"id": "s1", "createdBy": "bob", "comment": "why", "ends": "e",
+                                                       "ends_in": "in 1h"}}) for i in range(n)]
+
+
+def test_the_filter_form_reads_matchers_with_commas_inside_values_and_reports_a_bad_one() -> None:
+    q = listing.parse_query({"q": '{node="gpu-1", note="a, b \\" c"}', "state": "bogus", "page": "x"})
+    assert [str(m) for m in q.matchers] == ['node="gpu-1"', 'note="a, b \\" c"'] and not q.error
+    assert q.state == "" and q.page == 1 and q.group == "node"
+    bad = listing.parse_query({"q": 'node="gpu-1", nonsense'})
+    assert "nonsense" in bad.error and [str(m) for m in bad.matchers] == ['node="gpu-1"']
+    assert listing.parse_query({"refresh": "0"}).refresh == 0 and listing.parse_query({"refresh": "1"}).refresh == 2
+
+
+def test_handled_alerts_leave_the_default_view_and_the_filter_narrows() -> None:
+    rows = _rows(9)
+    assert rows[0]["silenced_by"][0]["createdBy"] == "bob"
+    default = listing.selected(rows, listing.parse_query({}))
+    assert len(default) == 8 and rows[0] not in default
+    assert listing.selected(rows, listing.parse_query({"state": "handled"})) == [rows[0]]
+    node1 = listing.selected(rows, listing.parse_query({"q": 'node="gpu-1"'}))
+    assert [r["labels"]["node"] for r in node1] == ["gpu-1"] * 3
+    assert listing.selected(rows, listing.parse_query({"severity": "P0"})) == []
+
+
+def test_groups_hold_at_most_a_page_and_ungrouped_lists_page() -> None:
+    rows = _rows(180)
+    by_node = listing.grouped(rows, listing.parse_query({}))
+    assert [g["count"] for g in by_node["groups"]] == [60, 60, 60]
+    assert all(len(g["rows"]) == listing.PAGE_ROWS and g["more"] == 10 for g in by_node["groups"])
+    assert [g["open"] for g in by_node["groups"]] == [True, False, False]  # long: only the first is open
+    assert 'node%3D%22gpu-0%22' in by_node["groups"][0]["link"]
+    flat = listing.grouped(rows, listing.parse_query({"group": "none", "page": "4"}))
+    assert flat["pages"] == 4 and flat["page"] == 4 and len(flat["groups"][0]["rows"]) == 30
+
+
+def test_a_long_label_value_is_cut_in_the_list_and_whole_on_the_alert() -> None:
+    [row] = _rows(1, blob="y" * 5000)
+    assert len(row["short_labels"]["blob"]) < 200 and row["labels"]["blob"] == "y" * 5000
+
+
+def test_the_plot_labels_its_value_axis_and_marks_the_onset(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    import numpy as np
+    from matplotlib.axes import Axes
+
+    from monitor.plots import render_fit
+
+    seen: dict[str, object] = {}
+    real_ylabel, real_vline = Axes.set_ylabel, Axes.axvline
+    monkeypatch.setattr(Axes, "set_ylabel", lambda self, text, **kw: seen.setdefault("y", text) and real_ylabel(self, text, **kw))
+    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, **kw: seen.setdefault("onset", x) is not None and real_vline(self, x, **kw))
+    t = np.arange(0.0, 600.0, 10.0)
+    assert render_fit(tmp_path / "p.png", t, t * 0.1, {"onset": 300.0}, "Drift", "verl_kl_divergence") is not None
+    assert seen == {"y": "verl_kl_divergence", "onset": (300.0 - 590.0) / 60.0}

@@ -45,7 +45,8 @@ port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import socket
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,17 +168,29 @@ def target_from_url(raw: str, key: str = "--target") -> Target:
     return Target(url, url)
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "0.0.0.0")
+
+
 def default_config(targets: list[str] | None = None, notify_config: str | None = None,
-                   listen: str | None = None) -> MonitorConfig:
+                   listen: str | None = None, node: str | None = None, cluster: str | None = None) -> MonitorConfig:
     """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
-    State goes to ./verl-monitor/state.db."""
+    State goes to ./verl-monitor/state.db. ``node``: the node label of every target; without it a
+    trainer on this machine (a loopback address) is labelled with this machine's host name, so an
+    alert says where it is ("127.0.0.1" says nothing), and a remote one with its host part."""
     cfg = MonitorConfig(path=Path.cwd(), state_db=Path("verl-monitor") / "state.db", from_file=False)
+    if cluster is not None:
+        cfg.cluster = _text(cluster, "--cluster")
     names: set[str] = set()
     for raw in targets or [DEFAULT_TARGET]:
         tg = target_from_url(raw)
         if tg.name in names:
             raise ConfigError(f"--target {raw}: given twice")
         names.add(tg.name)
+        host = tg.url.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0]
+        if node is not None:
+            tg = replace(tg, node=_text(node, "--node"))
+        elif host in LOOPBACK_HOSTS:
+            tg = replace(tg, node=socket.gethostname().split(".")[0] or None)
         cfg.targets.append(tg)
     if notify_config is not None:
         cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)

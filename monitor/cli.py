@@ -74,10 +74,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 cfg.notify_config = default_config([], args.notify_config).notify_config
             if args.listen:
                 cfg.host, cfg.port = parse_listen(args.listen, "--listen")
-            if args.node or args.cluster:
-                return _fail("--node/--cluster: with --config, set node: per target and cluster: in the config file")
+            if args.node or args.cluster or args.rules:
+                return _fail("--node/--cluster/--rules: with --config, set node: per target, cluster: and rules: "
+                             "in the config file")
         else:
-            cfg = default_config(args.target, args.notify_config, args.listen, args.node, args.cluster)
+            cfg = default_config(args.target, args.notify_config, args.listen, args.node, args.cluster, args.rules)
     except ConfigError as exc:
         return _fail(str(exc))
     print(first_line(cfg, bool(args.config)), file=sys.stderr)
@@ -92,8 +93,9 @@ def first_line(cfg: Any, from_file: bool) -> str:
     if from_file:
         return f"verl-monitor: {console} · {len(cfg.targets)} target(s) from {cfg.path} (Ctrl-C stops)"
     where = ", ".join(f"{t.url} as node={t.node or '(its host)'}" for t in cfg.targets)
+    rules = ", ".join(str(r) for r in cfg.rules) or "the default rules"
     return (f"verl-monitor: {console} · watching {where}, cluster={cfg.cluster} (--node NAME / --cluster NAME "
-            "to name them) with the default rules; "
+            f"to name them) with {rules}; "
             + ("alerts print here" if cfg.prints_alerts else f"alerts go to {cfg.notify_config}") + " (Ctrl-C stops)")
 
 
@@ -122,6 +124,9 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node", metavar="NAME", help="node label of the targets' alerts (default: this machine's "
                    "host name for a local trainer, the host part of a remote one)")
     p.add_argument("--cluster", metavar="NAME", help='cluster label of every alert (default "default")')
+    p.add_argument("--rules", action="append", metavar="FILE",
+                   help="rules YAML instead of the default rules (repeatable); 'demo': the demo's short-window "
+                        "profile (monitor/rules/demo.yaml), to see alerts within minutes")
     p.add_argument("--config", metavar="FILE", help="monitor YAML for everything else: several targets, your "
                    "own rules, a Prometheus server, bearer token (monitor/README.md); the flags above add to or override it")
 

@@ -168,11 +168,13 @@ def target_from_url(raw: str, key: str = "--target") -> Target:
     return Target(url, url)
 
 
+DEMO_RULES = Path(__file__).with_name("rules") / "demo.yaml"  # `--rules demo`: the demo's short windows
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "0.0.0.0")
 
 
 def default_config(targets: list[str] | None = None, notify_config: str | None = None,
-                   listen: str | None = None, node: str | None = None, cluster: str | None = None) -> MonitorConfig:
+                   listen: str | None = None, node: str | None = None, cluster: str | None = None,
+                   rules: list[str] | None = None) -> MonitorConfig:
     """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
     State goes to ./verl-monitor/state.db. ``node``: the node label of every target; without it a
     trainer on this machine (a loopback address) is labelled with this machine's host name, so an
@@ -180,6 +182,8 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
     cfg = MonitorConfig(path=Path.cwd(), state_db=Path("verl-monitor") / "state.db", from_file=False)
     if cluster is not None:
         cfg.cluster = _text(cluster, "--cluster")
+    cfg.rules = [DEMO_RULES if r == "demo" and not Path(r).exists() else _path(Path.cwd(), r, "--rules", must_exist=True)
+                 for r in rules or []]
     names: set[str] = set()
     for raw in targets or [DEFAULT_TARGET]:
         tg = target_from_url(raw)

@@ -65,6 +65,7 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from monitor.config import ConfigError, default_config, load_config, parse_listen, target_from_url
+    from monitor.run_flags import label_and_rules
 
     try:
         if args.config:
@@ -78,7 +79,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 return _fail("--node/--cluster/--rules: with --config, set node: per target, cluster: and rules: "
                              "in the config file")
         else:
-            cfg = default_config(args.target, args.notify_config, args.listen, args.node, args.cluster, args.rules)
+            cfg = label_and_rules(default_config(args.target, args.notify_config, args.listen), args.node, args.cluster,
+                                  args.rules)
     except ConfigError as exc:
         return _fail(str(exc))
     print(first_line(cfg, bool(args.config)), file=sys.stderr)

@@ -7,8 +7,7 @@ listen: 127.0.0.1:9105            # own /metrics, /healthz, JSON API; 127.0.0.1 
 bearer_token_env: MONITOR_TOKEN   # or bearer_token: ...; required on /api/* when set (empty: an error)
 state_db: ./verl-monitor/state.db # alert states (SQLite WAL); plots go to <state_db dir>/plots
 external_url: http://mon:9105     # how links to plots are written (default http://<listen>)
-grafana_url: http://grafana:3000   # the console links alerts to their panel on the shipped dashboards (optional)
-prometheus_url: http://prom:9090   # the console links a rule's query to this Prometheus' graph (optional)
+grafana_url: http://grafana:3000   # optional: console links to the shipped dashboards (prometheus_url: to queries)
 eval_interval: 500ms
 rules: [my-rules.yaml]            # default: monitor/rules/default.yaml
 notify_config: alerting.yaml      # alerting.engine config; omit to only record alerts
@@ -45,8 +44,7 @@ port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
 from __future__ import annotations
 
 import os
-import socket
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -168,33 +166,17 @@ def target_from_url(raw: str, key: str = "--target") -> Target:
     return Target(url, url)
 
 
-DEMO_RULES = Path(__file__).with_name("rules") / "demo.yaml"  # `--rules demo`: the demo's short windows
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "0.0.0.0")
-
-
 def default_config(targets: list[str] | None = None, notify_config: str | None = None,
-                   listen: str | None = None, node: str | None = None, cluster: str | None = None,
-                   rules: list[str] | None = None) -> MonitorConfig:
+                   listen: str | None = None) -> MonitorConfig:
     """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
-    State goes to ./verl-monitor/state.db. ``node``: the node label of every target; without it a
-    trainer on this machine (a loopback address) is labelled with this machine's host name, so an
-    alert says where it is ("127.0.0.1" says nothing), and a remote one with its host part."""
+    State goes to ./verl-monitor/state.db."""
     cfg = MonitorConfig(path=Path.cwd(), state_db=Path("verl-monitor") / "state.db", from_file=False)
-    if cluster is not None:
-        cfg.cluster = _text(cluster, "--cluster")
-    cfg.rules = [DEMO_RULES if r == "demo" and not Path(r).exists() else _path(Path.cwd(), r, "--rules", must_exist=True)
-                 for r in rules or []]
     names: set[str] = set()
     for raw in targets or [DEFAULT_TARGET]:
         tg = target_from_url(raw)
         if tg.name in names:
             raise ConfigError(f"--target {raw}: given twice")
         names.add(tg.name)
-        host = tg.url.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0]
-        if node is not None:
-            tg = replace(tg, node=_text(node, "--node"))
-        elif host in LOOPBACK_HOSTS:
-            tg = replace(tg, node=socket.gethostname().split(".")[0] or None)
         cfg.targets.append(tg)
     if notify_config is not None:
         cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
@@ -386,12 +368,9 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         cfg.state_db = base / "verl-monitor" / "state.db"
     if doc.get("external_url") is not None:
         cfg.external_url = _text(doc["external_url"], "external_url")
-    for key in ("grafana_url", "prometheus_url"):
+    for key in ("grafana_url", "prometheus_url"):  # the console's links out (monitor/web/links.py)
         if doc.get(key) is not None:
-            url = _text(doc[key], key)
-            if not url.startswith(("http://", "https://")):
-                raise ConfigError(f"{key}: expected an http(s) URL such as http://grafana:3000, got {short(url)}")
-            setattr(cfg, key, url.rstrip("/"))
+            setattr(cfg, key, _text(doc[key], key).rstrip("/"))
     cfg.eval_interval = _dur(doc.get("eval_interval", 0.5), "eval_interval")
     cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(_list(doc.get("rules"), "rules"))]
     if doc.get("notify_config"):

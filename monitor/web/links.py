@@ -42,13 +42,13 @@ def out_links(config: Any, row: dict[str, Any], rule_select: str = "") -> list[d
             break
     metric = next(iter(_METRIC.findall(rule_select)), "")
     panel = panels().get(metric)
-    if config.grafana_url and panel:
+    if str(config.grafana_url or "").startswith(("http://", "https://")) and panel:
         uid, pid, title = panel
         params = {"viewPanel": pid}
         params.update({f"var-{k}": v for k, v in row["labels"].items() if k in ("job", "instance")})
         found.append({"text": f"Grafana: {title}", "href": f"{config.grafana_url}/d/{uid}?{urlencode(params)}"})
     if rule_select:
-        if config.prometheus_url:
+        if str(config.prometheus_url or "").startswith(("http://", "https://")):
             href = f"{config.prometheus_url}/graph?{urlencode({'g0.expr': rule_select, 'g0.tab': 0})}"
         else:
             href = f"/rules#rule-{quote(row['name'], safe='')}"

@@ -124,3 +124,19 @@ def test_the_plot_labels_its_value_axis_and_marks_the_onset(tmp_path, monkeypatc
     t = np.arange(0.0, 600.0, 10.0)
     assert render_fit(tmp_path / "p.png", t, t * 0.1, {"onset": 300.0}, "Drift", "verl_kl_divergence") is not None
     assert seen == {"y": "verl_kl_divergence", "onset": (300.0 - 590.0) / 60.0}
+
+
+def test_an_alert_links_to_its_runbook_grafana_panel_and_query() -> None:
+    from types import SimpleNamespace
+
+    from monitor.web import links
+
+    [row] = _rows(1)
+    row["annotations"] = {"runbook_url": "https://wiki/runbooks/hot", "runbook": "restart it"}
+    cfg = SimpleNamespace(grafana_url="http://grafana:3000", prometheus_url="http://prom:9090")
+    found = {x["text"].split(":")[0]: x["href"] for x in links.out_links(cfg, row, 'verl_global_step{job="verl"}')}
+    assert found["Runbook"] == "https://wiki/runbooks/hot"
+    assert found["Grafana"].startswith("http://grafana:3000/d/verl-ppo-training?viewPanel=")
+    assert found["Query"].startswith("http://prom:9090/graph?g0.expr=verl_global_step%7Bjob%3D%22verl%22%7D")
+    bare = links.out_links(SimpleNamespace(grafana_url=None, prometheus_url="javascript:alert(1)"), row, "verl_global_step")
+    assert [x["href"] for x in bare] == ["https://wiki/runbooks/hot", "/rules#rule-Hot"]  # no Grafana without its URL

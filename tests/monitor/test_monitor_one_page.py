@@ -155,10 +155,12 @@ def test_default_config_watches_the_local_trainer() -> None:
     assert [t.url for t in default_config(["gpu-08:8000", "https://h/x/metrics"]).targets] == [
         "http://gpu-08:8000/metrics", "https://h/x/metrics"]
     # where: a local trainer is this machine (its host name), a remote one its host part; --node/--cluster say otherwise
-    assert cfg.targets[0].node == socket.gethostname().split(".")[0] and cfg.cluster == "default"
-    assert [t.node for t in default_config(["gpu-08:8000", "localhost:8001"]).targets] == [
+    from monitor.run_flags import label_and_rules
+
+    assert label_and_rules(cfg).targets[0].node == socket.gethostname().split(".")[0] and cfg.cluster == "default"
+    assert [t.node for t in label_and_rules(default_config(["gpu-08:8000", "localhost:8001"])).targets] == [
         None, socket.gethostname().split(".")[0]]
-    named = default_config(["127.0.0.1:8000"], node="gpu-08", cluster="llama3")
+    named = label_and_rules(default_config(["127.0.0.1:8000"]), node="gpu-08", cluster="llama3")
     assert named.targets[0].node == "gpu-08" and named.cluster == "llama3"
     with pytest.raises(ConfigError, match="--target"):
         default_config(["ftp://x"])

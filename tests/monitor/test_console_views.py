@@ -140,3 +140,23 @@ def test_an_alert_links_to_its_runbook_grafana_panel_and_query() -> None:
     assert found["Query"].startswith("http://prom:9090/graph?g0.expr=verl_global_step%7Bjob%3D%22verl%22%7D")
     bare = links.out_links(SimpleNamespace(grafana_url=None, prometheus_url="javascript:alert(1)"), row, "verl_global_step")
     assert [x["href"] for x in bare] == ["https://wiki/runbooks/hot", "/rules#rule-Hot"]  # no Grafana without its URL
+
+
+def test_a_monitor_without_a_notify_config_says_why_it_offers_no_silence(tmp_path) -> None:  # noqa: ANN001
+    import httpx
+    import yaml
+    from monitor_http import RunningDaemon
+
+    (tmp_path / "monitor.yaml").write_text(yaml.safe_dump({
+        "listen": "127.0.0.1:0", "state_db": str(tmp_path / "state.db"), "eval_interval": "0.2s", "targets": []}))
+    d = RunningDaemon(tmp_path / "monitor.yaml")
+    try:
+        listing_page = httpx.get(f"{d.url}/silences").text
+        form = httpx.get(f"{d.url}/silences/new").text
+        index = httpx.get(f"{d.url}/").text
+    finally:
+        d.stop()
+    for page in (listing_page, form):
+        assert "sends them nowhere" in page and "--notify-config" in page
+        assert 'action="/silences"' not in page and "New silence</a>" not in page
+    assert 'http-equiv="refresh"' in index and 'http-equiv="refresh"' not in form  # lists refresh, forms never

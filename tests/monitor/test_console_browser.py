@@ -146,6 +146,7 @@ def test_the_console_in_chromium(console, browser, tmp_path: Path) -> None:  # n
     assert "RewardModelCircuitOpen" in page and "circuit open on gpu-04" in page
     assert "DataflowCollapse" in page and browser.title != "pwned"
     assert HOSTILE in page  # shown as text, never run
+    assert page.count("Incident DataflowCollapse") == 3  # each member alert names its incident
     _shot(browser, "alerts", tmp_path)
 
     _go(browser, lambda b: b.find_element(By.LINK_TEXT, "DataflowCollapse"))

@@ -211,3 +211,16 @@ def test_the_stylesheet_meets_wcag_aa_in_chromium(oncall, browser) -> None:  # n
       return [...out];""")
     bad = [p for p in pairs if ratio(*p.split("|")) < 4.5]
     assert pairs and not bad, bad
+
+
+def test_the_alert_with_the_5kb_label_shows_it_whole_without_sideways_scroll(oncall, browser) -> None:  # noqa: ANN001
+    d, auth, _ = oncall
+    [long] = [a for a in httpx.get(f"{d.url}/api/v1/alerts", headers=auth, timeout=30).json()["data"]
+              if a["labels"].get("blob")]
+    for width, height in ((1440, 900), (390, 844)):
+        browser.set_window_size(width, height)
+        browser.get(f"{d.url}/alerts/{long['fingerprint']}")
+        assert LONG in browser.execute_script("return document.body.textContent")
+        scroll, inner = _no_sideways_scroll(browser)
+        _shot(browser, f"long-label-{width}")
+        assert scroll <= inner, f"{scroll} px wide in a {inner} px window"

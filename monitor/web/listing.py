@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 from alerting.matchers import Matcher, all_match, parse_matcher
 
 PAGE_ROWS = 50  # rows per page, and per group before it says "N more"
-STATES = ("", "firing", "pending", "resolved", "handled", "all")  # "": what needs someone (not handled)
+STATES = ("", "firing", "pending", "resolved", "handled", "silenced", "inhibited", "all")  # "": needs someone
+_STATE_ALIASES = {"suppressed": "handled", "active": ""}  # Alertmanager's words for the same
 GROUPS = ("node", "run", "none")
 LIST_VALUE_CHARS = 120  # a label value longer than this is cut in the list; the alert page shows it whole
 REFRESH_S = 30
@@ -40,14 +41,16 @@ class Query:
 
 def parse_query(params: Any) -> Query:
     """The form's fields; a bad one is reported on the page (``error``) and left out, never a 500."""
-    q = Query(matchers_text=params.get("q", "").strip())
+    texts = [t.strip() for key in ("q", "filter") for t in _all(params, key) if t.strip()]
+    q = Query(matchers_text=", ".join(texts))  # ``filter``: Alertmanager's name for the same matchers
     errors = []
     for text in _split_matchers(q.matchers_text):
         try:
             q.matchers.append(parse_matcher(text))
         except ValueError as exc:
             errors.append(str(exc))
-    q.state = params.get("state", "") if params.get("state", "") in STATES else ""
+    state = _STATE_ALIASES.get(params.get("state", ""), params.get("state", ""))
+    q.state = state if state in STATES else ""
     q.severity = params.get("severity", "")[:32]
     q.group = params.get("group", "node") if params.get("group", "node") in GROUPS else "node"
     q.page = _int(params.get("page"), 1, 1, 10**6)
@@ -56,6 +59,10 @@ def parse_query(params: Any) -> Query:
         q.refresh = 2
     q.error = "; ".join(errors)
     return q
+
+
+def _all(params: Any, key: str) -> list[str]:
+    return list(params.getlist(key)) if hasattr(params, "getlist") else [params[key]] if key in params else []
 
 
 def _int(text: str | None, default: int, lo: int, hi: int) -> int:
@@ -94,6 +101,8 @@ def selected(rows: list[dict[str, Any]], q: Query) -> list[dict[str, Any]]:
     def keep(r: dict[str, Any]) -> bool:
         if q.state == "handled":
             ok = handled(r)
+        elif q.state in ("silenced", "inhibited"):
+            ok = bool(r[f"{q.state}_by"])
         elif q.state == "all":
             ok = True
         elif q.state:

@@ -114,6 +114,14 @@ def test_the_api_says_which_alerts_are_silenced_and_by_what(oncall) -> None:  # 
     assert len(muted) == 50 and all(a["status"]["silencedBy"] == [sid] and a["labels"]["team"] == "muted" for a in muted)
     assert all(a["status"] == {"state": "active", "silencedBy": [], "inhibitedBy": []}
                for a in mine if "team" not in a["labels"])
+    # Alertmanager's filters: silenced=false leaves what needs someone, filter= narrows by labels
+    unhandled = httpx.get(f"{d.url}/api/v1/alerts", params={"silenced": "false", "filter": 'alertname="NodeTrouble"'},
+                          headers=auth, timeout=30).json()["data"]
+    assert len(unhandled) == 450
+    only = httpx.get(f"{d.url}/api/v1/alerts", params=[("filter", 'node="gpu-07"'), ("filter", 'team="muted"')],
+                     headers=auth, timeout=30).json()["data"]
+    assert {a["labels"]["slot"] for a in only} == {"7", "27", "47"}
+    assert httpx.get(f"{d.url}/api/v1/alerts", params={"filter": "nonsense"}, headers=auth).status_code == 400
 
 
 def test_the_default_view_hides_the_handled_groups_the_rest_and_fits_both_widths(oncall, browser) -> None:  # noqa: ANN001

@@ -93,6 +93,11 @@ def test_handled_alerts_leave_the_default_view_and_the_filter_narrows() -> None:
     node1 = listing.selected(rows, listing.parse_query({"q": 'node="gpu-1"'}))
     assert [r["labels"]["node"] for r in node1] == ["gpu-1"] * 3
     assert listing.selected(rows, listing.parse_query({"severity": "P0"})) == []
+    # Alertmanager's words: filter= for the matchers, suppressed for handled
+    assert listing.selected(rows, listing.parse_query({"filter": 'node="gpu-1"'})) == node1
+    assert listing.selected(rows, listing.parse_query({"state": "suppressed"})) == [rows[0]]
+    assert listing.selected(rows, listing.parse_query({"state": "silenced"})) == [rows[0]]
+    assert listing.selected(rows, listing.parse_query({"state": "inhibited"})) == []
 
 
 def test_groups_hold_at_most_a_page_and_ungrouped_lists_page() -> None:

@@ -232,3 +232,12 @@ def test_the_alert_with_the_5kb_label_shows_it_whole_without_sideways_scroll(onc
         scroll, inner = _no_sideways_scroll(browser)
         _shot(browser, f"long-label-{width}")
         assert scroll <= inner, f"{scroll} px wide in a {inner} px window"
+
+
+def test_the_other_pages_fit_a_phone(oncall, browser) -> None:  # noqa: ANN001
+    d, _, _ = oncall
+    browser.set_window_size(390, 844)
+    for page in ("/targets", "/rules", "/silences", "/silences/new"):
+        browser.get(f"{d.url}{page}")
+        scroll, inner = _no_sideways_scroll(browser)
+        assert scroll <= inner, f"{page}: {scroll} px wide in a {inner} px window"

@@ -136,7 +136,8 @@ async def _silence_map(api: MonitorAPI) -> dict[str, dict[str, Any]]:
     if status != 200:
         return {}
     return {s["id"]: {"id": s["id"], "createdBy": s.get("createdBy", ""), "comment": s.get("comment", ""),
-                      "ends": stamp(_parse(s.get("endsAt"))), "ends_in": until(_parse(s.get("endsAt")))}
+                      "ends": stamp(_parse(s.get("endsAt"))), "ends_in": until(_parse(s.get("endsAt"))),
+                      "starts_ts": _parse(s.get("startsAt")) or 0.0}
             for s in doc["data"]}
 
 
@@ -222,7 +223,8 @@ def timeline(api: MonitorAPI, a: dict[str, Any], row: dict[str, Any]) -> list[di
         what = f"{dlv['status']} notification to {dlv['receiver']}: {outcome}"
         events.append((dlv["at"], dlv["outcome"], what + (f" ({dlv['error']})" if dlv["error"] else "")))
     for sil in row["silenced_by"]:
-        events.append((time.time(), "silenced", f"silenced by {sil['createdBy']} until {sil['ends']}: {sil['comment']}"))
+        events.append((sil.get("starts_ts", 0.0), "silenced",
+                       f"silenced by {sil['createdBy']} until {sil['ends']}: {sil['comment']}"))
     if row["state"] == "resolved" and ends is not None:
         events.append((ends, "resolved", "resolved"))
     events.sort(key=lambda e: e[0])

@@ -165,3 +165,20 @@ def test_a_monitor_without_a_notify_config_says_why_it_offers_no_silence(tmp_pat
         assert "sends them nowhere" in page and "--notify-config" in page
         assert 'action="/silences"' not in page and "New silence</a>" not in page
     assert 'http-equiv="refresh"' in index and 'http-equiv="refresh"' not in form  # lists refresh, forms never
+
+
+def test_the_timeline_lists_each_delivery_and_its_outcome_in_order() -> None:
+    from types import SimpleNamespace
+
+    engine = SimpleNamespace(deliveries=lambda fp: [
+        {"receiver": "ops-wecom", "status": "firing", "outcome": "delivered", "attempts": 1, "error": "", "at": 1.8e9 + 40},
+        {"receiver": "ops-dingtalk", "status": "firing", "outcome": "failed", "attempts": 3,
+         "error": "errcode 310000", "at": 1.8e9 + 50}])
+    api = SimpleNamespace(daemon=SimpleNamespace(engine=engine))
+    a = {"labels": {"alertname": "Hot", "severity": "P1"}, "fingerprint": "0123456789abcdef",
+         "startsAt": "2027-01-15T08:00:00Z", "endsAt": "2027-01-15T08:10:00Z"}
+    row = views.alert_row(a, "alert", "resolved")
+    events = views.timeline(api, a, row)  # type: ignore[arg-type]
+    assert [e["kind"] for e in events] == ["firing", "delivered", "failed", "resolved"]
+    assert events[1]["what"] == "firing notification to ops-wecom: delivered"
+    assert events[2]["what"] == "firing notification to ops-dingtalk: failed after 3 attempt(s) (errcode 310000)"

@@ -328,9 +328,12 @@ STANDINS: dict[str, type[RobotStandIn]] = {
 def receiver_yaml(kind: str, robot: RobotStandIn) -> str:
     """An alerting.yaml routing everything to this stand-in (``verl-alert test`` and ``verl-monitor run
     --notify-config`` read it as they would a real robot's)."""
-    secret = getattr(robot, "secret", None)
-    return (f"receivers:\n  - name: ops-{kind}\n    type: {kind}\n    url: \"{robot.url}\"\n"
-            + (f"    secret: \"{secret}\"\n" if secret else "") + f"route:\n  receiver: ops-{kind}\n")
+    import yaml
+
+    receiver = {"name": f"ops-{kind}", "type": kind, "url": robot.url}
+    if getattr(robot, "secret", None):
+        receiver["secret"] = robot.secret  # type: ignore[attr-defined]
+    return yaml.safe_dump({"receivers": [receiver], "route": {"receiver": f"ops-{kind}"}}, sort_keys=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -188,7 +188,7 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
     silences = await _silence_map(api)
     state = a.get("state") or (a.get("status") if isinstance(a.get("status"), str) else "firing")
     row = alert_row(a, kind, state, silences, names, member_of)
-    members = []
+    members, member_raw = [], []
     if kind == "incident":  # its members, firing or resolved since, with their own plots
         by_fp = {m.get("fingerprint"): m for m in live}
         for m in row["members"]:
@@ -197,10 +197,22 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
                 got, one = await call(api, "GET", f"/api/v1/alerts/{m}")
                 found = one["data"] if got == 200 else None
             if found is not None:
+                member_raw.append(found)
                 members.append(alert_row(found, "alert", found.get("state", "firing"), silences, names))
-    return {"a": row, "members": members, "silences_on": api.daemon.engine is not None,
-            "links": links.out_links(api.daemon.config, row, rule_select(api, row["name"])),
-            "timeline": await run_in_threadpool(timeline, api, a, row), "updated": clock_time(time.time())}
+    out = links.out_links(api.daemon.config, row, rule_select(api, row["name"]))
+    for m in members:  # an incident links out where its members do
+        out += [x for x in links.out_links(api.daemon.config, m, rule_select(api, m["name"])) if x not in out]
+    events = await run_in_threadpool(timeline, api, a, row)
+    seen = {(e["at"], e["what"]) for e in events}
+    for raw, m in zip(member_raw, members, strict=True):  # ... and its timeline holds theirs, each
+        for e in await run_in_threadpool(timeline, api, raw, m):  # notification once (it carries them all)
+            shared = e["kind"] not in ("firing", "pending", "resolved", "silenced")
+            if not (shared and (e["at"], e["what"]) in seen):
+                events.append(dict(e, what=e["what"] if shared else f"{m['name']}: {e['what']}"))
+                seen.add((e["at"], e["what"]))
+    events.sort(key=lambda e: e["at"])
+    return {"a": row, "members": members, "silences_on": api.daemon.engine is not None, "links": out,
+            "timeline": events, "updated": clock_time(time.time())}
 
 
 def rule_select(api: MonitorAPI, name: str) -> str:

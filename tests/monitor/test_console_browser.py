@@ -225,6 +225,7 @@ def test_a_resolved_incident_keeps_its_members_and_timeline(console) -> None:  #
         page = c.get(f"/alerts/{inc['fingerprint']}").text
     assert "Member alerts" in page and "Timeline" in page
     assert "</span> resolved</li>" in page  # the timeline ends with the resolve
+    assert "RolloutBufferDrop: started" in page and "RolloutBufferDrop: resolved" in page  # members' events too
     for name in ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"):
         assert f"<b>{name}</b>" in page  # each member still listed, with its page's link
     assert page.count("state-resolved") >= 3

@@ -209,7 +209,7 @@ class Daemon:
             self.api = self.listen()
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
-        log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
+        log.info("verl-monitor: console and API on http://%s:%d/", self.config.host, self.api.port)
         self.pipeline.annotator.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
         alerting_stage.start(self.pipeline, self.engine, self.config, base)
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))

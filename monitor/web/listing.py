@@ -52,7 +52,8 @@ def parse_query(params: Any) -> Query:
     state = _STATE_ALIASES.get(params.get("state", ""), params.get("state", ""))
     q.state = state if state in STATES else ""
     q.severity = params.get("severity", "")[:32]
-    q.group = params.get("group", "node") if params.get("group", "node") in GROUPS else "node"
+    group = {"job": "run", "": "none"}.get(params.get("group", "node"), params.get("group", "node"))
+    q.group = group if group in GROUPS else "node"
     q.page = _int(params.get("page"), 1, 1, 10**6)
     q.refresh = _int(params.get("refresh"), REFRESH_S, 0, 3600)
     if q.refresh and q.refresh < 2:

@@ -79,6 +79,7 @@ def test_the_filter_form_reads_matchers_with_commas_inside_values_and_reports_a_
     q = listing.parse_query({"q": '{node="gpu-1", note="a, b \\" c"}', "state": "bogus", "page": "x"})
     assert [str(m) for m in q.matchers] == ['node="gpu-1"', 'note="a, b \\" c"'] and not q.error
     assert q.state == "" and q.page == 1 and q.group == "node"
+    assert listing.parse_query({"group": "job"}).group == "run" and listing.parse_query({"group": "x"}).group == "node"
     bad = listing.parse_query({"q": 'node="gpu-1", nonsense'})
     assert "nonsense" in bad.error and [str(m) for m in bad.matchers] == ['node="gpu-1"']
     assert listing.parse_query({"refresh": "0"}).refresh == 0 and listing.parse_query({"refresh": "1"}).refresh == 2

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from alerting.templates import runbook_link
+
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"  # shipped beside the packages in the repo
 _METRIC = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
 
@@ -31,12 +33,13 @@ def panels() -> dict[str, tuple[str, int, str]]:
     return out
 
 
-def out_links(config: Any, row: dict[str, Any], rule_select: str = "") -> list[dict[str, str]]:
-    """``[{"text", "href"}]`` for the alert page; ``rule_select``: the rule's series selector, if known."""
+def out_links(config: Any, row: dict[str, Any], rule_select: str = "", runbook_base: str = "") -> list[dict[str, str]]:
+    """``[{"text", "href"}]`` for the alert page; ``rule_select``: the rule's series selector, if known;
+    ``runbook_base``: the alerting config's ``runbook_base_url`` (a runbook given as a repository path)."""
     ann = row["annotations"]
     found = []
     for key in ("runbook_url", "runbook"):
-        url = str(ann.get(key, ""))
+        url = runbook_link(str(ann.get(key, "")), runbook_base)
         if url.startswith(("http://", "https://")):
             found.append({"text": "Runbook", "href": url})
             break

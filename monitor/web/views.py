@@ -199,9 +199,10 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
             if found is not None:
                 member_raw.append(found)
                 members.append(alert_row(found, "alert", found.get("state", "firing"), silences, names))
-    out = links.out_links(api.daemon.config, row, rule_select(api, row["name"]))
+    base = str(getattr(getattr(api.daemon.engine, "config", None), "runbook_base_url", "") or "")
+    out = links.out_links(api.daemon.config, row, rule_select(api, row["name"]), base)
     for m in members:  # an incident links out where its members do
-        out += [x for x in links.out_links(api.daemon.config, m, rule_select(api, m["name"])) if x not in out]
+        out += [x for x in links.out_links(api.daemon.config, m, rule_select(api, m["name"]), base) if x not in out]
     events = await run_in_threadpool(timeline, api, a, row)
     seen = {(e["at"], e["what"]) for e in events}
     for raw, m in zip(member_raw, members, strict=True):  # ... and its timeline holds theirs, each

@@ -146,6 +146,9 @@ def test_an_alert_links_to_its_runbook_grafana_panel_and_query() -> None:
     assert found["Query"].startswith("http://prom:9090/graph?g0.expr=verl_global_step%7Bjob%3D%22verl%22%7D")
     bare = links.out_links(SimpleNamespace(grafana_url=None, prometheus_url="javascript:alert(1)"), row, "verl_global_step")
     assert [x["href"] for x in bare] == ["https://wiki/runbooks/hot", "/rules#rule-Hot"]  # no Grafana without its URL
+    row["annotations"] = {"runbook": "prometheus/README.md#trainerdown"}  # a repository path, joined like chat's
+    [book] = links.out_links(cfg, row, "", "https://github.com/o/verl-ops/blob/main")
+    assert book == {"text": "Runbook", "href": "https://github.com/o/verl-ops/blob/main/prometheus/README.md#trainerdown"}
 
 
 def test_a_monitor_without_a_notify_config_says_why_it_offers_no_silence(tmp_path) -> None:  # noqa: ANN001

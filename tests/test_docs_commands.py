@@ -35,6 +35,8 @@ COVERED: dict[str, str] = {
     "make demo": "tests/e2e/test_demo_smoke.py::test_dataflow_collapse_is_detected_correlated_and_delivered_once",
     "make test": "Makefile",
     "verl-train --config ppo_tiny --metrics-port 8000 --checkpoint-dir runs/ckpt trainer.total_steps=1000000": LIVE,
+    "verl-train --config ppo_tiny --metrics-port 8000 trainer.total_steps=1000000 faults.reward_oom_at_step=40":
+        "tests/e2e/test_demo_smoke.py::test_dataflow_collapse_is_detected_correlated_and_delivered_once",
     "verl-ops robot wecom --port 9201": "tests/harness/test_robot_command.py::test_the_robot_command_receives_verl_alert_test",
     "verl-alert test --config alerting-standin.yaml --receiver ops-wecom":
         "tests/harness/test_robot_command.py::test_the_robot_command_receives_verl_alert_test",

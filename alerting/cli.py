@@ -62,7 +62,7 @@ def _test_alert() -> Alert:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, receiver=args.receiver)
     rc = _receiver(cfg, args.receiver)
     notifier = build_notifier(rc)
     a = _test_alert()

@@ -4,6 +4,7 @@ pipeline there reads on its own."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -11,9 +12,12 @@ from typing import Any
 
 from alerting.clock import Clock
 from alerting.correlate import Correlator
+from alerting.dispatch import Dispatcher
 from alerting.durable import STORAGE_ERRORS, StorageHealth
+from alerting.inhibit import Inhibitor
 from alerting.matchers import matcher_from_json
 from alerting.model import Alert
+from alerting.outbox import Outbox
 from alerting.silence import SilenceStore
 
 
@@ -24,6 +28,9 @@ class EngineViews:
     history: dict[str, Alert]
     correlator: Correlator
     silences_store: SilenceStore
+    inhibitor: Inhibitor
+    outbox: Outbox
+    dispatcher: Dispatcher
     _muted_fn: Callable[[float], Callable[[Alert], bool]]
     _transaction: Callable[..., AbstractContextManager[None]]
 
@@ -36,6 +43,40 @@ class EngineViews:
                 state = self.correlator.state_of(a.fingerprint) or ("suppressed" if muted(a) else "active")
                 out.append(dict(a.to_json(), value=a.value, state=state))
             return out
+
+    def mute_status(self, alerts: Sequence[Alert]) -> dict[str, dict[str, Any]]:
+        """Each alert's ``status`` as Alertmanager's API v2 shows it, by fingerprint: ``state``
+        ("active" or "suppressed"), ``silencedBy`` (the ids of the silences muting it now) and
+        ``inhibitedBy`` (the fingerprints of the firing alerts inhibiting it)."""
+        with self.lock:
+            now = self.clock.now()
+            index = self.silences_store.index(now)
+            inhibitors = self.inhibitor.inhibited_by(self.dispatcher.active_alerts())
+            out = {}
+            for a in alerts:
+                silenced = sorted(s.id for s in index.matching(a.labels) if s.starts_at <= now < s.ends_at)
+                inhibited = inhibitors(a)
+                out[a.fingerprint] = {"state": "suppressed" if silenced or inhibited else "active",
+                                      "silencedBy": silenced, "inhibitedBy": inhibited}
+            return out
+
+    def deliveries(self, fingerprint: str) -> list[dict[str, Any]]:
+        """The notifications that carried this alert (until pruned), oldest first: receiver, firing or
+        resolved, queued when, and the outcome (pending, delivered, failed) with attempts and last error."""
+        with self.lock:
+            rows = self.outbox.conn.execute(
+                "SELECT receiver, status, state, attempts, last_error, created_at, payload FROM outbox "
+                "WHERE instr(payload, ?) > 0 ORDER BY id", (fingerprint,)).fetchall()
+        out = []
+        for receiver, status, state, attempts, error, created, payload in rows:
+            try:
+                carried = fingerprint in json.loads(payload).get("fingerprints", [])
+            except (ValueError, AttributeError):
+                carried = False
+            if carried:
+                out.append({"receiver": receiver, "status": status, "outcome": state, "attempts": attempts,
+                            "error": error, "at": created})
+        return out
 
     def incidents(self) -> list[dict[str, Any]]:
         with self.lock:

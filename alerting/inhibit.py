@@ -25,6 +25,14 @@ class Inhibitor:
         """A predicate "is this alert inhibited by one of ``active``" (built in one pass over them)."""
         if not self.rules:
             return lambda a: False
+        inhibitors = self.inhibited_by(active)
+        return lambda target: bool(inhibitors(target))
+
+    def inhibited_by(self, active: Iterable[Alert]) -> Callable[[Alert], list[str]]:
+        """The fingerprints of the ``active`` alerts inhibiting an alert (at most two per rule; empty: not
+        inhibited), as Alertmanager's ``status.inhibitedBy`` lists them."""
+        if not self.rules:
+            return lambda a: []
         firing = [a for a in active if a.status == "firing"]
         index: list[tuple[InhibitRule, dict[EqualKey, set[str]]]] = []
         for rule in self.rules:
@@ -37,7 +45,7 @@ class Inhibitor:
             if sources:
                 index.append((rule, sources))
 
-        def muted(target: Alert) -> bool:
+        def by(target: Alert) -> list[str]:
             fp: str | None = None
             for rule, sources in index:
                 if not all_match(rule.target_matchers, target.labels):
@@ -46,6 +54,6 @@ class Inhibitor:
                 if fps:
                     fp = fp or target.fingerprint
                     if fps - {fp}:
-                        return True
-            return False
-        return muted
+                        return sorted(fps - {fp})
+            return []
+        return by

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from alerting.correlate import REDIAGNOSE_S
 from alerting.evidence import Evidence
+from alerting.model import Alert
 from alerting.procedures import EVIDENCE_SERIES, TRIGGER_ALERTS
 from alerting.translog import TransitionLog
 
@@ -56,6 +57,12 @@ class AlertSink(Protocol):
     def oldest_undelivered(self) -> float | None: ...
 
     def incidents(self) -> list[dict[str, Any]]: ...
+
+    def mute_status(self, alerts: Sequence[Alert]) -> dict[str, dict[str, Any]]:
+        """Alertmanager's ``status`` of each alert (``state``, ``silencedBy``, ``inhibitedBy``) by fingerprint."""
+
+    def deliveries(self, fingerprint: str) -> list[dict[str, Any]]:
+        """The notifications that carried this alert and each one's outcome, oldest first."""
 
     def silences(self) -> list[dict[str, Any]]: ...
 

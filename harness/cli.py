@@ -74,12 +74,18 @@ def main(argv: list[str] | None = None) -> int:
         from harness.demo import main as demo_main
 
         return demo_main(argv[1:])
+    if argv[:1] == ["robot"]:  # a chat-robot stand-in to point alerting.yaml at (harness/standin.py)
+        from harness.standin import main as robot_main
+
+        return robot_main(argv[1:])
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     soak = sub.add_parser("soak", help="fault-injection soak: ETTR, recovery, alert delivery")
     soak_args(soak)
     soak.set_defaults(func=run_soak)
     sub.add_parser("demo", help="the whole loop on one machine (see `verl-ops demo --help`)")
+    sub.add_parser("robot", help="a local chat-robot stand-in (wecom, dingtalk, feishu, webhook) that prints "
+                                 "what it receives (see `verl-ops robot --help`)")
     args = parser.parse_args(argv)
     return int(args.func(args))
 

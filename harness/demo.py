@@ -18,10 +18,12 @@ with short windows for the injected faults, and correlation holds of 30 s. It sa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -219,7 +221,10 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  fault plan: {inj.name} {'from the start' if inj.at_step is None else f'at step {inj.at_step}'}"
               f" -> expect {', '.join(inj.expects)}", flush=True)
     with Stack(opts) as stack:
-        assert stack.trainer is not None
+        assert stack.trainer is not None and stack.monitor is not None
+        print(f"verl-ops demo: console on {stack.monitor.url}/ (open it while the demo runs"
+              + ("; kept up after the summary until Ctrl-C)" if args.keep_open else "; --keep-open keeps it up after the summary)"),
+              flush=True)
         trainer_started = stack.trainer_started
         expected = {n for inj in plan for n in inj.expects}
         deadline = started + args.duration
@@ -235,8 +240,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         summary = summarize(stack.journal, plan, stack.trainer.step_times, trainer_started)
         summary["expected_alerts"] = sorted(expected)
         summary["last_step"] = stack.trainer.step
-    summary["wall_seconds"] = round(time.monotonic() - started, 1)
-    summary["workdir"] = str(workdir)
+        summary["wall_seconds"] = round(time.monotonic() - started, 1)
+        summary["workdir"] = str(workdir)
+        if args.keep_open:  # the summary now; trainer, monitor and console go on until Ctrl-C
+            print_summary(summary, summary["wall_seconds"])
+            summary["printed"] = True
+            print(f"verl-ops demo: console still on {stack.monitor.url}/; Ctrl-C stops it", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                threading.Event().wait()
     return summary
 
 
@@ -258,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="keep configs, state and the trainer log here (default: a temp dir)")
     p.add_argument("--summary-json", help="also write the summary as JSON to this file")
     p.add_argument("--quiet", action="store_true", help="only print the summary")
+    p.add_argument("--keep-open", action="store_true",
+                   help="after the summary keep the trainer, the monitor and its console up until Ctrl-C")
     args = p.parse_args(argv)
     if args.duration <= 0:
         print(f"demo: --duration {args.duration}: must be > 0 seconds", file=sys.stderr)
@@ -278,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"demo: {exc}", file=sys.stderr)
         return 1
-    print_summary(summary, summary["wall_seconds"])
+    if not summary.get("printed"):
+        print_summary(summary, summary["wall_seconds"])
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=2))
     return 0 if every_fault_caught(summary) else 1

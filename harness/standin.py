@@ -325,13 +325,28 @@ STANDINS: dict[str, type[RobotStandIn]] = {
     "dingtalk": DingTalkStandIn, "wecom": WeComStandIn, "feishu": FeishuStandIn, "webhook": WebhookStandIn}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.standin wecom``: serve a stand-in on 127.0.0.1 and print what it receives."""
-    import argparse
+def receiver_yaml(kind: str, robot: RobotStandIn) -> str:
+    """An alerting.yaml routing everything to this stand-in (``verl-alert test`` and ``verl-monitor run
+    --notify-config`` read it as they would a real robot's)."""
+    import yaml
 
-    p = argparse.ArgumentParser(prog="python -m harness.standin", description=main.__doc__)
+    receiver = {"name": f"ops-{kind}", "type": kind, "url": robot.url}
+    if getattr(robot, "secret", None):
+        receiver["secret"] = robot.secret  # type: ignore[attr-defined]
+    return yaml.safe_dump({"receivers": [receiver], "route": {"receiver": f"ops-{kind}"}}, sort_keys=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``verl-ops robot wecom`` (or ``python -m harness.standin wecom``): serve a chat-robot stand-in on
+    127.0.0.1, write an alerting.yaml that routes to it, print each message it receives until Ctrl-C."""
+    import argparse
+    from pathlib import Path
+
+    p = argparse.ArgumentParser(prog="verl-ops robot", description=main.__doc__)
     p.add_argument("kind", choices=sorted(STANDINS), nargs="?", default="wecom")
     p.add_argument("--port", type=int, default=0, help="listen port (0: a free one)")
+    p.add_argument("--write-config", metavar="FILE", default="alerting-standin.yaml",
+                   help="alerting YAML routing to this stand-in (default alerting-standin.yaml; '' writes none)")
     args = p.parse_args(argv)
     robot_cls = STANDINS[args.kind]
     try:
@@ -341,6 +356,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"standin: cannot listen on 127.0.0.1:{args.port} ({exc.strerror}); pass --port 0", flush=True)
         return 2
     print(f"{args.kind} stand-in: {robot.url}", flush=True)
+    if args.write_config:
+        try:
+            Path(args.write_config).write_text(receiver_yaml(args.kind, robot))
+        except OSError as exc:
+            print(f"standin: --write-config {args.write_config}: cannot write ({exc.strerror}); pass another path",
+                  flush=True)
+            robot.close()
+            return 2
+        print(f"wrote {args.write_config} (receiver ops-{args.kind}); try: verl-alert test --config "
+              f"{args.write_config} --receiver ops-{args.kind}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         threading.Event().wait()
     robot.close()

@@ -84,8 +84,9 @@ class Annotator:
         if len(t) == 0:
             return None
         path = self.plots_dir / name
-        args = (path, t, v, dict(c.details),
-                f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}", c.rule.alert)
+        args = (path, t, v, dict(c.details, onset=c.since),
+                f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}", c.rule.alert,
+                c.binding.series.name)
         if self.plot_executor is not None:
             self.plot_executor.submit(_render_quietly, *args)
         elif _render_quietly(*args) is None:
@@ -95,9 +96,10 @@ class Annotator:
         return (f"{self.plot_prefix.rstrip('/')}/{name}" if self.plot_prefix else str(path)), str(path)
 
 
-def _render_quietly(path: Path, t: Any, v: Any, details: dict[str, float], title: str, alert: str) -> Path | None:
+def _render_quietly(path: Path, t: Any, v: Any, details: dict[str, float], title: str, alert: str,
+                    ylabel: str = "") -> Path | None:
     try:
-        return render_fit(path, t, v, details, title)
+        return render_fit(path, t, v, details, title, ylabel)
     except Exception as exc:  # a plot failure must not lose the alert
         log.warning("plot for %s failed: %s", alert, exc)
         return None

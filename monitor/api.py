@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from alerting.matchers import all_match, parse_matcher
 from monitor.durations import DurationError, parse_duration
 from monitor.httpguard import OVERSIZE, GuardedServer
 from monitor.sources.alertmanager import PayloadError, parse_webhook
@@ -211,7 +212,7 @@ class MonitorAPI:
     def _api(self, h: Exchange, method: str, path: str) -> None:
         d = self.daemon
         if path == "/api/v1/alerts" and method == "GET":
-            return self._json(h, 200, {"status": "success", "data": d.alerts()})
+            return self._json(h, 200, {"status": "success", "data": _alert_filter(h.path)(d.alerts())})
         m = _ALERT_RE.match(path)
         if m and method == "GET":
             fp = m.group(1)
@@ -272,6 +273,23 @@ class MonitorAPI:
                 ok = engine.expire_silence(m.group(1))
             return self._json(h, 200 if ok else 404, {"status": "success" if ok else "error", "silenceID": m.group(1)})
         self._json(h, 404, {"error": f"no route {method} {path}"})
+
+
+def _alert_filter(target: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Alertmanager's ``GET /api/v2/alerts`` filters: ``active``, ``silenced``, ``inhibited`` (true or
+    false, default true: all shown) and ``filter`` (label matchers, repeatable)."""
+    q = parse_qs(target.partition("?")[2])
+    shown = {k: q.get(k, ["true"])[-1].lower() != "false" for k in ("active", "silenced", "inhibited")}
+    try:
+        matchers = [parse_matcher(m) for m in q.get("filter", [])]
+    except ValueError as exc:
+        raise PayloadError(f"filter: {exc}") from None
+
+    def keep(a: dict[str, Any]) -> bool:
+        st = a.get("status") or {}
+        kind = "silenced" if st.get("silencedBy") else "inhibited" if st.get("inhibitedBy") else "active"
+        return shown[kind] and all_match(matchers, a.get("labels", {}))
+    return lambda alerts: [a for a in alerts if keep(a)]
 
 
 def _ts(v: Any) -> float | None:

@@ -8,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def _fail(msg: str) -> int:
@@ -64,6 +65,7 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from monitor.config import ConfigError, default_config, load_config, parse_listen, target_from_url
+    from monitor.run_flags import label_and_rules
 
     try:
         if args.config:
@@ -73,18 +75,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                 cfg.notify_config = default_config([], args.notify_config).notify_config
             if args.listen:
                 cfg.host, cfg.port = parse_listen(args.listen, "--listen")
+            if args.node or args.cluster or args.rules:
+                return _fail("--node/--cluster/--rules: with --config, set node: per target, cluster: and rules: "
+                             "in the config file")
         else:
-            cfg = default_config(args.target, args.notify_config, args.listen)
+            cfg = label_and_rules(default_config(args.target, args.notify_config, args.listen), args.node, args.cluster,
+                                  args.rules)
     except ConfigError as exc:
         return _fail(str(exc))
-    if not args.config:
-        where = ", ".join(t.url for t in cfg.targets)
-        print(f"verl-monitor: watching {where} with the default rules; API on http://{cfg.host}:{cfg.port}; "
-              + ("alerts print here" if cfg.prints_alerts else f"alerts go to {cfg.notify_config}")
-              + " (Ctrl-C stops)", file=sys.stderr)
+    print(first_line(cfg, bool(args.config)), file=sys.stderr)
     from monitor.serve import serve  # heavy imports only once the config is known to be good
 
     return serve(cfg)
+
+
+def first_line(cfg: Any, from_file: bool) -> str:
+    """What a newcomer reads first: where the console is, what is watched and labelled how, where alerts go."""
+    console = f"console on http://{cfg.host}:{cfg.port}/"
+    if from_file:
+        return f"verl-monitor: {console} · {len(cfg.targets)} target(s) from {cfg.path} (Ctrl-C stops)"
+    where = ", ".join(f"{t.url} as node={t.node or '(its host)'}" for t in cfg.targets)
+    rules = ", ".join(str(r) for r in cfg.rules) or "the default rules"
+    return (f"verl-monitor: {console} · watching {where}, cluster={cfg.cluster} (--node NAME / --cluster NAME "
+            f"to name them) with {rules}; "
+            + ("alerts print here" if cfg.prints_alerts else f"alerts go to {cfg.notify_config}") + " (Ctrl-C stops)")
 
 
 SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
@@ -109,6 +123,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "without it alerts are printed here")
     p.add_argument("--listen", metavar="HOST:PORT", help="address of the monitor's API and /metrics "
                    "(default 127.0.0.1:9105)")
+    p.add_argument("--node", metavar="NAME", help="node label of the targets' alerts (default: this machine's "
+                   "host name for a local trainer, the host part of a remote one)")
+    p.add_argument("--cluster", metavar="NAME", help='cluster label of every alert (default "default")')
+    p.add_argument("--rules", action="append", metavar="FILE",
+                   help="rules YAML instead of the default rules (repeatable); 'demo': the demo's short-window "
+                        "profile (monitor/rules/demo.yaml), to see alerts within minutes")
     p.add_argument("--config", metavar="FILE", help="monitor YAML for everything else: several targets, your "
                    "own rules, a Prometheus server, bearer token (monitor/README.md); the flags above add to or override it")
 

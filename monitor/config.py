@@ -7,6 +7,7 @@ listen: 127.0.0.1:9105            # own /metrics, /healthz, JSON API; 127.0.0.1 
 bearer_token_env: MONITOR_TOKEN   # or bearer_token: ...; required on /api/* when set (empty: an error)
 state_db: ./verl-monitor/state.db # alert states (SQLite WAL); plots go to <state_db dir>/plots
 external_url: http://mon:9105     # how links to plots are written (default http://<listen>)
+grafana_url: http://grafana:3000   # optional: console links to the shipped dashboards (prometheus_url: to queries)
 eval_interval: 500ms
 rules: [my-rules.yaml]            # default: monitor/rules/default.yaml
 notify_config: alerting.yaml      # alerting.engine config; omit to only record alerts
@@ -58,7 +59,7 @@ from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console", "retention", "file_sd", "file_sd_configs", "ray"}
+            "console", "retention", "file_sd", "file_sd_configs", "ray", "grafana_url", "prometheus_url"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
@@ -114,6 +115,8 @@ class MonitorConfig:
     bearer_token: str | None = None
     state_db: Path = Path("verl-monitor/state.db")
     external_url: str | None = None
+    grafana_url: str | None = None  # the console links each alert to its panel on the shipped dashboards there
+    prometheus_url: str | None = None  # ... and its rule's query to this Prometheus' graph page
     eval_interval: float = 0.5  # longest wait between ticks; new samples bring the tick forward to a fifth of it
     rules: list[Path] = field(default_factory=list)
     notify_config: Path | None = None
@@ -365,6 +368,9 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         cfg.state_db = base / "verl-monitor" / "state.db"
     if doc.get("external_url") is not None:
         cfg.external_url = _text(doc["external_url"], "external_url")
+    for key in ("grafana_url", "prometheus_url"):  # the console's links out (monitor/web/links.py)
+        if doc.get(key) is not None:
+            setattr(cfg, key, _text(doc[key], key).rstrip("/"))
     cfg.eval_interval = _dur(doc.get("eval_interval", 0.5), "eval_interval")
     cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(_list(doc.get("rules"), "rules"))]
     if doc.get("notify_config"):

@@ -87,9 +87,13 @@ class Daemon:
         return health.report(self)
 
     def alerts(self) -> list[dict[str, Any]]:
-        own = [dict(a.to_json(), state="firing") for a in self.pipeline.book.firing()]
-        own += [dict(a.to_json(), state="pending") for a in self.pipeline.book.pending()]
-        return own
+        """Firing and pending alerts; ``state`` says which, ``status`` is Alertmanager's API v2 object
+        (``state`` active/suppressed, ``silencedBy``, ``inhibitedBy``) so a silenced alert reads as handled."""
+        firing, pending = self.pipeline.book.firing(), self.pipeline.book.pending()
+        handled = self.engine.mute_status(firing + pending) if self.engine is not None else {}
+        return [dict(a.to_json(), state=state, status=handled.get(a.fingerprint) or
+                     {"state": "active", "silencedBy": [], "inhibitedBy": []})
+                for state, alerts in (("firing", firing), ("pending", pending)) for a in alerts]
 
     def submit_external(self, alerts: list[Alert]) -> int:
         with self.lock:
@@ -205,7 +209,7 @@ class Daemon:
             self.api = self.listen()
         self.api.start()
         base = self.config.external_url or f"http://{self.config.host}:{self.api.port}"
-        log.info("verl-monitor listening on http://%s:%d", self.config.host, self.api.port)
+        log.info("verl-monitor: console and API on http://%s:%d/", self.config.host, self.api.port)
         self.pipeline.annotator.plot_executor = self._plots = ThreadPoolExecutor(1, thread_name_prefix="monitor-plots")
         alerting_stage.start(self.pipeline, self.engine, self.config, base)
         limits = httpx.Limits(max_connections=max(10, 3 * len(self.config.targets)))

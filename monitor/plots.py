@@ -9,10 +9,12 @@ import numpy as np
 from alerting.model import rfc3339
 
 
-def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str) -> Path | None:
+def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str,
+               ylabel: str = "") -> Path | None:
     """Series (last window) with the detector's fitted line; ``details`` carry ``slope_per_min``,
     ``intercept`` (value at ``t_ref``), ``t_ref`` and (a drift ramp) ``trend_end`` as the drift and leak
-    detectors report them."""
+    detectors report them, and ``onset``: when the alert's condition began (marked). ``ylabel``: the
+    series' name, on the value axis."""
     if len(t) == 0:
         return None
     # Imported on first plot: matplotlib costs half a second of start-up the daemon rarely needs.
@@ -38,7 +40,12 @@ def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, floa
         if "p_value" in details:
             label += f", p={details['p_value']:.2g}"
         ax.plot((fx - t[-1]) / 60.0, fy, color="#cc3311", lw=2, label=label)
+    onset = details.get("onset")
+    if onset is not None and np.isfinite(onset) and t[0] <= onset <= t[-1]:
+        ax.axvline((onset - t[-1]) / 60.0, color="#b3141b", lw=1.2, ls="--",
+                   label=f"condition since {rfc3339(float(onset))[11:19]}")
     ax.set_xlabel(f"minutes before {rfc3339(float(t[-1]))}")
+    ax.set_ylabel(ylabel or "value", fontsize=9)
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()

@@ -82,7 +82,8 @@ class SourceBoard:
             states = list(self.states.values())
         return [{"name": s.name, "kind": s.kind, "address": s.address, "health": s.health,
                  "last_round": s.last_round, "duration": s.duration, "error": s.error, "samples": s.samples,
-                 "series": sum(series_held(b) for b in (s.batch_sources or {s.metric}))} for s in states]
+                 "series": sum(series_held(b) for b in (s.batch_sources or {s.metric})),
+                 "sources": sorted(s.batch_sources or {s.metric})} for s in states]
 
 
 def _one_line(exc: BaseException) -> str:

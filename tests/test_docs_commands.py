@@ -34,7 +34,14 @@ COVERED: dict[str, str] = {
     # README.md
     "make demo": "tests/e2e/test_demo_smoke.py::test_dataflow_collapse_is_detected_correlated_and_delivered_once",
     "make test": "Makefile",
-    "verl-train --config ppo_tiny --metrics-port 8000 --checkpoint-dir runs/ckpt": LIVE,
+    "verl-train --config ppo_tiny --metrics-port 8000 --checkpoint-dir runs/ckpt trainer.total_steps=1000000": LIVE,
+    "verl-train --config ppo_tiny --metrics-port 8000 trainer.total_steps=1000000 faults.reward_oom_at_step=40":
+        "tests/e2e/test_demo_smoke.py::test_dataflow_collapse_is_detected_correlated_and_delivered_once",
+    "verl-ops robot wecom --port 9201": "tests/harness/test_robot_command.py::test_the_robot_command_receives_verl_alert_test",
+    "verl-alert test --config alerting-standin.yaml --receiver ops-wecom":
+        "tests/harness/test_robot_command.py::test_the_robot_command_receives_verl_alert_test",
+    "verl-monitor run --rules demo --notify-config alerting-standin.yaml":
+        "tests/harness/test_demo_profile.py::test_the_shipped_demo_profile_is_the_demos_and_run_takes_it",
     "curl -s 127.0.0.1:8000/metrics | grep rollout_buffer": LIVE,
     "verl-monitor run": "tests/monitor/test_monitor_one_page.py::test_default_config_watches_the_local_trainer",
     "verl-alert test --config alerting.yaml --receiver ops-wecom":
@@ -76,7 +83,7 @@ COVERED: dict[str, str] = {
         "tests/monitor/test_monitor_verl_daemon.py::test_readme_setup_line_matches_the_sidecar_config",
 }
 # programs whose flags are checked against their --help (the rest only have to exist)
-OURS = {"verl-train", "verl-monitor", "verl-alert", "verl-ckpt"}
+OURS = {"verl-train", "verl-monitor", "verl-alert", "verl-ckpt", "verl-ops"}
 THEIRS = {"prometheus", "promtool", "prometheus-alertmanager", "amtool"}
 SHELL = {"curl", "grep", "python"}  # python: volcengine verl's entry point in monitor/README.md
 

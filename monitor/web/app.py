@@ -4,6 +4,7 @@ input); state changes are form POSTs guarded by SameSite cookies and a form toke
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -18,7 +19,7 @@ from starlette.routing import Route
 
 import monitor.api
 from monitor.durations import DurationError, parse_duration
-from monitor.web import auth, views
+from monitor.web import auth, listing, views
 
 FORM_LIMIT = 64 * 1024
 _ENV = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -32,7 +33,8 @@ def build_app(api: Any) -> Starlette:
     def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = auth.csrf_value(request)
         html = _ENV.get_template(name).render(csrf=csrf, path=request.url.path, token_set=bool(api.token),
-                                              cluster=api.daemon.config.cluster, **ctx)
+                                              cluster=api.daemon.config.cluster, now=views.clock_time(time.time()),
+                                              **ctx)
         resp = HTMLResponse(html, status, headers={"cache-control": "no-store", "x-frame-options": "DENY",
                                                    "content-security-policy": _CSP,
                                                    "referrer-policy": "same-origin"})
@@ -47,7 +49,8 @@ def build_app(api: Any) -> Starlette:
         return RedirectResponse(f"/login?next={quote(target)}", 303)
 
     async def index(request: Request) -> Response:
-        return login_first(request) or page(request, "index.html", **await views.overview(api))
+        return login_first(request) or page(request, "index.html",
+                                            **await views.overview(api, listing.parse_query(request.query_params)))
 
     async def alert(request: Request) -> Response:
         if (r := login_first(request)) is not None:
@@ -71,7 +74,7 @@ def build_app(api: Any) -> Starlette:
         found = await views.detail(api, fp) if fp else None
         labels = {"alertname": found["a"]["name"], **found["a"]["labels"]} if found else {}
         return page(request, "silence_form.html", matchers=views.matchers_of(labels), duration="2h", comment="",
-                    creator="", error="", about=found["a"] if found else None)
+                    creator="", about=found["a"] if found else None, **views.silence_offer(api))
 
     async def _create_silence(request: Request) -> Response:
         form = await _form(request)
@@ -79,7 +82,8 @@ def build_app(api: Any) -> Starlette:
             return page(request, "missing.html", 403, what="The form token is missing or stale: reload the page and try again.")
         matchers = [ln.strip() for ln in form.get("matchers", "").splitlines() if ln.strip()]
         redo = {"matchers": form.get("matchers", ""), "duration": form.get("duration", ""),
-                "comment": form.get("comment", ""), "creator": form.get("creator", ""), "about": None}
+                "comment": form.get("comment", ""), "creator": form.get("creator", ""), "about": None,
+                "unavailable": api.daemon.engine is None}
         try:
             parse_duration(form.get("duration", ""), "duration")
         except DurationError as exc:

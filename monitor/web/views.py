@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
 from monitor.api import Exchange, MonitorAPI
+from monitor.web import links, listing
 
 _PLOT_NAME = re.compile(r"/api/v1/plots/([A-Za-z0-9_.-]+\.png)")
 SEVERITY_ORDER = {"P0": 0, "critical": 0, "P1": 1, "P2": 2, "warning": 2, "P3": 3, "info": 3}
@@ -61,37 +62,115 @@ def plot_path(link: str) -> str:
     return f"/api/v1/plots/{m.group(1)}" if m else ""
 
 
-def alert_row(a: dict[str, Any], kind: str, state: str) -> dict[str, Any]:
+def alert_row(a: dict[str, Any], kind: str, state: str, silences: dict[str, dict[str, Any]] | None = None,
+              names: dict[str, str] | None = None, member_of: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """``silences`` by id, ``names`` (alert names by fingerprint) and ``member_of`` (incident by member
+    fingerprint) say who handles the alert: the silences muting it, the alerts inhibiting it, its incident."""
     labels = dict(a.get("labels", {}))
     ann = a.get("annotations", {})
+    status = a.get("status") if isinstance(a.get("status"), dict) else {}
+    fp = a.get("fingerprint", "")
     starts, ends = _parse(a.get("startsAt")), _parse(a.get("endsAt"))
-    return {"kind": kind, "state": state, "fingerprint": a.get("fingerprint", ""),
-            "name": labels.get("alertname", "?"), "severity": labels.get("severity", "?"),
+    severity = labels.get("severity", "?")
+    return {"kind": kind, "state": state, "fingerprint": fp,
+            "name": labels.get("alertname", "?"), "severity": severity,
+            "rank": {"firing": 0, "pending": 1}.get(state, 2) * 10 + SEVERITY_ORDER.get(severity, 9),
             "labels": {k: v for k, v in sorted(labels.items()) if k not in ("alertname", "severity")},
+            "short_labels": {k: listing.cut(v) for k, v in sorted(labels.items()) if k not in ("alertname", "severity")},
             "summary": ann.get("summary", ""), "since": ago(starts), "started": stamp(starts),
             "ended": stamp(ends) if state == "resolved" else "", "ended_ago": ago(ends) if state == "resolved" else "",
             "annotations": ann, "members": a.get("members", []),
             "root_cause": a.get("root_cause") or ann.get("root_cause", ""),
             "suggestion": a.get("suggestion") or ann.get("suggestion", ""),
             "evidence": [e.strip() for e in ann.get("evidence", "").split(";") if e.strip()],
-            "plot": plot_path(ann.get("plot", ""))}
+            "plot": plot_path(ann.get("plot", "")),
+            "silenced_by": [(silences or {}).get(sid) or {"id": sid, "createdBy": "?", "comment": "", "ends": "",
+                                                         "ends_in": ""} for sid in status.get("silencedBy", [])],
+            "inhibited_by": [{"fingerprint": f, "name": (names or {}).get(f, f)} for f in status.get("inhibitedBy", [])],
+            "incident": (member_of or {}).get(fp)}
 
 
-async def overview(api: MonitorAPI) -> dict[str, Any]:
+async def overview(api: MonitorAPI, q: listing.Query) -> dict[str, Any]:
+    """The alert list as ``q`` asks: unhandled ones by default (silenced or inhibited ones one filter
+    away, marked with who silenced them, until when and why), grouped by node or run, at most
+    PAGE_ROWS rows a group or a page."""
     d = api.daemon
     _, alerts = await call(api, "GET", "/api/v1/alerts")
     _, incidents = await call(api, "GET", "/api/v1/incidents")
-    rows = [alert_row(a, "alert", a.get("state", "firing")) for a in (alerts or {}).get("data", [])]
+    silences = await _silence_map(api)
+    raw = (alerts or {}).get("data", [])
+    names = {a.get("fingerprint", ""): a.get("labels", {}).get("alertname", "?") for a in raw}
+    inc_raw = (incidents or {}).get("data", [])
+    member_of = {m: {"fingerprint": i.get("fingerprint", ""), "name": i.get("labels", {}).get("alertname", "?")}
+                 for i in inc_raw for m in i.get("members", [])}
+    rows = [alert_row(a, "alert", a.get("state", "firing"), silences, names, member_of) for a in raw]
     inc_rows = [alert_row(i, "incident", "firing" if i.get("status") == "firing" else "resolved")
-                for i in (incidents or {}).get("data", [])]
+                for i in inc_raw]
     resolved = await run_in_threadpool(d.pipeline.book.recently_resolved)
-    rows += [alert_row(dict(a.to_json()), "alert", "resolved") for a in resolved]
+    rows += [alert_row(dict(a.to_json()), "alert", "resolved", member_of=member_of) for a in resolved]
+    rows.sort(key=_order)
+    shown = listing.selected(rows, q)
+    unhandled = [r for r in rows if not listing.handled(r)]
+    return {"alerts": listing.grouped(shown, q), "shown": len(shown), "q": q,
+            "incidents": sorted(inc_rows, key=_order),
+            "counts": {"firing": sum(r["state"] == "firing" for r in unhandled),
+                       "pending": sum(r["state"] == "pending" for r in unhandled),
+                       "handled": sum(listing.handled(r) for r in rows)},
+            "health": await run_in_threadpool(d.health), "runs": await run_in_threadpool(job_health, api),
+            "silences_on": d.engine is not None, "updated": clock_time(time.time())}
 
-    def order(r: dict[str, Any]) -> tuple[int, int, str]:
-        return ({"firing": 0, "pending": 1}.get(r["state"], 2), SEVERITY_ORDER.get(r["severity"], 9), r["name"])
 
-    return {"alerts": sorted(rows, key=order), "incidents": sorted(inc_rows, key=order),
-            "health": await run_in_threadpool(d.health), "silences_on": d.engine is not None}
+def _order(r: dict[str, Any]) -> tuple[int, str]:
+    return r["rank"], r["name"]
+
+
+def clock_time(ts: float) -> str:
+    """The page's "updated HH:MM:SS", in UTC like every other stamp on the console."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%H:%M:%S UTC")
+
+
+async def _silence_map(api: MonitorAPI) -> dict[str, dict[str, Any]]:
+    if api.daemon.engine is None:
+        return {}
+    status, doc = await call(api, "GET", "/api/v1/silences")
+    if status != 200:
+        return {}
+    return {s["id"]: {"id": s["id"], "createdBy": s.get("createdBy", ""), "comment": s.get("comment", ""),
+                      "ends": stamp(_parse(s.get("endsAt"))), "ends_in": until(_parse(s.get("endsAt"))),
+                      "starts_ts": _parse(s.get("startsAt")) or 0.0}
+            for s in doc["data"]}
+
+
+def until(ts: float | None, now: float | None = None) -> str:
+    if ts is None:
+        return ""
+    s = max(0.0, ts - (now or time.time()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"in {s / size:.0f}{unit}"
+    return f"in {s:.0f}s"
+
+
+def job_health(api: MonitorAPI) -> list[dict[str, Any]]:
+    """One line per watched source: up or down, its last training step (``verl_global_step``) and how
+    long ago the last record and the last scrape were."""
+    d = api.daemon
+    with d.lock:
+        rows = d.sources.rows(d.pipeline.store.held_by)
+        steps: dict[str, tuple[float, float]] = {}
+        for s in d.pipeline.store:
+            if s.name == "verl_global_step" and math.isfinite(s.last_t) and \
+                    (s.source not in steps or s.last_t > steps[s.source][1]):
+                steps[s.source] = (s.last_v, s.last_t)
+    now_clock, now = d.clock.now(), time.time()
+    out = []
+    for r in sorted(rows, key=lambda r: r["name"]):
+        step = max((steps[src] for src in r["sources"] if src in steps), key=lambda st: st[1], default=None)
+        out.append({"name": r["name"], "health": r["health"], "address": r["address"],
+                    "step": "" if step is None or not math.isfinite(step[0]) else f"{step[0]:.0f}",
+                    "record_ago": "" if step is None else ago(now - (now_clock - step[1]), now),
+                    "scrape_ago": ago(r["last_round"], now)})
+    return out
 
 
 async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
@@ -100,14 +179,69 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
         return None
     a = doc["data"]
     kind = "incident" if a.get("kind") == "incident" else "alert"
-    row = alert_row(a, kind, a.get("state") or a.get("status", "firing"))
-    members = []
-    if kind == "incident":  # the member alerts now firing with their own plots
-        _, alerts = await call(api, "GET", "/api/v1/alerts")
-        ids = set(row["members"])  # the members' fingerprints
-        members = [alert_row(m, "alert", m.get("state", "firing")) for m in (alerts or {}).get("data", [])
-                   if m.get("fingerprint") in ids]
-    return {"a": row, "members": members, "silences_on": api.daemon.engine is not None}
+    _, alerts = await call(api, "GET", "/api/v1/alerts")
+    _, incidents = await call(api, "GET", "/api/v1/incidents")
+    live = (alerts or {}).get("data", [])
+    names = {x.get("fingerprint", ""): x.get("labels", {}).get("alertname", "?") for x in live}
+    member_of = {m: {"fingerprint": i.get("fingerprint", ""), "name": i.get("labels", {}).get("alertname", "?")}
+                 for i in (incidents or {}).get("data", []) for m in i.get("members", [])}
+    silences = await _silence_map(api)
+    state = a.get("state") or (a.get("status") if isinstance(a.get("status"), str) else "firing")
+    row = alert_row(a, kind, state, silences, names, member_of)
+    members, member_raw = [], []
+    if kind == "incident":  # its members, firing or resolved since, with their own plots
+        by_fp = {m.get("fingerprint"): m for m in live}
+        for m in row["members"]:
+            found = by_fp.get(m)
+            if found is None:
+                got, one = await call(api, "GET", f"/api/v1/alerts/{m}")
+                found = one["data"] if got == 200 else None
+            if found is not None:
+                member_raw.append(found)
+                members.append(alert_row(found, "alert", found.get("state", "firing"), silences, names))
+    base = str(getattr(getattr(api.daemon.engine, "config", None), "runbook_base_url", "") or "")
+    out = links.out_links(api.daemon.config, row, rule_select(api, row["name"]), base)
+    for m in members:  # an incident links out where its members do
+        out += [x for x in links.out_links(api.daemon.config, m, rule_select(api, m["name"]), base) if x not in out]
+    events = await run_in_threadpool(timeline, api, a, row)
+    seen = {(e["at"], e["what"]) for e in events}
+    for raw, m in zip(member_raw, members, strict=True):  # ... and its timeline holds theirs, each
+        for e in await run_in_threadpool(timeline, api, raw, m):  # notification once (it carries them all)
+            shared = e["kind"] not in ("firing", "pending", "resolved", "silenced")
+            if not (shared and (e["at"], e["what"]) in seen):
+                events.append(dict(e, what=e["what"] if shared else f"{m['name']}: {e['what']}"))
+                seen.add((e["at"], e["what"]))
+    events.sort(key=lambda e: e["at"])
+    return {"a": row, "members": members, "silences_on": api.daemon.engine is not None, "links": out,
+            "timeline": events, "updated": clock_time(time.time())}
+
+
+def rule_select(api: MonitorAPI, name: str) -> str:
+    for r in api.daemon.pipeline.evaluator.rules:
+        if r.alert == name:
+            return "; ".join(s for c in r.to_json()["conditions"] for s in c["select"])
+    return ""
+
+
+def timeline(api: MonitorAPI, a: dict[str, Any], row: dict[str, Any]) -> list[dict[str, str]]:
+    """What happened to the alert, oldest first: firing, each notification that carried it with its
+    outcome, the silences muting it, resolved."""
+    events: list[tuple[float, str, str]] = []
+    starts, ends = _parse(a.get("startsAt")), _parse(a.get("endsAt"))
+    if starts is not None:
+        events.append((starts, "firing" if row["state"] != "pending" else "pending", "started"))
+    engine = api.daemon.engine
+    for dlv in engine.deliveries(row["fingerprint"]) if engine is not None else []:
+        outcome = dlv["outcome"] + (f" after {dlv['attempts']} attempt(s)" if dlv["attempts"] > 1 else "")
+        what = f"{dlv['status']} notification to {dlv['receiver']}: {outcome}"
+        events.append((dlv["at"], dlv["outcome"], what + (f" ({dlv['error']})" if dlv["error"] else "")))
+    for sil in row["silenced_by"]:
+        events.append((sil.get("starts_ts", 0.0), "silenced",
+                       f"silenced by {sil['createdBy']} until {sil['ends']}: {sil['comment']}"))
+    if row["state"] == "resolved" and ends is not None:
+        events.append((ends, "resolved", "resolved"))
+    events.sort(key=lambda e: e[0])
+    return [{"at": stamp(t), "kind": kind, "what": what} for t, kind, what in events]
 
 
 def matchers_of(labels: dict[str, str]) -> str:
@@ -126,7 +260,19 @@ def _matcher_line(name: str, value: str) -> str:
     return f'{name}=~"{spelled}"'
 
 
+NO_SILENCES = ("This monitor prints its alerts to the terminal and sends them nowhere (no notify_config), so "
+               "there is nothing to silence here: run it with --notify-config FILE (or notify_config: in its "
+               "config; see alerting/README.md) to route alerts to receivers and silence them from this page.")
+
+
+def silence_offer(api: MonitorAPI) -> dict[str, Any]:
+    """Whether the silence form is offered: silences live in the alerting engine (None: say why not)."""
+    return {"unavailable": api.daemon.engine is None, "error": NO_SILENCES if api.daemon.engine is None else ""}
+
+
 async def silences(api: MonitorAPI) -> dict[str, Any]:
+    if api.daemon.engine is None:
+        return {"error": NO_SILENCES, "active": [], "expired": []}
     status, doc = await call(api, "GET", "/api/v1/silences")
     if status != 200:
         return {"error": (doc or {}).get("error", f"HTTP {status}"), "active": [], "expired": []}

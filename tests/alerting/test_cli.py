@@ -38,6 +38,24 @@ def test_test_command_ok_and_wrong_secret(tmp_path: Path, fakes: dict[str, Any],
     assert "--receiver: 'nobody'" in capsys.readouterr().err
 
 
+def test_testing_one_receiver_needs_only_its_own_secrets(tmp_path: Path, fakes: dict[str, Any],
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's first robot: another receiver's unset ${DINGTALK_TOKEN} and secret_env are not in the way."""
+    monkeypatch.delenv("W42_UNSET_TOKEN", raising=False)
+    monkeypatch.delenv("W42_UNSET_SECRET", raising=False)
+    cfg = {"receivers": [{"name": "ops-dingtalk", "type": "dingtalk", "url": "https://x/robot/send?access_token=${W42_UNSET_TOKEN}",
+                          "secret_env": "W42_UNSET_SECRET"},
+                         {"name": "ops-wecom", "type": "wecom", "url": fakes["wecom"].url}],
+           "route": {"receiver": "ops-dingtalk", "routes": [{"matchers": ['severity="P0"'], "receiver": "ops-wecom"}]}}
+    path = tmp_path / "alerting.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["test", "--config", str(path), "--receiver", "ops-wecom"]) == 0, capsys.readouterr().err
+    assert len(fakes["wecom"].received) == 1
+    assert main(["test", "--config", str(path), "--receiver", "ops-dingtalk"]) == 2  # its own secret is missing
+    assert "W42_UNSET" in capsys.readouterr().err
+
+
 def test_render_en_and_zh(tmp_path: Path, fakes: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     a = alert("DataflowCollapse", severity="P0")
     a.annotations.update(root_cause="Reward Model OOM on node gpu-08 (A100-80G)", suggestion="Reduce x")

@@ -92,3 +92,28 @@ def test_ctrl_c_stops_trainer_and_monitor(tmp_path: Path) -> None:
     # a terminal's Ctrl-C reaches the whole foreground group; here only the demo got it, and the
     # trainer runs in its own session: the demo itself took it down
     assert _gone(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_keep_open_shows_the_console_after_the_summary_until_ctrl_c(tmp_path: Path) -> None:
+    import httpx
+
+    proc = _demo(tmp_path, "--faults", "none", "--duration", "3", "--keep-open")
+    assert proc.stdout is not None
+    lines, url = [], None
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if m := re.search(r"console still on (http://127\.0\.0\.1:\d+/)", line):
+            url = m.group(1)
+            break
+    out = "".join(lines)
+    assert url is not None, out
+    assert re.search(r"console on http://127\.0\.0\.1:\d+/", out) and "==== demo summary" in out
+    assert httpx.get(url, timeout=10).status_code in (200, 303)  # the console (or its login) still answers
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, rest
+    assert "==== demo summary" not in rest  # printed once, before the wait

@@ -146,6 +146,7 @@ def test_the_console_in_chromium(console, browser, tmp_path: Path) -> None:  # n
     assert "RewardModelCircuitOpen" in page and "circuit open on gpu-04" in page
     assert "DataflowCollapse" in page and browser.title != "pwned"
     assert HOSTILE in page  # shown as text, never run
+    assert page.count("Incident DataflowCollapse") == 3  # each member alert names its incident
     _shot(browser, "alerts", tmp_path)
 
     _go(browser, lambda b: b.find_element(By.LINK_TEXT, "DataflowCollapse"))
@@ -205,3 +206,26 @@ def test_a_form_post_without_the_form_token_is_refused(console) -> None:  # noqa
         assert ok.status_code == 303
     assert [s["comment"] for s in httpx.get(f"{d.url}/api/v1/silences", headers=auth).json()["data"]] == ["real"]
     assert json.loads(httpx.get(f"{d.url}/api/v1/alerts").text)["error"].startswith("missing or wrong bearer")
+
+
+def test_a_resolved_incident_keeps_its_members_and_timeline(console) -> None:  # noqa: ANN001
+    d, auth = console
+    [inc] = httpx.get(f"{d.url}/api/v1/incidents", headers=auth).json()["data"]
+    resolved = [{"status": "resolved", "labels": {"alertname": name, "severity": "P1", "node": "gpu-08",
+                                                  "note": HOSTILE if name == "RolloutWorkerCrash" else "x"},
+                 "annotations": {"summary": f"{name} on gpu-08"}, "startsAt": "2026-01-01T00:00:00Z",
+                 "endsAt": "2026-01-01T00:10:00Z"}
+                for name in ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop")]
+    assert httpx.post(f"{d.url}/api/v1/alertmanager/webhook", headers=auth,
+                      json={"version": "4", "alerts": resolved}).status_code == 200
+    assert wait_for(lambda: httpx.get(f"{d.url}/api/v1/incidents", headers=auth).json()["data"][0]["status"] != "firing", 15)
+    with httpx.Client(base_url=d.url) as c:
+        csrf = c.get("/login").cookies["verl_monitor_csrf"]
+        assert c.post("/login", data={"token": TOKEN, "csrf": csrf, "next": "/"}).status_code == 303
+        page = c.get(f"/alerts/{inc['fingerprint']}").text
+    assert "Member alerts" in page and "Timeline" in page
+    assert "</span> resolved</li>" in page  # the timeline ends with the resolve
+    assert "RolloutBufferDrop: started" in page and "RolloutBufferDrop: resolved" in page  # members' events too
+    for name in ("RewardModelOOM", "RolloutWorkerCrash", "RolloutBufferDrop"):
+        assert f"<b>{name}</b>" in page  # each member still listed, with its page's link
+    assert page.count("state-resolved") >= 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import socket
 import subprocess
 import sys
 import threading
@@ -153,6 +154,14 @@ def test_default_config_watches_the_local_trainer() -> None:
     assert (cfg.host, cfg.port) == ("127.0.0.1", 9105)
     assert [t.url for t in default_config(["gpu-08:8000", "https://h/x/metrics"]).targets] == [
         "http://gpu-08:8000/metrics", "https://h/x/metrics"]
+    # where: a local trainer is this machine (its host name), a remote one its host part; --node/--cluster say otherwise
+    from monitor.run_flags import label_and_rules
+
+    assert label_and_rules(cfg).targets[0].node == socket.gethostname().split(".")[0] and cfg.cluster == "default"
+    assert [t.node for t in label_and_rules(default_config(["gpu-08:8000", "localhost:8001"])).targets] == [
+        None, socket.gethostname().split(".")[0]]
+    named = label_and_rules(default_config(["127.0.0.1:8000"]), node="gpu-08", cluster="llama3")
+    assert named.targets[0].node == "gpu-08" and named.cluster == "llama3"
     with pytest.raises(ConfigError, match="--target"):
         default_config(["ftp://x"])
     with pytest.raises(ConfigError, match="--notify-config"):
@@ -206,8 +215,12 @@ def test_run_without_config_prints_alerts(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=20)
     server.shutdown()
     assert lines, err
-    assert "FIRING" in lines[0] and "P1 RewardModelOOM" in lines[0] and "node=127.0.0.1" in lines[0], lines
-    assert "watching http://127.0.0.1:" in err and (tmp_path / "verl-monitor/state.db").is_file()
+    host = socket.gethostname().split(".")[0]
+    # a trainer on this machine is labelled with its host name, not "127.0.0.1"; the first line names the console
+    assert "FIRING" in lines[0] and "P1 RewardModelOOM" in lines[0] and f"node={host}" in lines[0], lines
+    first = err.splitlines()[0]
+    assert first.startswith("verl-monitor: console on http://127.0.0.1:") and f"as node={host}" in first, err
+    assert "--node NAME" in first and (tmp_path / "verl-monitor/state.db").is_file()
 
 
 def test_run_flag_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -81,7 +81,8 @@ def test_the_last_slots_serve_only_healthz_and_metrics() -> None:
     try:
         held = [_drip(server.port) for _ in range(16 - server.reserve)]  # busy: mid-headers, never idle
         time.sleep(0.3)
-        assert _get(server.port, "/api/v1/alerts").startswith(b"HTTP/1.1 503")
+        shed = _get(server.port, "/api/v1/alerts")
+        assert shed.startswith(b"HTTP/1.1 429") and b"retry-after: 1" in shed.lower()
         assert _get(server.port, "/healthz").endswith(b"/healthz")
         assert _get(server.port, "/metrics").endswith(b"/metrics")
     finally:

@@ -13,13 +13,12 @@ not a thread). What it lacks, and why each guard is here:
 - a connection cap that keeps serving what matters: ``limit_concurrency`` answers 503 to the *newcomer*,
   so 130 idle connections (no token needed) starved /healthz and /metrics, and refusing newcomers at a
   hard cap failed half the webhook deliveries and scrapes under 200 busy API clients. A newcomer cannot
-  be told apart before its request arrives, so here one over ``max_connections`` first closes the
-  connection idle the longest that was never used or last asked for something outside ``always_served``
-  (``evicted``), else one stuck in its headers for over half the deadline, and is then admitted anyway,
+  be told apart before its request arrives, so here one over ``max_connections`` closes a connection
+  stuck in its headers for over half the deadline if there is one (``evicted``), and is admitted anyway,
   up to ``overflow`` more, to ask only for the paths in ``always_served`` (/healthz, /metrics, the
   webhook); anything else there gets 429 with ``Retry-After`` and the connection closes. Only past
-  ``max_connections + overflow`` is any idle holder, or else one mid-way through an API request, closed
-  for it; failing both, the newcomer (``refused``).
+  ``max_connections + overflow`` is an idle holder (last used for the API first), or else one mid-way
+  through an API request, closed for it; failing both, the newcomer (``refused``).
 - room for what is always served: at most ``max_busy`` requests for other paths run at once (more get
   429 at once: ``shed``), so API clients cannot take the worker threads /healthz, /metrics and the
   webhook run in; connections admitted into the last ``reserve`` slots of the cap may ask only for
@@ -176,7 +175,9 @@ class GuardedServer:
                  overflow: int | None = None, max_busy: int = MAX_BUSY) -> None:
         self.header_deadline_s = header_deadline_s
         self.max_connections = max_connections
-        self.overflow = max_connections if overflow is None else overflow
+        # connections cost a socket and a few kB on one loop: room for a flood of API clients beside the
+        # scrapes and deliveries, while the API requests themselves stay bounded by max_busy
+        self.overflow = 3 * max_connections if overflow is None else overflow
         self.reserve = max(1, max_connections // 16)
         self.always_served = always_served
         self.max_busy = max_busy
@@ -242,23 +243,22 @@ class GuardedServer:
         return True
 
     def _victim(self, newcomer: GuardedProtocol, conns: Any, hard: bool) -> GuardedProtocol | None:
-        """Under the hard cap only a connection idle after API use (or never used), or one stuck in its
-        headers past half the deadline, makes room; past it also any idle one, then one running an API
+        """Under the hard cap only a connection stuck in its headers past half the deadline makes room
+        (an idle one may be a scrape or a delivery about to ask, its first bytes slow on a loaded
+        machine); past it, an idle one last used for the API, any idle one, then one running an API
         request."""
         others = [c for c in conns if c is not newcomer and isinstance(c, GuardedProtocol)
                   and not c.transport.is_closing()]
-        idle = [c for c in others if c.idle]
-        spare = [c for c in idle if c.used or c.cycle is None]
-        if spare:
-            return min(spare, key=lambda c: c.idle_since)
         stale = time.monotonic() - self.header_deadline_s / 2
         stuck = [c for c in others if c.in_headers and c.armed_at < stale]
         if stuck:
             return min(stuck, key=lambda c: c.armed_at)
         if not hard:
             return None
-        if idle:
-            return min(idle, key=lambda c: c.idle_since)
+        idle = [c for c in others if c.idle]
+        for group in ([c for c in idle if c.used], idle):
+            if group:
+                return min(group, key=lambda c: c.idle_since)
         busy = [c for c in others if c.busy]
         return min(busy, key=lambda c: c.armed_at) if busy else None
 

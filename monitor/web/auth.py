@@ -54,7 +54,10 @@ def absurd_session(value: str) -> bool:
 
 
 class Sessions:
-    """The live console sessions: ids the server issued and nobody logged out of (in memory)."""
+    """The live console sessions: ids the server issued and nobody logged out of (in memory).
+
+    Own code: Starlette's ``SessionMiddleware`` keeps the session in the signed cookie itself, which is
+    exactly what cannot be revoked at logout; a dict of ids under a lock is all revocation needs."""
 
     def __init__(self, clock: Callable[[], float] = time.time, limit: int = MAX_SESSIONS) -> None:
         self.clock = clock
@@ -95,7 +98,9 @@ def has_session(request: Request, token: str | None, sessions: Sessions) -> bool
 
 class LoginThrottle:
     """Wrong tokens per client address: ``burst`` at once, then one per ``every_s`` seconds (a token
-    bucket). Right tokens are never held back while the bucket has room."""
+    bucket). Right tokens are never held back while the bucket has room. Own code: the rate-limit
+    libraries (slowapi, limits) decorate routes per request, not per failed attempt, and would be a
+    dependency for one bucket."""
 
     def __init__(self, burst: int = 5, every_s: float = 2.0, clock: Callable[[], float] = time.monotonic,
                  clients: int = 4096) -> None:

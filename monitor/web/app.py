@@ -13,7 +13,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 import monitor.api
@@ -31,6 +31,9 @@ def build_app(api: Any) -> SameOriginGuard:
     """``api``: the daemon's ``MonitorAPI`` (its token, its routes, its daemon)."""
     sessions = auth.Sessions()
     throttle = auth.LoginThrottle()
+    # scripts send the bearer token on every call: a wider burst, so a wrong one stays a plain 401 for a
+    # while, but guessing is held to 2 a second
+    bearer_throttle = auth.LoginThrottle(burst=30, every_s=0.5)
 
     def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = auth.csrf_value(request)
@@ -141,9 +144,18 @@ def build_app(api: Any) -> SameOriginGuard:
         return resp
 
     async def json_api(request: Request) -> Response:
-        if request.url.path not in ("/healthz", "/metrics"):  # neither reads the session
-            request.state.session = bool(api.token) and auth.has_session(request, api.token, sessions)
-        return await api.endpoint(request)
+        if request.url.path in ("/healthz", "/metrics"):  # neither reads the session nor a token
+            return await api.endpoint(request)
+        request.state.session = bool(api.token) and auth.has_session(request, api.token, sessions)
+        guess = bool(api.token) and "authorization" in request.headers
+        client = request.client.host if request.client else "?"
+        if guess and (wait := bearer_throttle.wait_s(client)) > 0:
+            return JSONResponse({"error": "too many wrong bearer tokens from this address: wait"}, 429,
+                                headers={"retry-after": str(max(1, round(wait)))})
+        resp = await api.endpoint(request)
+        if guess and resp.status_code == 401:
+            bearer_throttle.failed(client)
+        return resp
 
     external = urlsplit(api.daemon.config.external_url or "").hostname
     return SameOriginGuard(Starlette(routes=[

@@ -53,6 +53,11 @@ def absurd_session(value: str) -> bool:
             or not (exp.isascii() and exp.isdigit() and len(exp) <= 12))
 
 
+def absurd_csrf(value: str) -> bool:
+    """A form-token cookie this server never wrote (``secrets.token_urlsafe(24)``: 32 URL-safe characters)."""
+    return len(value) > 200 or not (value.isascii() and value.isprintable())
+
+
 class Sessions:
     """The live console sessions: ids the server issued and nobody logged out of (in memory).
 

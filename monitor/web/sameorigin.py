@@ -12,8 +12,8 @@ requests are even same-origin in the browser's eyes, and the console's form work
   literal, a name without a dot (``localhost``, an intranet host name: a rebinding page needs a public
   name it controls), or the host of ``external_url``. With a token neither matters: the page lacks it,
   and the session cookie is bound to the name the user logged in at;
-- a session cookie whose fields are absurd (``auth.absurd_session``: a 5000-digit expiry, say) is
-  refused with 400 and cleared, never read further.
+- a session or form-token cookie whose fields are absurd (``auth.absurd_session``: a 5000-digit expiry,
+  say) is refused with 400 and cleared, never read further.
 
 /healthz and /metrics pass untouched: scrapers use whatever name their config has, and neither writes.
 """
@@ -61,8 +61,8 @@ class SameOriginGuard:
         self.names = {n.lower() for n in names if n}
 
     def host_ok(self, host: str) -> bool:
-        name = _hostname(host)
-        return bool(name) and ("." not in name or _is_ip(name) or name in self.names)
+        name = _hostname(host)  # none at all: an HTTP/1.0 client, never a browser
+        return "." not in name or _is_ip(name) or name in self.names
 
     def refusal(self, scope: dict[str, Any]) -> tuple[int, str] | None:
         headers = Headers(scope=scope)
@@ -81,9 +81,10 @@ class SameOriginGuard:
             if (not self.token_set and path.startswith("/api/") and method != "DELETE"
                     and not (ctype == "application/json" or ctype.endswith("+json"))):
                 return 415, "the API takes JSON: send Content-Type: application/json"
-        cookie = cookie_parser(headers.get("cookie", "")).get(auth.SESSION_COOKIE)
-        if cookie is not None and auth.absurd_session(cookie):
-            return 400, "the session cookie is malformed: log in again"
+        cookies = cookie_parser(headers.get("cookie", ""))
+        session, csrf = cookies.get(auth.SESSION_COOKIE), cookies.get(auth.CSRF_COOKIE)
+        if (session is not None and auth.absurd_session(session)) or (csrf is not None and auth.absurd_csrf(csrf)):
+            return 400, "a console cookie is malformed: log in again (the cookies are cleared)"
         return None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -97,8 +98,8 @@ class SameOriginGuard:
         status, why = refused
         body = json.dumps({"error": why}).encode()
         headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
-        if status == 400:  # the browser forgets the bad cookie
-            headers.append((b"set-cookie", f"{auth.SESSION_COOKIE}=; Max-Age=0; Path=/; HttpOnly; "
-                                           "SameSite=Strict".encode()))
+        if status == 400:  # the browser forgets the bad cookies
+            headers += [(b"set-cookie", f"{name}=; Max-Age=0; Path=/; HttpOnly; SameSite=Strict".encode())
+                        for name in (auth.SESSION_COOKIE, auth.CSRF_COOKIE)]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})

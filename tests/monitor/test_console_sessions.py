@@ -49,6 +49,10 @@ def test_absurd_session_cookies_get_400_and_healthz_and_metrics_still_answer(
         assert _raw_get(port, "/metrics", cookie) == 200, cookie[:20]
         assert _raw_get(port, "/api/v1/alerts", cookie) == 400, cookie[:20]
         assert _raw_get(port, "/", cookie) == 400, cookie[:20]
+    absurd_csrf = f"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nCookie: verl_monitor_csrf={'x' * 300}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(absurd_csrf.encode())
+        assert s.recv(64).startswith(b"HTTP/1.1 400")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     # a plausible but wrong cookie is no session: 401 on the API, the login page on the console
     assert _raw_get(port, "/api/v1/alerts", b"9999999999.abc") == 401
@@ -102,3 +106,13 @@ def test_a_session_is_live_until_its_expiry_or_its_end() -> None:
     last = sessions.issue("t")
     now[0] += auth.SESSION_S
     assert not sessions.valid(last, "t")
+
+
+def test_wrong_bearer_tokens_are_throttled_too(daemon: RunningDaemon) -> None:
+    with httpx.Client(base_url=daemon.url, timeout=5) as c:
+        codes = [c.get("/api/v1/alerts", headers={"Authorization": f"Bearer guess-{i}"}).status_code
+                 for i in range(35)]
+        assert codes[:30] == [401] * 30 and set(codes[30:]) == {429}
+        held = c.get("/api/v1/alerts", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert held.status_code == 429 and int(held.headers["retry-after"]) >= 1
+        assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200

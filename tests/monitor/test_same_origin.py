@@ -89,6 +89,7 @@ def test_a_foreign_host_is_refused_console_form_included(open_daemon: RunningDae
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"mon.example.org:{port}", "gpu-head"):
         status, _ = _raw(port, f"GET /silences/new HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
         assert status == 200, host
+    assert _raw(port, "GET /api/v1/alerts HTTP/1.0\r\n\r\n")[0] == 200  # no Host at all: not a browser
     # scrapers use whatever name their config has: /healthz and /metrics answer any Host
     assert _raw(port, f"GET /metrics HTTP/1.1\r\nHost: {evil}\r\nConnection: close\r\n\r\n")[0] == 200
     assert _raw(port, f"GET /healthz HTTP/1.1\r\nHost: {evil}\r\nConnection: close\r\n\r\n")[0] == 200

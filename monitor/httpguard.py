@@ -66,7 +66,7 @@ class GuardedProtocol(H11Protocol):
         super().connection_made(transport)
         self.idle_since = self.armed_at = time.monotonic()
         self.pending = False  # bytes of a request arrived whose response is not complete
-        self.used = False     # asked for something outside always_served (or nothing yet: False too)
+        self.used = False     # its last request was outside always_served (API or console)
         self.busy = False     # now running a request outside always_served
         self._deadline: asyncio.TimerHandle | None = None
         if not self.guard.admit(self):

@@ -49,6 +49,9 @@ def test_135_idle_connections_do_not_starve_healthz_and_metrics(tmp_path: Path) 
         assert answered == 40
         assert d.daemon.api.server.refused == 0  # 135 > 128: admitted over the cap for those two
         assert metric(d.url, "verl_monitor_http_connections_closed_total", reason="refused") == 0
+        shed = httpx.get(f"{d.url}/api/v1/alerts", headers={"Authorization": "Bearer s3cret"}, timeout=3)
+        assert shed.status_code == 429 and shed.headers["retry-after"] == "1"  # the API is shed, not them
+        assert metric(d.url, "verl_monitor_http_requests_shed_total") == 1
     finally:
         for s in held:
             s.close()

@@ -3,6 +3,7 @@ port, served by uvicorn with the guards of ``monitor.httpguard``, whose closings
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -40,8 +41,16 @@ def listen(daemon: Any, host: str, port: int, token: str | None) -> MonitorAPI:
     """Bound at once (OSError when the port is taken); serving after ``start()``."""
     api = MonitorAPI(daemon, host, port, token, app=build_app)
     daemon.metrics.registry.register(GuardCounts(api.server))
-    if not token:
-        log.warning("no bearer_token: the API and console on %s:%d are open to anyone who can connect to it "
-                    "(writes only from its own pages or non-browser clients, Host names checked); set "
-                    "bearer_token_env to require a token", host, api.port)
+    if not token:  # a warning where the network reaches it; on loopback the CLI's INFO line says it
+        log.log(logging.INFO if _loopback(host) else logging.WARNING,
+                "no bearer_token: the API and console on %s:%d are open to anyone who can connect to it "
+                "(writes only from its own pages or non-browser clients, Host names checked); set "
+                "bearer_token_env to require a token", host, api.port)
     return api
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -27,7 +27,7 @@ def open_daemon(tmp_path: Path, caplog: pytest.LogCaptureFixture):
            "targets": [], "cluster": "test", "notify_config": "alerting.yaml",
            "external_url": "http://mon.example.org:9105"}
     (tmp_path / "monitor.yaml").write_text(yaml.safe_dump(cfg))
-    caplog.set_level(logging.WARNING, logger="monitor.listener")
+    caplog.set_level(logging.INFO, logger="monitor.listener")
     d = RunningDaemon(tmp_path / "monitor.yaml")
     yield d
     d.stop()

@@ -76,8 +76,10 @@ class MonitorAPI:
         self.daemon = daemon
         self.token = token
         asgi = app(self) if app is not None else Starlette(routes=[Route("/{rest:path}", self.endpoint, methods=METHODS)])
-        # request line and headers within READ_DEADLINE_S, at most 128 connections (monitor.httpguard)
-        self.server = GuardedServer(asgi, host, port, header_deadline_s=READ_DEADLINE_S, max_body=MAX_BODY)
+        # request line and headers within READ_DEADLINE_S, 128 connections, API clients shed before
+        # /healthz, /metrics and the webhook (monitor.httpguard)
+        self.server = GuardedServer(asgi, host, port, header_deadline_s=READ_DEADLINE_S, max_body=MAX_BODY,
+                                    always_served=("/healthz", "/metrics", WEBHOOK_PATH))
 
     @property
     def port(self) -> int:

@@ -10,14 +10,19 @@ not a thread). What it lacks, and why each guard is here:
   seconds holds its connection for ever (a slowloris). ``header_deadline_s`` is armed when the connection
   opens and after each response, and disarmed once a request's headers are parsed; a late connection is
   closed (``cut``).
-- a connection cap that evicts idle holders first: ``limit_concurrency`` answers 503 to the *newcomer*,
-  so 130 idle connections (no token needed) starved /healthz and /metrics (38 of 40 polls failed). Here
-  a newcomer over ``max_connections`` closes the connection idle the longest (connected or between
-  requests with no byte of a request sent: ``evicted``), else one stuck in its headers for over half the
-  deadline; only when every connection is mid-request is the newcomer closed at once (``refused``).
-- room for /healthz and /metrics: connections admitted into the last ``reserve`` slots of the cap may
-  ask only for those two; anything else gets 503 and the connection closes, so long-running API requests
-  cannot take the last slots.
+- a connection cap that keeps serving what matters: ``limit_concurrency`` answers 503 to the *newcomer*,
+  so 130 idle connections (no token needed) starved /healthz and /metrics, and refusing newcomers at a
+  hard cap failed half the webhook deliveries and scrapes under 200 busy API clients. A newcomer cannot
+  be told apart before its request arrives, so here one over ``max_connections`` closes a connection
+  stuck in its headers for over half the deadline if there is one (``evicted``), and is admitted anyway,
+  up to ``overflow`` more, to ask only for the paths in ``always_served`` (/healthz, /metrics, the
+  webhook); anything else there gets 429 with ``Retry-After`` and the connection closes. Only past
+  ``max_connections + overflow`` is an idle holder (last used for the API first), or else one mid-way
+  through an API request, closed for it; failing both, the newcomer (``refused``).
+- room for what is always served: at most ``max_busy`` requests for other paths run at once (more get
+  429 at once: ``shed``), so API clients cannot take the worker threads /healthz, /metrics and the
+  webhook run in; connections admitted into the last ``reserve`` slots of the cap may ask only for
+  ``always_served``.
 - a declared chunk size over the body limit: the ASGI app sees the body only as it arrives, so a chunk
   header announcing 5 MiB followed by silence would wait out the read deadline; the protocol flags it
   the moment h11 parses the header (h11 keeps the size in its reader), and the app answers 413. An
@@ -45,6 +50,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 HEADER_DEADLINE_S = 10.0
 MAX_CONNECTIONS = 128
 KEEP_ALIVE_S = 5.0
+MAX_BUSY = 16  # requests outside always_served at once: well under the worker threads (anyio: 40)
 ALWAYS_SERVED = ("/healthz", "/metrics")
 OVERSIZE = "verl.declared_body_over_limit"  # scope key the protocol sets for the app (BodyLimit)
 
@@ -60,6 +66,8 @@ class GuardedProtocol(H11Protocol):
         super().connection_made(transport)
         self.idle_since = self.armed_at = time.monotonic()
         self.pending = False  # bytes of a request arrived whose response is not complete
+        self.used = False     # its last request was outside always_served (API or console)
+        self.busy = False     # now running a request outside always_served
         self._deadline: asyncio.TimerHandle | None = None
         if not self.guard.admit(self):
             return
@@ -125,15 +133,35 @@ class GuardedProtocol(H11Protocol):
         super().send_400_response(msg)
 
 
-def _reserved_only(app: ASGIApp) -> ASGIApp:
+def _shed(reason: str) -> list[dict[str, Any]]:
+    body = f"{reason}: try again in a second (/healthz, /metrics and the webhook are still served)".encode()
+    return [{"type": "http.response.start", "status": 429, "headers": [
+                (b"content-type", b"text/plain"), (b"connection", b"close"), (b"retry-after", b"1")]},
+            {"type": "http.response.body", "body": body}]
+
+
+def _gate(guard: GuardedServer, conn: GuardedProtocol, app: ASGIApp, priority_only: bool) -> ASGIApp:
+    """Serves ``always_served`` as it comes; sheds anything else with 429 on a connection admitted past
+    the cap's reserve, or while ``max_busy`` such requests are running."""
+
     async def gate(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] not in ALWAYS_SERVED:
-            body = b"connection cap reached: this connection may ask only for /healthz and /metrics"
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"text/plain"), (b"connection", b"close"), (b"retry-after", b"1")]})
-            await send({"type": "http.response.body", "body": body})
+        if scope["type"] != "http" or scope["path"] in guard.always_served:
+            conn.used = False
+            await app(scope, receive, send)
             return
-        await app(scope, receive, send)
+        conn.used = True
+        if priority_only or guard.busy >= guard.max_busy:
+            guard.shed += 1
+            for message in _shed("connection cap reached" if priority_only else "too many API requests at once"):
+                await send(message)
+            return
+        guard.busy += 1
+        conn.busy = True
+        try:
+            await app(scope, receive, send)
+        finally:
+            guard.busy -= 1
+            conn.busy = False
     return gate
 
 
@@ -143,14 +171,22 @@ class GuardedServer:
 
     def __init__(self, app: ASGIApp, host: str, port: int, header_deadline_s: float = HEADER_DEADLINE_S,
                  max_connections: int = MAX_CONNECTIONS, max_body: int = 4 * 1024 * 1024,
-                 keep_alive_s: float = KEEP_ALIVE_S) -> None:
+                 keep_alive_s: float = KEEP_ALIVE_S, always_served: tuple[str, ...] = ALWAYS_SERVED,
+                 overflow: int | None = None, max_busy: int = MAX_BUSY) -> None:
         self.header_deadline_s = header_deadline_s
         self.max_connections = max_connections
+        # connections cost a socket and a few kB on one loop: room for a flood of API clients beside the
+        # scrapes and deliveries, while the API requests themselves stay bounded by max_busy
+        self.overflow = 3 * max_connections if overflow is None else overflow
         self.reserve = max(1, max_connections // 16)
+        self.always_served = always_served
+        self.max_busy = max_busy
+        self.busy = 0     # requests outside always_served running now (the server's loop alone counts)
+        self.shed = 0     # requests outside always_served answered 429 (cap reached or max_busy)
         self.max_body = max_body
         self.refused = 0  # newcomers closed at once: every connection mid-request
         self.cut = 0      # connections closed for missing the header deadline
-        self.evicted = 0  # idle (or stuck-in-headers) holders closed to make room for a newcomer
+        self.evicted = 0  # idle (or stuck-in-headers, or busy API) holders closed to make room for a newcomer
         # proto named: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto is IPPROTO_TCP, and
         # uvicorn writes a response's head and body apart: with proto 0 each keep-alive answer waited out
         # the client's delayed ACK (45 ms instead of 1 ms)
@@ -159,7 +195,7 @@ class GuardedServer:
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.sock.bind((host, port))
-            self.sock.listen(max_connections)
+            self.sock.listen(max_connections + self.overflow)
         except OSError:
             self.sock.close()
             raise
@@ -193,28 +229,38 @@ class GuardedServer:
         conns = self.server.server_state.connections
         held = len(conns)
         if held > self.max_connections:
-            victim = self._victim(conn, conns)
-            if victim is None:
+            victim = self._victim(conn, conns, hard=held > self.max_connections + self.overflow)
+            if victim is None and held > self.max_connections + self.overflow:
                 self.refused += 1
                 conn.transport.abort()
                 return False
-            self.evicted += 1
-            victim._disarm()
-            victim.transport.abort()  # leaves ``conns`` on the loop's next turn
-            held -= 1
-        if held > self.max_connections - self.reserve:
-            conn.app = _reserved_only(conn.app)
+            if victim is not None:
+                self.evicted += 1
+                victim._disarm()
+                victim.transport.abort()  # leaves ``conns`` on the loop's next turn
+                held -= 1
+        conn.app = _gate(self, conn, conn.app, priority_only=held > self.max_connections - self.reserve)
         return True
 
-    def _victim(self, newcomer: GuardedProtocol, conns: Any) -> GuardedProtocol | None:
+    def _victim(self, newcomer: GuardedProtocol, conns: Any, hard: bool) -> GuardedProtocol | None:
+        """Under the hard cap only a connection stuck in its headers past half the deadline makes room
+        (an idle one may be a scrape or a delivery about to ask, its first bytes slow on a loaded
+        machine); past it, an idle one last used for the API, any idle one, then one running an API
+        request."""
         others = [c for c in conns if c is not newcomer and isinstance(c, GuardedProtocol)
                   and not c.transport.is_closing()]
-        idle = [c for c in others if c.idle]
-        if idle:
-            return min(idle, key=lambda c: c.idle_since)
         stale = time.monotonic() - self.header_deadline_s / 2
         stuck = [c for c in others if c.in_headers and c.armed_at < stale]
-        return min(stuck, key=lambda c: c.armed_at) if stuck else None
+        if stuck:
+            return min(stuck, key=lambda c: c.armed_at)
+        if not hard:
+            return None
+        idle = [c for c in others if c.idle]
+        for group in ([c for c in idle if c.used], idle):
+            if group:
+                return min(group, key=lambda c: c.idle_since)
+        busy = [c for c in others if c.busy]
+        return min(busy, key=lambda c: c.armed_at) if busy else None
 
     def stop(self) -> None:
         self.server.should_exit = True

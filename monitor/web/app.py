@@ -7,19 +7,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 import monitor.api
 from monitor.durations import DurationError, parse_duration
 from monitor.web import auth, listing, views
+from monitor.web.sameorigin import SameOriginGuard
 
 FORM_LIMIT = 64 * 1024
 _ENV = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")),
@@ -27,8 +28,13 @@ _ENV = Environment(loader=FileSystemLoader(Path(__file__).with_name("templates")
                    lstrip_blocks=True)
 
 
-def build_app(api: Any) -> Starlette:
+def build_app(api: Any) -> SameOriginGuard:
     """``api``: the daemon's ``MonitorAPI`` (its token, its routes, its daemon)."""
+    sessions = auth.Sessions()
+    throttle = auth.LoginThrottle()
+    # scripts send the bearer token on every call: a wider burst, so a wrong one stays a plain 401 for a
+    # while, but guessing is held to 2 a second
+    bearer_throttle = auth.LoginThrottle(burst=30, every_s=0.5)
 
     def page(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         csrf = auth.csrf_value(request)
@@ -43,7 +49,7 @@ def build_app(api: Any) -> Starlette:
         return resp
 
     def login_first(request: Request) -> Response | None:
-        if auth.has_session(request, api.token):
+        if auth.has_session(request, api.token, sessions):
             return None
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse(f"/login?next={quote(target)}", 303)
@@ -121,30 +127,48 @@ def build_app(api: Any) -> Starlette:
         nxt = auth.safe_next((form or {}).get("next", "/"))
         if form is None or not auth.csrf_ok(request, form):
             return page(request, "login.html", 403, next=nxt, error="The form expired: try again.")
+        client = request.client.host if request.client else "?"
+        if (wait := throttle.wait_s(client)) > 0:
+            resp = page(request, "login.html", 429, next=nxt, error="Too many wrong tokens: wait a few seconds.")
+            resp.headers["retry-after"] = str(max(1, round(wait)))
+            return resp
         if not auth.token_ok(form.get("token", ""), api.token):
+            throttle.failed(client)
             return page(request, "login.html", 401, next=nxt, error="That is not the monitor's token.")
         resp = RedirectResponse(nxt, 303)
-        resp.set_cookie(auth.SESSION_COOKIE, auth.session_value(api.token), **auth.cookie_args(auth.SESSION_S))  # type: ignore[arg-type]
+        resp.set_cookie(auth.SESSION_COOKIE, sessions.issue(api.token), **auth.cookie_args(auth.SESSION_S))  # type: ignore[arg-type]
         return resp
 
     async def logout(request: Request) -> Response:
         form = await _form(request)
         resp = RedirectResponse("/login" if api.token else "/", 303)
         if form is not None and auth.csrf_ok(request, form):
+            sessions.end(request.cookies.get(auth.SESSION_COOKIE, ""))  # a copy of the cookie ends with it
             resp.delete_cookie(auth.SESSION_COOKIE, path="/")
         return resp
 
     async def json_api(request: Request) -> Response:
-        request.state.session = bool(api.token) and auth.has_session(request, api.token)
-        return await api.endpoint(request)
+        if request.url.path in ("/healthz", "/metrics"):  # neither reads the session nor a token
+            return await api.endpoint(request)
+        request.state.session = bool(api.token) and auth.has_session(request, api.token, sessions)
+        guess = bool(api.token) and "authorization" in request.headers
+        client = request.client.host if request.client else "?"
+        if guess and (wait := bearer_throttle.wait_s(client)) > 0:
+            return JSONResponse({"error": "too many wrong bearer tokens from this address: wait"}, 429,
+                                headers={"retry-after": str(max(1, round(wait)))})
+        resp = await api.endpoint(request)
+        if guess and resp.status_code == 401:
+            bearer_throttle.failed(client)
+        return resp
 
-    return Starlette(routes=[
+    external = urlsplit(api.daemon.config.external_url or "").hostname
+    return SameOriginGuard(Starlette(routes=[
         Route("/", index), Route("/alerts/{fp:str}", alert), Route("/silences", silences, methods=["GET", "POST"]),
         Route("/silences/new", new_silence), Route("/silences/{sid:str}/expire", expire, methods=["POST"]),
         Route("/targets", targets), Route("/rules", rules), Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/{rest:path}", json_api, methods=monitor.api.METHODS),  # /api/*, /healthz, /metrics; JSON 404 for the rest
-    ])
+    ]), token_set=bool(api.token), names={api.daemon.config.host, external or ""})
 
 
 _CSP = "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'none'; form-action 'self'; frame-ancestors 'none'"

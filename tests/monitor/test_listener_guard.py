@@ -62,7 +62,7 @@ def test_slowloris_connections_are_closed_and_the_server_keeps_answering() -> No
 
 
 def test_connections_beyond_the_cap_are_closed_at_once() -> None:
-    server = serve(header_deadline_s=30.0, max_connections=5)
+    server = serve(header_deadline_s=30.0, max_connections=5, overflow=0)  # no room over the cap
     port = server.server_address[1]
     try:
         held = [drip(port) for _ in range(5)]

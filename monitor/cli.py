@@ -63,7 +63,7 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from monitor.config import ConfigError, default_config, load_config, parse_listen, target_from_url
+    from monitor.config import ConfigError, add_peer, default_config, load_config, parse_listen, target_from_url
 
     try:
         if args.config:
@@ -75,6 +75,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 cfg.host, cfg.port = parse_listen(args.listen, "--listen")
         else:
             cfg = default_config(args.target, args.notify_config, args.listen)
+        if args.replica is not None:  # one config file for both monitors of an HA pair
+            if not args.replica.strip():
+                raise ConfigError("--replica: give a name like a or b (empty given)")
+            cfg.replica = args.replica.strip()
+        if args.state_db:
+            cfg.state_db = Path(args.state_db)
+        for raw in args.peer or []:
+            add_peer(cfg, target_from_url(raw, "--peer").url)
     except ConfigError as exc:
         return _fail(str(exc))
     if not args.config:
@@ -109,6 +117,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                         "without it alerts are printed here")
     p.add_argument("--listen", metavar="HOST:PORT", help="address of the monitor's API and /metrics "
                    "(default 127.0.0.1:9105)")
+    p.add_argument("--replica", metavar="NAME", help="this monitor's name in an HA pair (verl_monitor_info{replica}); "
+                   "overrides 'replica' in the config")
+    p.add_argument("--state-db", metavar="FILE", help="state database (overrides 'state_db'): two monitors on one "
+                   "host need one each")
+    p.add_argument("--peer", action="append", metavar="URL", help="the other monitor of an HA pair, e.g. "
+                   "127.0.0.1:9106: scraped, and MonitorPeerDown pages when it stops answering (repeatable)")
     p.add_argument("--config", metavar="FILE", help="monitor YAML for everything else: several targets, your "
                    "own rules, a Prometheus server, bearer token (monitor/README.md); the flags above add to or override it")
 

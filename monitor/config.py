@@ -51,6 +51,7 @@ from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unkn
 from monitor import config_discovery
 from monitor.durations import DurationError, parse_duration
 from monitor.errors import ConfigError
+from monitor.heartbeat import HeartbeatConfig
 from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
 from monitor.sources.ray_state import RayConfig
@@ -58,7 +59,7 @@ from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console", "retention", "file_sd", "file_sd_configs", "ray"}
+            "console", "retention", "file_sd", "file_sd_configs", "ray", "replica", "heartbeat"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
@@ -72,6 +73,7 @@ SECTION_KEYS = {
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
     "file_sd": config_discovery.FILE_SD_KEYS,
     "ray": config_discovery.RAY_KEYS,
+    "heartbeat": {"url", "url_env", "interval", "method", "timeout"},
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
@@ -131,6 +133,8 @@ class MonitorConfig:
     target_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # target name -> trainer API token
     file_sd: list[FileSDConfig] = field(default_factory=list)  # service discovery (config_discovery.py)
     ray: RayConfig | None = None  # Ray's State API: dead actors and workers
+    replica: str = ""  # which monitor of an HA pair (verl_monitor_info{replica}); never an alert label
+    heartbeat: HeartbeatConfig | None = field(default=None, repr=False)  # dead man's switch URL (a token)
 
     def fix(self, key: str) -> str:
         """Where the user changes ``key``: the config file, or a flag / the working directory without one."""
@@ -181,6 +185,23 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
     if listen is not None:
         cfg.host, cfg.port = parse_listen(listen, "--listen")
     return cfg
+
+
+PEER_JOB = "verl-monitor-peer"
+HA_RULES = Path(__file__).parent / "rules" / "ha-pair.yaml"
+
+
+def add_peer(cfg: MonitorConfig, url: str) -> None:
+    """Watch the other monitor of an HA pair: its /metrics as a target (job ``verl-monitor-peer``, which
+    no training rule selects) and the HA rules (MonitorPeerDown) beside the configured ones."""
+    from monitor.rules import DEFAULT_RULES
+
+    name = f"peer:{url}"
+    if any(t.name == name for t in cfg.targets):
+        raise ConfigError(f"--peer {url}: given twice")
+    cfg.targets.append(Target(name, url, None, PEER_JOB, 5.0, 3.0))
+    if HA_RULES not in cfg.rules:
+        cfg.rules = [*(cfg.rules or [DEFAULT_RULES]), HA_RULES]
 
 
 def _dur(raw: Any, key: str) -> float:
@@ -332,6 +353,28 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> No
         src.checkpoint_dir = str(_path(base, raw["checkpoint_dir"], f"{key}.checkpoint_dir"))
 
 
+def _heartbeat(raw: Any) -> HeartbeatConfig:
+    """``heartbeat: {url | url_env, interval, method, timeout}``: the URL of a dead man's switch. It carries
+    the check's token, so ``url_env`` keeps it out of the file and errors never quote it."""
+    hb = _section(raw, "heartbeat", "{url_env: HEARTBEAT_URL, interval: 1m}")
+    if ("url" in hb) == ("url_env" in hb):
+        raise ConfigError("heartbeat: give exactly one of url or url_env (an environment variable holding it)")
+    if "url_env" in hb:
+        env = _text(hb["url_env"], "heartbeat.url_env")
+        url = os.environ.get(env, "").strip()
+        if not url:
+            raise ConfigError(f"heartbeat.url_env: environment variable {short(env, 60)} is unset or empty; export it")
+    else:
+        url = _text(hb["url"], "heartbeat.url")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError("heartbeat.url: must start with http:// or https://")
+    method = str(hb.get("method", "GET")).upper()
+    if method not in ("GET", "POST", "HEAD"):
+        raise ConfigError(f"heartbeat.method: expected GET, POST or HEAD, got {short(hb.get('method'))}")
+    return HeartbeatConfig(url, _dur(hb.get("interval", 60), "heartbeat.interval"), method,
+                           _dur(hb.get("timeout", 10), "heartbeat.timeout"))
+
+
 def load_config(path: str | Path) -> MonitorConfig:
     path = Path(path)
     try:
@@ -433,6 +476,10 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.retention = _dur(doc.get("retention", "24h"), "retention")
     if cfg.retention <= 0:
         raise ConfigError("retention: must be > 0, e.g. 24h")
+    if "replica" in doc:
+        cfg.replica = _text(doc["replica"], "replica")
+    if doc.get("heartbeat") is not None:
+        cfg.heartbeat = _heartbeat(doc["heartbeat"])
     lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")
     cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
                              _int(lim.get("max_series", 20000), "limits.max_series"),

@@ -32,6 +32,7 @@ from monitor import alerting_stage, health, listener
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
+from monitor.heartbeat import HeartbeatPinger, LivenessMetrics
 from monitor.intake import Intake
 from monitor.metrics import MonitorMetrics
 from monitor.model import SourceBatch
@@ -54,6 +55,7 @@ class Daemon:
         self.metrics = MonitorMetrics()
         self.storage = StorageHealth()
         self.metrics.export_storage_errors(self.storage.error_counts)
+        self.liveness = LivenessMetrics(self.metrics.registry, config.replica, config.cluster)
         self.eval_error: str | None = None
         self.lock = threading.RLock()
         rules = load_rule_files(config.rules or None)
@@ -175,6 +177,7 @@ class Daemon:
                 else:
                     self.eval_error = None
                     self.progress.done("evaluation", max(interval, 1.0))  # a failed tick is not a completed one
+                    self.liveness.beat(time.time())  # wall time: Prometheus compares it with its own time()
             # The next tick comes `interval` after this one at the latest, and sooner once new samples have
             # arrived, but never within a fifth of it: a fixed wait made every sample wait up to a whole
             # interval (eval-lag p99 >= interval by construction), while ticking on every ingest would run
@@ -216,6 +219,10 @@ class Daemon:
                 self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks.append(asyncio.create_task(self._eval_loop()))
+            if self.config.heartbeat is not None:
+                pinger = HeartbeatPinger(self.config.heartbeat, lambda: not any(
+                    s.startswith("evaluation:") for s in self.progress.stalled()))
+                tasks.append(asyncio.create_task(pinger.run(self._stop)))
             if ready is not None:
                 ready.set()
             await self._stop.wait()

@@ -153,3 +153,9 @@ class DeliveryServer:
         self.httpd.shutdown()
         self.httpd.server_close()
         self.endpoint.close()
+
+    def __enter__(self) -> DeliveryServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

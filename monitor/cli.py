@@ -63,7 +63,14 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from monitor.config import ConfigError, add_peer, default_config, load_config, parse_listen, target_from_url
+    from monitor.config import (
+        ConfigError,
+        add_peer,
+        default_config,
+        load_config,
+        parse_listen,
+        target_from_url,
+    )
 
     try:
         if args.config:

@@ -65,12 +65,12 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 def cmd_run(args: argparse.Namespace) -> int:
     from monitor.config import (
         ConfigError,
-        add_peer,
         default_config,
         load_config,
         parse_listen,
         target_from_url,
     )
+    from monitor.ha import add_peer
 
     try:
         if args.config:
@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.state_db:
             cfg.state_db = Path(args.state_db)
         for raw in args.peer or []:
-            add_peer(cfg, target_from_url(raw, "--peer").url)
+            cfg.rules = add_peer(cfg.targets, cfg.rules, target_from_url(raw, "--peer").url)
     except ConfigError as exc:
         return _fail(str(exc))
     if not args.config:

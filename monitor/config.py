@@ -29,6 +29,7 @@ retention: 24h                    # resolved alerts/incidents and sent notificat
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 file_sd: [{files: [/tmp/ray/prom_metrics_service_discovery.json], job: ray}]   # monitor/config_discovery.py
 ray: {dashboard_url: "http://127.0.0.1:8265"}   # Ray's State API (token as Ray's clients read it)
+replica: a                        # HA pair (heartbeat.py); heartbeat: {url_env: HB_URL, interval: 1m}
 ```
 Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
 ``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),
@@ -51,7 +52,7 @@ from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unkn
 from monitor import config_discovery
 from monitor.durations import DurationError, parse_duration
 from monitor.errors import ConfigError
-from monitor.heartbeat import HeartbeatConfig
+from monitor.heartbeat import HeartbeatConfig, parse_heartbeat
 from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
 from monitor.sources.ray_state import RayConfig
@@ -185,23 +186,6 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
     if listen is not None:
         cfg.host, cfg.port = parse_listen(listen, "--listen")
     return cfg
-
-
-PEER_JOB = "verl-monitor-peer"
-HA_RULES = Path(__file__).parent / "rules" / "ha-pair.yaml"
-
-
-def add_peer(cfg: MonitorConfig, url: str) -> None:
-    """Watch the other monitor of an HA pair: its /metrics as a target (job ``verl-monitor-peer``, which
-    no training rule selects) and the HA rules (MonitorPeerDown) beside the configured ones."""
-    from monitor.rules import DEFAULT_RULES
-
-    name = f"peer:{url}"
-    if any(t.name == name for t in cfg.targets):
-        raise ConfigError(f"--peer {url}: given twice")
-    cfg.targets.append(Target(name, url, None, PEER_JOB, 5.0, 3.0))
-    if HA_RULES not in cfg.rules:
-        cfg.rules = [*(cfg.rules or [DEFAULT_RULES]), HA_RULES]
 
 
 def _dur(raw: Any, key: str) -> float:
@@ -353,28 +337,6 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> No
         src.checkpoint_dir = str(_path(base, raw["checkpoint_dir"], f"{key}.checkpoint_dir"))
 
 
-def _heartbeat(raw: Any) -> HeartbeatConfig:
-    """``heartbeat: {url | url_env, interval, method, timeout}``: the URL of a dead man's switch. It carries
-    the check's token, so ``url_env`` keeps it out of the file and errors never quote it."""
-    hb = _section(raw, "heartbeat", "{url_env: HEARTBEAT_URL, interval: 1m}")
-    if ("url" in hb) == ("url_env" in hb):
-        raise ConfigError("heartbeat: give exactly one of url or url_env (an environment variable holding it)")
-    if "url_env" in hb:
-        env = _text(hb["url_env"], "heartbeat.url_env")
-        url = os.environ.get(env, "").strip()
-        if not url:
-            raise ConfigError(f"heartbeat.url_env: environment variable {short(env, 60)} is unset or empty; export it")
-    else:
-        url = _text(hb["url"], "heartbeat.url")
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError("heartbeat.url: must start with http:// or https://")
-    method = str(hb.get("method", "GET")).upper()
-    if method not in ("GET", "POST", "HEAD"):
-        raise ConfigError(f"heartbeat.method: expected GET, POST or HEAD, got {short(hb.get('method'))}")
-    return HeartbeatConfig(url, _dur(hb.get("interval", 60), "heartbeat.interval"), method,
-                           _dur(hb.get("timeout", 10), "heartbeat.timeout"))
-
-
 def load_config(path: str | Path) -> MonitorConfig:
     path = Path(path)
     try:
@@ -476,10 +438,8 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.retention = _dur(doc.get("retention", "24h"), "retention")
     if cfg.retention <= 0:
         raise ConfigError("retention: must be > 0, e.g. 24h")
-    if "replica" in doc:
-        cfg.replica = _text(doc["replica"], "replica")
-    if doc.get("heartbeat") is not None:
-        cfg.heartbeat = _heartbeat(doc["heartbeat"])
+    cfg.replica = _text(doc["replica"], "replica") if "replica" in doc else ""
+    cfg.heartbeat = None if doc.get("heartbeat") is None else parse_heartbeat(doc["heartbeat"], _section, _dur, _text)
     lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")
     cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
                              _int(lim.get("max_series", 20000), "limits.max_series"),

@@ -28,11 +28,10 @@ from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
 from alerting.sink import AlertSink
-from monitor import alerting_stage, health, listener
+from monitor import alerting_stage, health, heartbeat, listener
 from monitor.api import MonitorAPI
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
-from monitor.heartbeat import HeartbeatPinger, LivenessMetrics
 from monitor.intake import Intake
 from monitor.metrics import MonitorMetrics
 from monitor.model import SourceBatch
@@ -55,7 +54,7 @@ class Daemon:
         self.metrics = MonitorMetrics()
         self.storage = StorageHealth()
         self.metrics.export_storage_errors(self.storage.error_counts)
-        self.liveness = LivenessMetrics(self.metrics.registry, config.replica, config.cluster)
+        self.liveness = heartbeat.LivenessMetrics(self.metrics.registry, config.replica, config.cluster)
         self.eval_error: str | None = None
         self.lock = threading.RLock()
         rules = load_rule_files(config.rules or None)
@@ -219,10 +218,7 @@ class Daemon:
                 self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks.append(asyncio.create_task(self._eval_loop()))
-            if self.config.heartbeat is not None:
-                pinger = HeartbeatPinger(self.config.heartbeat, lambda: not any(
-                    s.startswith("evaluation:") for s in self.progress.stalled()))
-                tasks.append(asyncio.create_task(pinger.run(self._stop)))
+            tasks += heartbeat.pinger_tasks(self.config.heartbeat, self.progress, self._stop)
             if ready is not None:
                 ready.set()
             await self._stop.wait()

@@ -15,13 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from prometheus_client import CollectorRegistry, Gauge
 
 from alerting.notifiers.base import redact
+from monitor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from monitor.health import Progress
 
 log = logging.getLogger("monitor.heartbeat")
 
@@ -99,3 +105,35 @@ class HeartbeatPinger:
                     log.warning("heartbeat: %s", type(exc).__name__)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.cfg.interval)
+
+
+def pinger_tasks(cfg: HeartbeatConfig | None, progress: Progress, stop: asyncio.Event) -> list[asyncio.Task[Any]]:
+    """The pinger as a task of the daemon's loop (none without ``heartbeat:``); alive = evaluation not stalled."""
+    if cfg is None:
+        return []
+    pinger = HeartbeatPinger(cfg, lambda: not any(s.startswith("evaluation:") for s in progress.stalled()))
+    return [asyncio.create_task(pinger.run(stop))]
+
+
+def parse_heartbeat(raw: Any, section: Callable[..., dict[str, Any]], dur: Callable[[Any, str], float],
+                    text: Callable[[Any, str], str]) -> HeartbeatConfig:
+    """``heartbeat: {url | url_env, interval, method, timeout}``: the URL of a dead man's switch. It carries
+    the check's token, so ``url_env`` keeps it out of the file and errors never quote it. The helpers are
+    the config module's (one error style), passed in so that it can import this module."""
+    hb = section(raw, "heartbeat", "{url_env: HEARTBEAT_URL, interval: 1m}")
+    if ("url" in hb) == ("url_env" in hb):
+        raise ConfigError("heartbeat: give exactly one of url or url_env (an environment variable holding it)")
+    if "url_env" in hb:
+        env = text(hb["url_env"], "heartbeat.url_env")
+        url = os.environ.get(env, "").strip()
+        if not url:
+            raise ConfigError(f"heartbeat.url_env: environment variable {env[:60]} is unset or empty; export it")
+    else:
+        url = text(hb["url"], "heartbeat.url")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError("heartbeat.url: must start with http:// or https://")
+    method = str(hb.get("method", "GET")).upper()
+    if method not in ("GET", "POST", "HEAD"):
+        raise ConfigError(f"heartbeat.method: expected GET, POST or HEAD, got {method[:20]!r}")
+    return HeartbeatConfig(url, dur(hb.get("interval", 60), "heartbeat.interval"), method,
+                           dur(hb.get("timeout", 10), "heartbeat.timeout"))

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.config import HA_RULES, PEER_JOB, ConfigError, add_peer, load_config
+from monitor.config import ConfigError, load_config
+from monitor.ha import HA_RULES, PEER_JOB, add_peer, set_aside_state
 from monitor.heartbeat import HeartbeatConfig, HeartbeatPinger, LivenessMetrics
 
 URL = "https://hc-ping.example/5f3a-secret-uuid?token=s3cret"
@@ -84,15 +85,26 @@ def test_peer_adds_the_other_replica_and_the_ha_rules(tmp_path: Path) -> None:
     cfg = tmp_path / "m.yaml"
     cfg.write_text("targets: [{name: trainer, url: 'http://127.0.0.1:8000/metrics'}]\n")
     got = load_config(cfg)
-    add_peer(got, "http://127.0.0.1:9106/metrics")
+    got.rules = add_peer(got.targets, got.rules, "http://127.0.0.1:9106/metrics")
     peer = got.targets[-1]
     assert (peer.job, peer.url) == (PEER_JOB, "http://127.0.0.1:9106/metrics")
     assert got.rules[-1] == HA_RULES and got.rules[0].name == "default.yaml"
     with pytest.raises(ConfigError, match="given twice"):
-        add_peer(got, "http://127.0.0.1:9106/metrics")
+        got.rules = add_peer(got.targets, got.rules, "http://127.0.0.1:9106/metrics")
 
 
 def test_empty_replica_flag_is_one_line_exit_2(tmp_path: Path) -> None:
     got = subprocess.run([sys.executable, "-m", "monitor.cli", "run", "--replica", " ", "--state-db",
                           str(tmp_path / "s.db")], capture_output=True, text=True, timeout=60)
     assert got.returncode == 2 and "--replica" in got.stderr and "Traceback" not in got.stderr
+
+
+def test_a_restarted_replica_sets_its_previous_state_aside(tmp_path: Path) -> None:
+    """Its old outbox and firing alerts would be re-posted after the peer resolved them (a second page)."""
+    db = tmp_path / "state.db"
+    for name in ("state.db", "state.db-wal", "alerting.db", "silences.json", "plots"):
+        (tmp_path / name).write_text(name)
+    moved = set_aside_state(db)
+    assert {p.name for p in moved} == {"state.db", "state.db-wal", "alerting.db", "silences.json"}
+    assert not db.exists() and (tmp_path / "alerting.db.previous").read_text() == "alerting.db"
+    assert (tmp_path / "plots").exists()  # plot links in sent messages keep working

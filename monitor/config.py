@@ -29,7 +29,7 @@ retention: 24h                    # resolved alerts/incidents and sent notificat
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 file_sd: [{files: [/tmp/ray/prom_metrics_service_discovery.json], job: ray}]   # monitor/config_discovery.py
 ray: {dashboard_url: "http://127.0.0.1:8265"}   # Ray's State API (token as Ray's clients read it)
-replica: a                        # HA pair (heartbeat.py); heartbeat: {url_env: HB_URL, interval: 1m}
+replica: a                        # HA pair (ha.py); heartbeat: {url_env: HB_URL, interval: 1m} (heartbeat.py)
 ```
 Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
 ``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),

@@ -12,7 +12,8 @@ switch :9202. The trainer is a stand-in too unless ``--no-trainer`` (then run ``
 the monitors' default rule RewardModelCircuitOpen pages after 30 s -- a fault injected and cleared at will.
 
 ``HAPair(ports=..., fast=True)`` is what the live tests use: free ports substituted into copies of the
-example configs, and the documented timings shortened (Prometheus' scrape, Alertmanager's intervals)."""
+example configs, and the documented timings shortened (Prometheus' scrape and `for`, Alertmanager's
+intervals, the injected fault's `for`)."""
 
 from __future__ import annotations
 
@@ -45,10 +46,13 @@ FAST = (("prometheus.yml", "scrape_interval: 15s", "scrape_interval: 2s"),
         ("prometheus.yml", "scrape_timeout: 5s", "scrape_timeout: 1s"),
         ("alertmanager-a.yml", "group_interval: 1m", "group_interval: 5s"),
         ("alertmanager-b.yml", "group_interval: 1m", "group_interval: 5s"),
-        ("alertmanager-a.yml", "group_wait: 10s", "group_wait: 2s"),
-        ("alertmanager-b.yml", "group_wait: 10s", "group_wait: 2s"),
+        ("alertmanager-a.yml", "group_wait: 10s", "group_wait: 5s"),  # > the replicas' lag, see the file
+        ("alertmanager-b.yml", "group_wait: 10s", "group_wait: 5s"),
         ("ha-notify.yaml", "resend_interval: 30s", "resend_interval: 5s"),
-        ("ha-pair.yaml", "interval: 5s", "interval: 1s"))
+        ("ha-pair.yaml", "interval: 5s", "interval: 1s"),
+        ("ha-pair.yaml", "console: false", "console: false\nrules: [fast-rules.yaml]"),
+        ("verl-monitor-health.yml", "for: 1m", "for: 20s"))
+FAST_RULE = ("alert: RewardModelCircuitOpen\n    severity: P1\n    for: 30s", "for: 30s", "for: 5s")
 
 
 class GaugeTrainer:
@@ -110,6 +114,11 @@ class HAPair:
             out = self.workdir / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
+        if self.fast:  # the default rules with the injected fault's `for` shortened
+            rules, (where, old, new) = (ROOT / "monitor/rules/default.yaml").read_text(encoding="utf-8"), FAST_RULE
+            assert where in rules, "monitor/rules/default.yaml changed RewardModelCircuitOpen: update FAST_RULE"
+            (self.workdir / "monitor/examples/fast-rules.yaml").write_text(
+                rules.replace(where, where.replace(old, new)), encoding="utf-8")
 
     def path(self, rel: str) -> str:
         return str(self.workdir / rel)

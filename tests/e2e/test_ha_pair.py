@@ -21,8 +21,8 @@ import pytest
 from harness.ha_pair import PORTS, HAPair
 
 pytestmark = pytest.mark.slow
-HOLD_S = 15.0  # past the peers' position wait (3 s) and a group_interval (5 s): a duplicate shows by then
-GAP_S = 8.0  # between outages: a late or repeated message of the last one would arrive in it
+HOLD_S = 8.0  # past the peers' position wait (3 s) and a group_interval (5 s): a duplicate shows by then
+GAP_S = 6.0  # between outages: a late or repeated message of the last one would arrive in it
 FIRING, RESOLVED = "P1: Reward Model Circuit Open", "RESOLVED P1: Reward Model Circuit Open"
 
 
@@ -116,7 +116,7 @@ def test_one_message_per_outage_and_its_resolve_while_a_monitor_or_a_peer_dies(p
     # a restarted replica whose state still says "firing" must not page the resolved outage again
     pair.start_monitor("a")
     wait_for("monitor a back", lambda: httpx.get(f"{pair.url('monitor_a')}/metrics").status_code == 200, 60, pair)
-    time.sleep(15)  # more than a re-post interval (5 s here) and a group_interval (5 s)
+    time.sleep(10)  # more than a re-post interval (5 s here) and a group_interval (5 s)
     assert (count(pair, FIRING), count(pair, RESOLVED)) == (1, 1), texts(pair)
     figures["next_fault"] = fault(pair, 2)
     figures["alertmanager_a_killed"] = fault(pair, 3, kill="alertmanager-a")

@@ -5,6 +5,7 @@
   verl-alert silence add --db state/alerting.db 'alertname="GPUOverTemperature"' --duration 2h --comment why
   verl-alert silence list --db state/alerting.db          (or --api http://127.0.0.1:9105 for a running monitor)
   verl-alert silence expire --db state/alerting.db ID
+  verl-alert serve --config alerting.yaml --listen 127.0.0.1:9096   (Alertmanager's webhook -> our robots)
 
 Bad input exits 2 with one line naming the problem; a failed test send exits 1 with the robot's
 errcode and errmsg. Secrets and tokenised URLs are never printed."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sqlite3
 import sys
 from pathlib import Path
@@ -178,13 +180,41 @@ def cmd_silence(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The delivery endpoint beside an Alertmanager peer (alerting/delivery_endpoint.py) until SIGINT/TERM."""
+    import signal
+    import threading
+
+    from alerting.delivery_endpoint import DeliveryEndpoint, DeliveryServer
+    from alerting.logsafe import setup_logging
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"--listen: expected host:port like 127.0.0.1:9096, got {args.listen!r}")
+    cfg = load_config(args.config)
+    setup_logging(logging.INFO)
+    try:
+        server = DeliveryServer(DeliveryEndpoint(cfg), host.strip("[]"), int(port))
+    except OSError as exc:
+        raise UsageError(f"--listen: cannot listen on {args.listen} ({exc.strerror}); pick a free port") from None
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    server.start()
+    print(f"verl-alert: delivery endpoint on http://{host}:{server.port}/hook/<receiver> "
+          f"(receivers: {', '.join(sorted(cfg.receivers))})", file=sys.stderr, flush=True)
+    done.wait()
+    server.stop()
+    return 0
+
+
 def _iso(ts: float) -> str:
     from alerting.model import rfc3339
     return rfc3339(ts)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="verl-alert", description="verl-ops alerting: test, render, silence")
+    p = argparse.ArgumentParser(prog="verl-alert", description="verl-ops alerting: test, render, silence, serve")
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("test", help="send a test message to one receiver")
     t.add_argument("--config", required=True)
@@ -194,6 +224,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--receiver", required=True)
     r.add_argument("--config")
     r.add_argument("--lang", choices=["en", "zh-CN"])
+    v = sub.add_parser("serve", help="deliver Alertmanager's webhooks to the config's robots (HA pair)")
+    v.add_argument("--config", required=True)
+    v.add_argument("--listen", default="127.0.0.1:9096", help="host:port (default 127.0.0.1:9096)")
     s = sub.add_parser("silence", help="add, list or expire silences")
     _silence_args(s)
     return p
@@ -220,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = parser().parse_args(argv)
     try:
-        return {"test": cmd_test, "render": cmd_render, "silence": cmd_silence}[args.cmd](args)
+        return {"test": cmd_test, "render": cmd_render, "silence": cmd_silence,
+                "serve": cmd_serve}[args.cmd](args)
     except (ConfigError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -277,6 +277,15 @@ class MonitorAPI:
         self._json(h, 404, {"error": f"no route {method} {path}"})
 
 
+def alert_states(firing: list[Any], pending: list[Any], engine: Any) -> list[dict[str, Any]]:
+    """Firing and pending alerts; ``state`` says which, ``status`` is Alertmanager's API v2 object
+    (``state`` active/suppressed, ``silencedBy``, ``inhibitedBy``) so a silenced alert reads as handled."""
+    handled = engine.mute_status(firing + pending) if engine is not None else {}
+    return [dict(a.to_json(), state=state, status=handled.get(a.fingerprint) or
+                 {"state": "active", "silencedBy": [], "inhibitedBy": []})
+            for state, alerts in (("firing", firing), ("pending", pending)) for a in alerts]
+
+
 def _alert_filter(target: str) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
     """Alertmanager's ``GET /api/v2/alerts`` filters: ``active``, ``silenced``, ``inhibited`` (true or
     false, default true: all shown) and ``filter`` (label matchers, repeatable)."""

@@ -64,8 +64,9 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from monitor.config import ConfigError, default_config, load_config, parse_listen, target_from_url
-    from monitor.run_flags import label_and_rules
+    from monitor.config import ConfigError, load_config, parse_listen
+    from monitor.ha import add_peer
+    from monitor.run_flags import default_config, label_and_rules, target_from_url
 
     try:
         if args.config:
@@ -81,6 +82,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             cfg = label_and_rules(default_config(args.target, args.notify_config, args.listen), args.node, args.cluster,
                                   args.rules)
+        if args.replica is not None:  # one config file for both monitors of an HA pair
+            if not args.replica.strip():
+                raise ConfigError("--replica: give a name like a or b (empty given)")
+            cfg.replica = args.replica.strip()
+        if args.state_db:
+            cfg.state_db = Path(args.state_db)
+        for raw in args.peer or []:
+            cfg.rules = add_peer(cfg.targets, cfg.rules, target_from_url(raw, "--peer").url)
     except ConfigError as exc:
         return _fail(str(exc))
     print(first_line(cfg, bool(args.config)), file=sys.stderr)
@@ -129,6 +138,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules", action="append", metavar="FILE",
                    help="rules YAML instead of the default rules (repeatable); 'demo': the demo's short-window "
                         "profile (monitor/rules/demo.yaml), to see alerts within minutes")
+    p.add_argument("--replica", metavar="NAME", help="this monitor's name in an HA pair (verl_monitor_info{replica}); "
+                   "overrides 'replica' in the config")
+    p.add_argument("--state-db", metavar="FILE", help="state database (overrides 'state_db'): two monitors on one "
+                   "host need one each")
+    p.add_argument("--peer", action="append", metavar="URL", help="the other monitor of an HA pair, e.g. "
+                   "127.0.0.1:9106: scraped, and MonitorPeerDown pages when it stops answering (repeatable)")
     p.add_argument("--config", metavar="FILE", help="monitor YAML for everything else: several targets, your "
                    "own rules, a Prometheus server, bearer token (monitor/README.md); the flags above add to or override it")
 

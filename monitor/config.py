@@ -30,6 +30,7 @@ retention: 24h                    # resolved alerts/incidents and sent notificat
 console: true                     # print alert transitions to stdout (default: on without notify_config)
 file_sd: [{files: [/tmp/ray/prom_metrics_service_discovery.json], job: ray}]   # monitor/config_discovery.py
 ray: {dashboard_url: "http://127.0.0.1:8265"}   # Ray's State API (token as Ray's clients read it)
+replica: a                        # HA pair (ha.py); heartbeat: {url_env: HB_URL, interval: 1m} (heartbeat.py)
 ```
 Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32MiB, 0 = none),
 ``sample_limit`` (samples per scrape), ``label_limit`` (labels per sample, the exposition's own),
@@ -37,7 +38,7 @@ Per target also ``body_size_limit`` (bytes, or ``512KiB``/``16MB``; default 32Mi
 fails that scrape as a whole (``up`` 0, the reason counted and logged per target), as in Prometheus.
 ``honor_timestamps: false`` stamps every sample with the scrape time instead of the target's stamp.
 
-``default_config`` is what ``verl-monitor run`` uses without ``--config``: the trainer's documented
+``run_flags.default_config`` is what ``verl-monitor run`` uses without ``--config``: the trainer's documented
 port 127.0.0.1:8000, the default rules, alerts printed to the terminal.
 """
 
@@ -52,6 +53,7 @@ from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unkn
 from monitor import config_discovery
 from monitor.durations import DurationError, parse_duration
 from monitor.errors import ConfigError
+from monitor.heartbeat import HeartbeatConfig, parse_heartbeat
 from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
 from monitor.sources.ray_state import RayConfig
@@ -59,7 +61,8 @@ from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
-            "console", "retention", "file_sd", "file_sd_configs", "ray", "grafana_url", "prometheus_url"}
+            "console", "retention", "file_sd", "file_sd_configs", "ray", "grafana_url", "prometheus_url", "replica",
+            "heartbeat"}
 DEFAULT_TARGET = "http://127.0.0.1:8000/metrics"  # verl-train --metrics-port 8000, as the README runs it
 # allowed keys of each nested section (an unknown key is an error with a did-you-mean)
 SECTION_KEYS = {
@@ -73,6 +76,7 @@ SECTION_KEYS = {
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
     "file_sd": config_discovery.FILE_SD_KEYS,
     "ray": config_discovery.RAY_KEYS,
+    "heartbeat": {"url", "url_env", "interval", "method", "timeout"},
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
@@ -134,6 +138,8 @@ class MonitorConfig:
     target_tokens: dict[str, str] = field(default_factory=dict, repr=False)  # target name -> trainer API token
     file_sd: list[FileSDConfig] = field(default_factory=list)  # service discovery (config_discovery.py)
     ray: RayConfig | None = None  # Ray's State API: dead actors and workers
+    replica: str = ""  # which monitor of an HA pair (verl_monitor_info{replica}); never an alert label
+    heartbeat: HeartbeatConfig | None = field(default=None, repr=False)  # dead man's switch URL (a token)
 
     def fix(self, key: str) -> str:
         """Where the user changes ``key``: the config file, or a flag / the working directory without one."""
@@ -150,40 +156,6 @@ class MonitorConfig:
     @property
     def plots_dir(self) -> Path:
         return self.state_db.parent / "plots"
-
-
-def target_from_url(raw: str, key: str = "--target") -> Target:
-    """A scrape target from a URL; ``host:port`` alone means ``http://host:port/metrics``."""
-    url = raw if "://" in raw else f"http://{raw}"
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{key}: {raw!r} must start with http:// or https:// (or be host:port)")
-    scheme, _, rest = url.partition("://")
-    host, _, path = rest.partition("/")
-    if not host:
-        raise ConfigError(f"{key}: {raw!r} has no host; pass e.g. 127.0.0.1:8000")
-    if not path:
-        url = f"{scheme}://{host}/metrics"
-    return Target(url, url)
-
-
-def default_config(targets: list[str] | None = None, notify_config: str | None = None,
-                   listen: str | None = None) -> MonitorConfig:
-    """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
-    State goes to ./verl-monitor/state.db."""
-    cfg = MonitorConfig(path=Path.cwd(), state_db=Path("verl-monitor") / "state.db", from_file=False)
-    names: set[str] = set()
-    for raw in targets or [DEFAULT_TARGET]:
-        tg = target_from_url(raw)
-        if tg.name in names:
-            raise ConfigError(f"--target {raw}: given twice")
-        names.add(tg.name)
-        cfg.targets.append(tg)
-    if notify_config is not None:
-        cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
-        _check_notify_config(cfg.notify_config, "--notify-config")
-    if listen is not None:
-        cfg.host, cfg.port = parse_listen(listen, "--listen")
-    return cfg
 
 
 def _dur(raw: Any, key: str) -> float:
@@ -439,6 +411,8 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.retention = _dur(doc.get("retention", "24h"), "retention")
     if cfg.retention <= 0:
         raise ConfigError("retention: must be > 0, e.g. 24h")
+    cfg.replica = _text(doc["replica"], "replica") if "replica" in doc else ""
+    cfg.heartbeat = None if doc.get("heartbeat") is None else parse_heartbeat(doc["heartbeat"], _section, _dur, _text)
     lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")
     cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
                              _int(lim.get("max_series", 20000), "limits.max_series"),

@@ -28,8 +28,8 @@ from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
 from alerting.sink import AlertSink
-from monitor import alerting_stage, health, listener
-from monitor.api import MonitorAPI
+from monitor import alerting_stage, health, heartbeat, listener
+from monitor.api import MonitorAPI, alert_states
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
 from monitor.intake import Intake
@@ -54,6 +54,7 @@ class Daemon:
         self.metrics = MonitorMetrics()
         self.storage = StorageHealth()
         self.metrics.export_storage_errors(self.storage.error_counts)
+        self.liveness = heartbeat.LivenessMetrics(self.metrics.registry, config.replica, config.cluster)
         self.eval_error: str | None = None
         self.lock = threading.RLock()
         rules = load_rule_files(config.rules or None)
@@ -87,13 +88,7 @@ class Daemon:
         return health.report(self)
 
     def alerts(self) -> list[dict[str, Any]]:
-        """Firing and pending alerts; ``state`` says which, ``status`` is Alertmanager's API v2 object
-        (``state`` active/suppressed, ``silencedBy``, ``inhibitedBy``) so a silenced alert reads as handled."""
-        firing, pending = self.pipeline.book.firing(), self.pipeline.book.pending()
-        handled = self.engine.mute_status(firing + pending) if self.engine is not None else {}
-        return [dict(a.to_json(), state=state, status=handled.get(a.fingerprint) or
-                     {"state": "active", "silencedBy": [], "inhibitedBy": []})
-                for state, alerts in (("firing", firing), ("pending", pending)) for a in alerts]
+        return alert_states(self.pipeline.book.firing(), self.pipeline.book.pending(), self.engine)
 
     def submit_external(self, alerts: list[Alert]) -> int:
         with self.lock:
@@ -179,6 +174,7 @@ class Daemon:
                 else:
                     self.eval_error = None
                     self.progress.done("evaluation", max(interval, 1.0))  # a failed tick is not a completed one
+                    self.liveness.beat(time.time())  # wall time: Prometheus compares it with its own time()
             # The next tick comes `interval` after this one at the latest, and sooner once new samples have
             # arrived, but never within a fifth of it: a fixed wait made every sample wait up to a whole
             # interval (eval-lag p99 >= interval by construction), while ticking on every ingest would run
@@ -220,6 +216,7 @@ class Daemon:
                 self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks.append(asyncio.create_task(self._eval_loop()))
+            tasks += heartbeat.pinger_tasks(self.config.heartbeat, self.progress, self._stop)
             if ready is not None:
                 ready.set()
             await self._stop.wait()

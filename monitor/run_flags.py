@@ -1,4 +1,4 @@
-"""``verl-monitor run`` without a config file: what its flags add to ``config.default_config`` -- where
+"""``verl-monitor run`` without a config file: the targets its flags name (``default_config``), where
 its alerts say they are (node, cluster) and which rules judge them."""
 
 from __future__ import annotations
@@ -7,10 +7,53 @@ import dataclasses
 import socket
 from pathlib import Path
 
-from monitor.config import MonitorConfig, _path, _text
+from monitor.config import (
+    DEFAULT_TARGET,
+    ConfigError,
+    MonitorConfig,
+    _check_notify_config,
+    _path,
+    _text,
+    parse_listen,
+)
+from monitor.sources.prom_text import Target
 
 DEMO_RULES = Path(__file__).with_name("rules") / "demo.yaml"  # `--rules demo`: the demo's short windows
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "0.0.0.0")
+
+
+def target_from_url(raw: str, key: str = "--target") -> Target:
+    """A scrape target from a URL; ``host:port`` alone means ``http://host:port/metrics``."""
+    url = raw if "://" in raw else f"http://{raw}"
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{key}: {raw!r} must start with http:// or https:// (or be host:port)")
+    scheme, _, rest = url.partition("://")
+    host, _, path = rest.partition("/")
+    if not host:
+        raise ConfigError(f"{key}: {raw!r} has no host; pass e.g. 127.0.0.1:8000")
+    if not path:
+        url = f"{scheme}://{host}/metrics"
+    return Target(url, url)
+
+
+def default_config(targets: list[str] | None = None, notify_config: str | None = None,
+                   listen: str | None = None) -> MonitorConfig:
+    """Config without a file: scrape ``targets`` (default the local trainer) with the default rules.
+    State goes to ./verl-monitor/state.db."""
+    cfg = MonitorConfig(path=Path.cwd(), state_db=Path("verl-monitor") / "state.db", from_file=False)
+    names: set[str] = set()
+    for raw in targets or [DEFAULT_TARGET]:
+        tg = target_from_url(raw)
+        if tg.name in names:
+            raise ConfigError(f"--target {raw}: given twice")
+        names.add(tg.name)
+        cfg.targets.append(tg)
+    if notify_config is not None:
+        cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
+        _check_notify_config(cfg.notify_config, "--notify-config")
+    if listen is not None:
+        cfg.host, cfg.port = parse_listen(listen, "--listen")
+    return cfg
 
 
 def host_name() -> str:

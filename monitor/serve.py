@@ -15,6 +15,7 @@ from alerting.config import ConfigError as AlertingConfigError
 from alerting.logsafe import setup_logging
 from monitor.config import MonitorConfig
 from monitor.daemon import Daemon
+from monitor.ha import set_aside_state
 from monitor.rules import RuleError
 
 log = logging.getLogger("monitor.daemon")
@@ -25,6 +26,8 @@ def serve(config: MonitorConfig) -> int:
     """The daemon in the foreground until SIGINT/SIGTERM; 2 with one line when it cannot start."""
     setup_logging(logging.INFO)
     try:
+        if config.replica:
+            set_aside_state(config.state_db)
         daemon = Daemon(config)
     except RuleError as exc:
         print(f"verl-monitor: {exc}", file=sys.stderr)

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "prometheus/README.md", "alerting/README.md", "monitor/README.md")
 BIN = Path(sys.executable).parent
 RUN, SERVE = "run", "serve"  # run here and expect exit 0 / start, wait ready, check listeners, stop
+HA = "tests/e2e/test_ha_pair.py::test_one_message_per_outage_and_its_resolve_while_a_monitor_or_a_peer_dies"
 LIVE = "tests/prometheus/test_alertmanager_live.py::test_one_page_per_trainer_sigkill_with_alertmanager_on_both_sides"
 
 # normalised command (shlex tokens joined by spaces, comments dropped) -> RUN, SERVE or the covering test
@@ -50,6 +51,22 @@ COVERED: dict[str, str] = {
         "tests/monitor/test_monitor_one_page.py::test_run_without_config_prints_alerts",
     "verl-monitor run --config monitor.yaml":
         "tests/monitor/test_monitor_daemon.py::test_kill_9_and_restart_mid_incident_restores_firing_alert_without_duplicates",
+    # README.md "Running two monitors": harness.ha_pair runs each of these from the example configs
+    "verl-alert serve --config alerting/examples/ha-delivery.yaml --listen 127.0.0.1:9096": HA,
+    "verl-alert serve --config alerting/examples/ha-delivery.yaml --listen 127.0.0.1:9196": HA,
+    "prometheus-alertmanager --config.file=prometheus/ha/alertmanager-a.yml --storage.path=runs/ha/am-a "
+    "--web.listen-address=127.0.0.1:9093 --cluster.listen-address=127.0.0.1:9094 --cluster.peer=127.0.0.1:9194 "
+    "--cluster.advertise-address=127.0.0.1:9094": HA,
+    "prometheus-alertmanager --config.file=prometheus/ha/alertmanager-b.yml --storage.path=runs/ha/am-b "
+    "--web.listen-address=127.0.0.1:9193 --cluster.listen-address=127.0.0.1:9194 --cluster.peer=127.0.0.1:9094 "
+    "--cluster.advertise-address=127.0.0.1:9194": HA,
+    "prometheus --config.file=prometheus/ha/prometheus.yml --web.listen-address=127.0.0.1:9090 "
+    "--storage.tsdb.path=runs/ha/prometheus": HA,
+    "verl-monitor run --config monitor/examples/ha-pair.yaml --replica a --listen 127.0.0.1:9105 "
+    "--state-db runs/ha/monitor-a/state.db --peer 127.0.0.1:9106": HA,
+    "verl-monitor run --config monitor/examples/ha-pair.yaml --replica b --listen 127.0.0.1:9106 "
+    "--state-db runs/ha/monitor-b/state.db --peer 127.0.0.1:9105": HA,
+    "python -m harness.ha_pair": HA,
     # prometheus/README.md
     "prometheus --config.file=prometheus/prometheus.yml --web.listen-address=127.0.0.1:9090 "
     "--storage.tsdb.path=runs/prometheus": SERVE,

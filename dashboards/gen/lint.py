@@ -33,6 +33,7 @@ MONITOR_METRICS = (
     "verl_monitor_series_dropped_total", "verl_alerting_outbox_depth", "verl_alerting_notifications_total",
     "verl_alerting_delivery_retries_total", "verl_alerting_incidents_total",
     "verl_alerting_template_failures_total", "verl_alerting_digests_total",
+    "verl_monitor_heartbeat_timestamp_seconds", "verl_monitor_info",
 )
 MONITOR_HISTOGRAMS = ("verl_monitor_detector_eval_seconds",)
 PROMETHEUS_BUILTINS = ("up", "ALERTS", "ALERTS_FOR_STATE", "scrape_duration_seconds", "scrape_samples_scraped")

@@ -120,8 +120,7 @@ def test_a_cpu_torch_on_a_gpu_machine_puts_an_auto_actor_and_its_leak_on_the_cpu
 
 def test_the_shipped_demo_profile_is_the_demos_and_run_takes_it() -> None:
     """`verl-monitor run --rules demo`: the short windows the demo uses, as a file a newcomer can read."""
-    from monitor.config import default_config
-    from monitor.run_flags import DEMO_RULES, label_and_rules
+    from monitor.run_flags import DEMO_RULES, default_config, label_and_rules
 
     assert yaml.safe_load(DEMO_RULES.read_text(encoding="utf-8")) == demo_rules(False)
     assert label_and_rules(default_config(), rules=["demo"]).rules == [DEMO_RULES]

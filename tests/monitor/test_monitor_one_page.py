@@ -20,9 +20,10 @@ import pytest
 from alerting.clock import SimulatedClock
 from alerting.model import Alert
 from monitor.cli import main
-from monitor.config import DEFAULT_TARGET, ConfigError, default_config, target_from_url
+from monitor.config import DEFAULT_TARGET, ConfigError
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
+from monitor.run_flags import default_config, target_from_url
 from monitor.sources.alertmanager import parse_webhook
 from monitor.sources.prom_text import Target, scrape
 from tests.monitor.recording_sink import RecordingSink

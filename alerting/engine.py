@@ -37,6 +37,7 @@ from alerting.engine_views import EngineViews
 from alerting.errors import ConfigError
 from alerting.evidence import Evidence
 from alerting.inhibit import Inhibitor
+from alerting.loghealth import TransitionLogHealth
 from alerting.metrics import AlertingMetrics
 from alerting.model import Alert
 from alerting.notifiers import Notifier, build_notifier
@@ -54,7 +55,6 @@ HISTORY = 5000  # alerts kept for the JSON API; older resolved ones are dropped 
 RETENTION_S = 24 * 3600.0  # how long resolved incidents/alerts and finished notifications are kept
 PRUNE_EVERY_S = 60.0
 TIMER_MAX_WAIT_S = 1.0
-LOG_NAME = "transition log"  # how /healthz and the log name the log the engine follows
 log = logging.getLogger("verl.alerting")
 
 
@@ -103,7 +103,7 @@ class AlertEngine(EngineViews):
                                         clock, self._save_limiters, self.db_name)
         self.history: dict[str, Alert] = {}
         self.own_log = self.log = TransitionLog(self.conn, self.lock)  # until ``follow`` names another
-        self._bad_rows_noted = 0
+        self.log_health = TransitionLogHealth(self.metrics.log_problems, self.health)
         self._restore()
 
     @classmethod
@@ -178,22 +178,8 @@ class AlertEngine(EngineViews):
         """Take transitions from ``log`` (the monitor's) from now on, from the cursor saved for it."""
         with self.lock:
             self.log = log
-            self._bad_rows_noted = log.bad_rows
+            self.log_health.follow(log)
             self._reload()
-
-    def _log_problem(self, text: str, kind: str = "rewound") -> None:
-        """A transition log that disagrees with the cursor, or a row that does not parse: logged, counted,
-        and listed by /healthz for an hour (``StorageHealth.events``), as a database moved aside is."""
-        self.metrics.log_problems.labels(kind).inc()
-        self.health.note(LOG_NAME, text)
-
-    def _note_bad_rows(self) -> None:
-        bad = self.log.bad_rows
-        if bad != self._bad_rows_noted:
-            self.metrics.log_problems.labels("bad_row").inc(max(0, bad - self._bad_rows_noted))
-            self._bad_rows_noted = bad
-            self.health.note(LOG_NAME, f"{self.log.bad_row} ({bad} unreadable row(s) since start); the "
-                                       "transitions around it are taken")
 
     def needs(self) -> DiagnosisNeeds:
         return diagnosis_needs()
@@ -236,7 +222,7 @@ class AlertEngine(EngineViews):
                 self._trim_history()
                 self._flush(now)
                 self._save()
-            self._note_bad_rows()
+            self.log_health.note_bad_rows(self.log)
         self._timer_wake.set()
         self.delivery.wake()
         return taken
@@ -431,10 +417,10 @@ class AlertEngine(EngineViews):
 
     def _restore(self, with_limiters: bool = True) -> None:
         """The stages as last committed; the alerts they refer to as the log stood at the cursor."""
-        self.cursor = Cursor(self.log, load_state(self.conn, "cursor"), self._log_problem)
+        self.cursor = Cursor(self.log, load_state(self.conn, "cursor"), self.log_health.problem)
         self.cursor.verify()  # at start: a place the log no longer holds is named before the first tick
         self.history = self.log.current(self.cursor.at)
-        self._note_bad_rows()
+        self.log_health.note_bad_rows(self.log)
         self.state.restore(self.conn, self.correlator, self.dispatcher, self.flush.dedup, self.history)
         if not with_limiters:
             return

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from alerting.clock import Clock
+from alerting.config import AlertingConfig
 from alerting.correlate import Correlator
 from alerting.dispatch import Dispatcher
 from alerting.durable import STORAGE_ERRORS, StorageHealth
@@ -23,6 +24,7 @@ from alerting.silence import SilenceStore
 
 class EngineViews:
     lock: threading.RLock
+    config: AlertingConfig
     clock: Clock
     health: StorageHealth
     history: dict[str, Alert]
@@ -43,6 +45,9 @@ class EngineViews:
                 state = self.correlator.state_of(a.fingerprint) or ("suppressed" if muted(a) else "active")
                 out.append(dict(a.to_json(), value=a.value, state=state))
             return out
+
+    def runbook_base(self) -> str:
+        return self.config.runbook_base_url or ""
 
     def mute_status(self, alerts: Sequence[Alert]) -> dict[str, dict[str, Any]]:
         """Each alert's ``status`` as Alertmanager's API v2 shows it, by fingerprint: ``state``

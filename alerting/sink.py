@@ -61,6 +61,10 @@ class AlertSink(Protocol):
     def mute_status(self, alerts: Sequence[Alert]) -> dict[str, dict[str, Any]]:
         """Alertmanager's ``status`` of each alert (``state``, ``silencedBy``, ``inhibitedBy``) by fingerprint."""
 
+    def runbook_base(self) -> str:
+        """Where a runbook given as a repository path is read (``runbook_base_url``; "" when unset), so the
+        console links it as the chat messages do."""
+
     def deliveries(self, fingerprint: str) -> list[dict[str, Any]]:
         """The notifications that carried this alert and each one's outcome, oldest first."""
 

@@ -199,7 +199,7 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
             if found is not None:
                 member_raw.append(found)
                 members.append(alert_row(found, "alert", found.get("state", "firing"), silences, names))
-    base = str(getattr(getattr(api.daemon.engine, "config", None), "runbook_base_url", "") or "")
+    base = api.daemon.engine.runbook_base() if api.daemon.engine is not None else ""
     out = links.out_links(api.daemon.config, row, rule_select(api, row["name"]), base)
     for m in members:  # an incident links out where its members do
         out += [x for x in links.out_links(api.daemon.config, m, rule_select(api, m["name"]), base) if x not in out]

@@ -94,12 +94,17 @@ def test_straggler_rule_pages_rank_node_and_stage_and_not_a_short_blip() -> None
     t = np.arange(0.0, 300.0, 5.0) + 1.7e9
     slow = np.where(t - t[0] >= 120, 3.0, 1.0)
     labels = {"rank": "3", "node": "gpu-02", "stage": "rollout"}
-    hits = firing(run([("verl_rank_straggler_score", labels, t, slow)]), "StragglerRank")
+    rank = {"rank": "3", "node": "gpu-02"}
+    waits = [("verl_rank_peer_wait_seconds", rank, t, np.where(t - t[0] >= 120, 0.8, 0.0)),
+             ("verl_rank_peer_wait_share", rank, t, np.where(t - t[0] >= 120, 0.4, 0.0))]
+    hits = firing(run([("verl_rank_straggler_score", labels, t, slow), *waits]), "StragglerRank")
     assert len(hits) == 1
     assert {k: hits[0]["labels"][k] for k in labels} == labels
-    assert "Rank 3 on gpu-02 is a straggler in stage rollout: 3.0x" in hits[0]["annotations"]["summary"]
+    assert hits[0]["annotations"]["summary"] == ("Rank 3 on gpu-02 is a straggler: it computes 3.0x its peers' time "
+                                                 "in stage rollout; the other ranks wait 0.8 s of each step for it "
+                                                 "(40% of their step)")
     blip = np.where((t - t[0] >= 120) & (t - t[0] < 140), 3.0, 1.0)
-    assert firing(run([("verl_rank_straggler_score", labels, t, blip)]), "StragglerRank") == []
+    assert firing(run([("verl_rank_straggler_score", labels, t, blip), *waits]), "StragglerRank") == []
 
 
 @pytest.mark.slow
@@ -130,3 +135,66 @@ def test_more_ranks_than_the_cap_are_counted_not_scored() -> None:
                                        0.4, 1.0) for r in range(MAX_RANKS + 1)])
     StragglerScores().derive(b)
     assert not scores(b) and b.errors == {"straggler_ranks_over_cap": 1}
+
+
+def split_batch(compute: dict[str, dict[str, float]], wait: dict[str, dict[str, float]], t: float = 100.0,
+                step: float | None = None) -> SourceBatch:
+    """One scrape of our trainer: wall = compute + wait per rank and stage, both parts exported."""
+    samples = []
+    for r, stages in compute.items():
+        for st, c in stages.items():
+            labels = {"rank": r, "node": NODES[r], "stage": st}
+            w = wait.get(r, {}).get(st, 0.0)
+            samples += [Sample("verl_rank_stage_seconds", labels, c + w, t),
+                        Sample("verl_rank_stage_compute_seconds", labels, c, t),
+                        Sample("verl_rank_stage_wait_seconds", labels, w, t)]
+        if step is not None:
+            samples.append(Sample("verl_rank_step_seconds", {"rank": r, "node": NODES[r]}, step, t))
+    return SourceBatch("trainer", samples)
+
+
+def test_a_rank_slow_inside_a_stage_with_a_collective_is_told_apart_by_its_compute() -> None:
+    """Rank 0 sleeps 0.6 s in reward, whose gather makes rank 1 wait there: both walls read 0.61 s."""
+    s = StragglerScores()
+    for i in range(2):  # the second slow step: the median of a rank's last 3 steps has turned
+        b = split_batch({"0": {"rollout": 0.4, "reward": 0.61}, "1": {"rollout": 0.4, "reward": 0.01 + i * 1e-3}},
+                        {"1": {"reward": 0.6}}, t=100.0 + i, step=1.2)
+        s.derive(b)
+    got = scores(b)
+    assert got[("0", "reward")] > 2 and got[("1", "reward")] <= 1.0
+    assert max(v for k, v in got.items() if k != ("0", "reward")) <= 1.0
+    waits = {(x.name, x.labels["rank"]): x.value for x in b.samples if x.name.startswith("verl_rank_peer_wait")}
+    assert waits[("verl_rank_peer_wait_seconds", "0")] == pytest.approx(0.6)
+    assert waits[("verl_rank_peer_wait_share", "0")] == pytest.approx(0.5)
+    assert waits[("verl_rank_peer_wait_seconds", "1")] == waits[("verl_rank_peer_wait_share", "1")] == 0.0
+
+
+def test_healthy_noise_never_scores_past_the_threshold() -> None:
+    """A 40 ms stage at 15 ms on the peer (2.7x of nothing), and one descheduled step 0.3 s over."""
+    s = StragglerScores()
+    worst = 0.0
+    for i in range(8):
+        hiccup = 0.3 if i == 4 else 0.0
+        b = split_batch({"0": {"rollout": 0.4 + hiccup, "actor_update": 0.015},
+                         "1": {"rollout": 0.4 + i * 1e-3, "actor_update": 0.04}}, {}, t=100.0 + i)
+        s.derive(b)
+        worst = max(worst, *scores(b).values())
+    assert worst <= 1.0
+
+
+@pytest.mark.parametrize("bad", [-5.0, 1e308, float("nan"), float("inf")])
+def test_absurd_stage_times_are_dropped_and_counted_never_scored(bad: float) -> None:
+    b = step_batch({"0": {"rollout": 0.2, "reward": 0.1}, "1": {"rollout": bad, "reward": 0.1}})
+    StragglerScores().derive(b)
+    got = scores(b)
+    assert got and max(got.values()) <= 1.0 and ("0", "rollout") not in got
+    assert b.errors == {"straggler_stage_time_invalid": 1}
+
+
+def test_a_stage_label_changing_every_step_keeps_a_bounded_history() -> None:
+    from monitor.sources.stragglers import IDLE_STEPS
+
+    s = StragglerScores()
+    for i in range(1000):
+        s.derive(step_batch({"0": {f"stage-{i}": 0.4}, "1": {f"stage-{i}": 0.4}}, t=100.0 + i))
+    assert len(s._past) <= 2 * 2 * IDLE_STEPS and len(s._seen) == len(s._past)

@@ -22,7 +22,7 @@ rank is more than ``MIN_EXCESS_S`` over its peers is blamed (a rank slow inside 
 the collective is then not told apart).
 
 Noise is nobody's fault: a rank's time is the median of its last ``SMOOTH`` steps (one descheduled step on
-a loaded host is not a straggler; a real one is, from its second slow step), and a rank less than
+a loaded host is not a straggler; a real one is, from its third slow step), and a rank less than
 ``MIN_EXCESS_S`` over its peers scores at most 1 whatever the ratio (a 40 ms stage at 15 ms on the peer
 is 2.7x and means nothing). Times that are not finite, negative or over ``MAX_STAGE_S`` are dropped and
 counted, never scored. The own past is bounded: ``MAX_PAST_SERIES`` (rank, stage) histories, and one not
@@ -51,10 +51,10 @@ _READ = (STAGE_SERIES, COMPUTE_SERIES, WAIT_SERIES)
 # in dashboard order); a stage not named here sorts last
 STEP_ORDER = ("dataloader", "rollout", "reward", "reference", "old_log_prob", "critic_values", "advantage",
               "critic", "actor_update", "checkpoint")
-MIN_EXCESS_S = 0.1    # a smaller difference between ranks is scheduling noise, never a straggler
+MIN_EXCESS_S = 0.15   # a smaller difference between ranks is scheduling noise, never a straggler
 FLOOR_S = 0.01        # the least peer time divided by: a stage of ~0 s on the peers is not "infinitely" slower
 MAX_STAGE_S = 7 * 86400.0  # a stage time beyond a week is a broken exporter, not a slow rank
-SMOOTH = 3            # a rank's scored time: the median of its last 3 steps of that stage
+SMOOTH = 5            # a rank's scored time: the median of its last 5 steps of that stage
 HISTORY = 32          # own past: the last 32 steps of that stage
 MIN_HISTORY = 4
 MAX_RANKS = 256       # ranks scored per target (beyond: counted, not scored: ~0.1 s of Python per step)

@@ -131,7 +131,7 @@ def test_a_slow_rank_under_torchrun_scores_by_rank_and_stage(rank: int, stage: s
     from benchmarks.straggler_paging import measure
 
     out = measure(tmp_path, slow_rank=rank, stage=stage, slow_s=0.6 if stage == "reward" else 1.5, from_step=3,
-                  page=False, scored_steps=4, timeout=120)
+                  page=False, scored_steps=6, timeout=120)
     top = out["top_scores"]
     assert isinstance(top, dict) and top.get(f"rank={rank} stage={stage}", 0) > 2, out
     assert out["noise_floor"] is not None and out["noise_floor"] <= 2, out
@@ -175,7 +175,7 @@ def split_batch(compute: dict[str, dict[str, float]], wait: dict[str, dict[str, 
 def test_a_rank_slow_inside_a_stage_with_a_collective_is_told_apart_by_its_compute() -> None:
     """Rank 0 sleeps 0.6 s in reward, whose gather makes rank 1 wait there: both walls read 0.61 s."""
     s = StragglerScores()
-    for i in range(2):  # the second slow step: the median of a rank's last 3 steps has turned
+    for i in range(3):  # the third slow step: the median of a rank's last 5 steps has turned
         b = split_batch({"0": {"rollout": 0.4, "reward": 0.61}, "1": {"rollout": 0.4, "reward": 0.01 + i * 1e-3}},
                         {"1": {"reward": 0.6}}, t=100.0 + i, step=1.2)
         s.derive(b)
@@ -189,11 +189,11 @@ def test_a_rank_slow_inside_a_stage_with_a_collective_is_told_apart_by_its_compu
 
 
 def test_healthy_noise_never_scores_past_the_threshold() -> None:
-    """A 40 ms stage at 15 ms on the peer (2.7x of nothing), and one descheduled step 0.3 s over."""
+    """A 40 ms stage at 15 ms on the peer (2.7x of nothing), and two descheduled steps 0.3 s over."""
     s = StragglerScores()
     worst = 0.0
     for i in range(8):
-        hiccup = 0.3 if i == 4 else 0.0
+        hiccup = 0.3 if i in (4, 5) else 0.0
         b = split_batch({"0": {"rollout": 0.4 + hiccup, "actor_update": 0.015},
                          "1": {"rollout": 0.4 + i * 1e-3, "actor_update": 0.04}}, {}, t=100.0 + i)
         s.derive(b)

@@ -21,8 +21,9 @@ later stage is not blamed on them: within one step only the earliest stage, in e
 rank is more than ``MIN_EXCESS_S`` over its peers is blamed (a rank slow inside the very stage that holds
 the collective is then not told apart).
 
-Noise is nobody's fault: a rank's time is the median of its last ``SMOOTH`` steps (one descheduled step on
-a loaded host is not a straggler; a real one is, from its third slow step), and a rank less than
+Noise is nobody's fault: a rank's time is the median of its steps of the last ``SMOOTH_S`` seconds, and of
+at least its last ``SMOOTH`` (a rank descheduled for a second or two on a loaded host is not a straggler; a
+real one is once it has been slow for half that window), and a rank less than
 ``MIN_EXCESS_S`` over its peers scores at most 1 whatever the ratio (a 40 ms stage at 15 ms on the peer
 is 2.7x and means nothing). Times that are not finite, negative or over ``MAX_STAGE_S`` are dropped and
 counted, never scored. The own past is bounded: ``MAX_PAST_SERIES`` (rank, stage) histories, and one not
@@ -54,8 +55,9 @@ STEP_ORDER = ("dataloader", "rollout", "reward", "reference", "old_log_prob", "c
 MIN_EXCESS_S = 0.15   # a smaller difference between ranks is scheduling noise, never a straggler
 FLOOR_S = 0.01        # the least peer time divided by: a stage of ~0 s on the peers is not "infinitely" slower
 MAX_STAGE_S = 7 * 86400.0  # a stage time beyond a week is a broken exporter, not a slow rank
-SMOOTH = 5            # a rank's scored time: the median of its last 5 steps of that stage
-HISTORY = 32          # own past: the last 32 steps of that stage
+SMOOTH_S = 10.0       # a rank's scored time: the median of its times of that stage in the last 10 s...
+SMOOTH = 3            # ...and of at least its last 3 (steps longer than 10 s: a hiccup is small beside them)
+HISTORY = 64          # own past: the last 64 steps of that stage
 MIN_HISTORY = 4
 MAX_RANKS = 256       # ranks scored per target (beyond: counted, not scored: ~0.1 s of Python per step)
 MAX_PAST_SERIES = 4096  # (rank, stage) histories kept: 256 ranks x 16 stages
@@ -93,7 +95,7 @@ class StragglerScores:
 
     def __init__(self) -> None:
         self._last: tuple[Any, ...] | None = None
-        self._past: dict[tuple[str, str], deque[float]] = {}
+        self._past: dict[tuple[str, str], deque[tuple[float, float]]] = {}  # (rank, stage) -> (t, seconds)
         self._seen: dict[tuple[str, str], int] = {}  # (rank, stage) -> the scored step it was last in
         self._steps = 0
 
@@ -149,7 +151,7 @@ class StragglerScores:
             ranks = compute if split else wall[stage]
             if len(ranks) < 2:
                 continue
-            smoothed = {r: self._smoothed(r, stage, v, batch) for r, (v, _) in ranks.items()}
+            smoothed = {r: self._smoothed(r, stage, v, t, batch) for r, (v, _) in ranks.items()}
             medians = _peer_medians(smoothed)
             if not split and blamed is None:
                 excess = {r: smoothed[r] - medians[r] for r in ranks}
@@ -162,13 +164,16 @@ class StragglerScores:
                 score = 1.0 if waiting else ratio if smoothed[rank] - medians[rank] >= MIN_EXCESS_S else min(ratio, 1.0)
                 batch.samples.append(Sample("verl_rank_straggler_score", dict(labels), score, t))
                 past = self._past.get((rank, stage))
-                slowdown = value / max(statistics.median(past), FLOOR_S) if past and len(past) >= MIN_HISTORY else 1.0
+                if past and len(past) > MIN_HISTORY:  # this step's time is in it already: the ones before
+                    slowdown = value / max(statistics.median(v for _, v in list(past)[:-1]), FLOOR_S)
+                else:
+                    slowdown = 1.0
                 batch.samples.append(Sample("verl_rank_slowdown_ratio", dict(labels), slowdown, t))
         self._peer_waits(times, steps, batch, t)
         self._forget_idle()
 
-    def _smoothed(self, rank: str, stage: str, value: float, batch: SourceBatch) -> float:
-        """The median of this rank's last ``SMOOTH`` times of the stage, this step's included (recorded)."""
+    def _smoothed(self, rank: str, stage: str, value: float, t: float, batch: SourceBatch) -> float:
+        """The median of this rank's recent times of the stage, this step's included (and recorded)."""
         key = (rank, stage)
         past = self._past.get(key)
         if past is None:
@@ -176,12 +181,12 @@ class StragglerScores:
                 batch.error("straggler_history_over_budget")
                 return value
             past = self._past[key] = deque(maxlen=HISTORY)
-        recent = [*list(past)[-(SMOOTH - 1):], value] if SMOOTH > 1 else [value]
-        # the slowdown ratio reads the past before this step joins it: appended after the caller's read
+        past.append((t, value))
         self._seen[key] = self._steps
-        smoothed = statistics.median(recent)
-        past.append(value)
-        return smoothed
+        recent = [v for at, v in past if at >= t - SMOOTH_S]
+        if len(recent) < SMOOTH:
+            recent = [v for _, v in list(past)[-SMOOTH:]]
+        return statistics.median(recent)
 
     def _peer_waits(self, times: Times, steps: dict[str, float], batch: SourceBatch, t: float) -> None:
         """Per rank: the peers' median wait in this step's collectives beyond its own, and that over their

@@ -189,13 +189,14 @@ def test_a_rank_slow_inside_a_stage_with_a_collective_is_told_apart_by_its_compu
 
 
 def test_healthy_noise_never_scores_past_the_threshold() -> None:
-    """A 40 ms stage at 15 ms on the peer (2.7x of nothing), and two descheduled steps 0.3 s over."""
+    """A 40 ms stage at 15 ms on the peer (2.7x of nothing), and a rank descheduled for about a second:
+    three 0.3 s steps in a row 0.3 s over its peer's."""
     s = StragglerScores()
     worst = 0.0
-    for i in range(8):
-        hiccup = 0.3 if i in (4, 5) else 0.0
-        b = split_batch({"0": {"rollout": 0.4 + hiccup, "actor_update": 0.015},
-                         "1": {"rollout": 0.4 + i * 1e-3, "actor_update": 0.04}}, {}, t=100.0 + i)
+    for i in range(40):
+        hiccup = 0.3 if i in (20, 21, 22) else 0.0
+        b = split_batch({"0": {"rollout": 0.1 + hiccup, "actor_update": 0.015},
+                         "1": {"rollout": 0.1 + i * 1e-3, "actor_update": 0.04}}, {}, t=100.0 + 0.3 * i)
         s.derive(b)
         worst = max(worst, *scores(b).values())
     assert worst <= 1.0

@@ -50,6 +50,7 @@ class Scorer:
     def __init__(self, url: str) -> None:
         self.url, self.scores, self.step, self.steps_scored = url, StragglerScores(), None, 0
         self.top: dict[str, float] = {}
+        self.top_step: dict[str, float | None] = {}  # the trainer's step when that highest score was seen
 
     def scrape(self) -> None:
         batch = parse_exposition(httpx.get(self.url, timeout=5).text, time.time(), "trainer", None, {})
@@ -60,7 +61,8 @@ class Scorer:
         self.steps_scored += bool(derived)
         for s in derived:
             key = f"rank={s.labels['rank']} stage={s.labels['stage']}"
-            self.top[key] = max(self.top.get(key, 0.0), round(s.value, 2))
+            if s.value > self.top.get(key, 0.0):
+                self.top[key], self.top_step[key] = round(s.value, 2), self.step
 
 
 def measure(tmp: Path, *, ranks: int = 2, slow_rank: int | None = 0, stage: str = "reward", slow_s: float = 0.6,
@@ -117,6 +119,7 @@ def measure(tmp: Path, *, ranks: int = 2, slow_rank: int | None = 0, stage: str 
         out["top_scores"] = dict(sorted(scorer.top.items(), key=lambda kv: -kv[1])[:4])
         healthy = [v for k, v in scorer.top.items() if slow_rank is None or k != f"rank={slow_rank} stage={stage}"]
         out["noise_floor"] = max(healthy, default=None)  # the highest score of a rank/stage not slowed
+        out["top_steps"] = {k: scorer.top_step.get(k) for k in out["top_scores"]}  # type: ignore[union-attr]
         out["run_s"] = round(time.time() - started, 1)
     finally:
         if daemon is not None:

@@ -23,7 +23,8 @@ the collective is then not told apart).
 
 Noise is nobody's fault: a rank's time is the median of its steps of the last ``SMOOTH_S`` seconds, and of
 at least its last ``SMOOTH`` (a rank descheduled for a second or two on a loaded host is not a straggler; a
-real one is once it has been slow for half that window), and a rank less than
+real one is once it has been slow for half that window; the first ``WARMUP`` steps a rank runs a stage,
+its one-time set-up, score at most 1), and a rank less than
 ``MIN_EXCESS_S`` over its peers scores at most 1 whatever the ratio (a 40 ms stage at 15 ms on the peer
 is 2.7x and means nothing). Times that are not finite, negative or over ``MAX_STAGE_S`` are dropped and
 counted, never scored. The own past is bounded: ``MAX_PAST_SERIES`` (rank, stage) histories, and one not
@@ -59,6 +60,7 @@ SMOOTH_S = 10.0       # a rank's scored time: the median of its times of that st
 SMOOTH = 3            # ...and of at least its last 3 (steps longer than 10 s: a hiccup is small beside them)
 HISTORY = 64          # own past: the last 64 steps of that stage
 MIN_HISTORY = 4
+WARMUP = 5            # a (rank, stage)'s first steps: allocation, first calls, compilation
 MAX_RANKS = 256       # ranks scored per target (beyond: counted, not scored: ~0.1 s of Python per step)
 MAX_PAST_SERIES = 4096  # (rank, stage) histories kept: 256 ranks x 16 stages
 IDLE_STEPS = 64       # a (rank, stage) history not seen for this many scored steps is dropped
@@ -153,6 +155,7 @@ class StragglerScores:
                 continue
             smoothed = {r: self._smoothed(r, stage, v, t, batch) for r, (v, _) in ranks.items()}
             medians = _peer_medians(smoothed)
+            warm = all(len(self._past.get((r, stage), ())) > WARMUP for r in ranks)
             if not split and blamed is None:
                 excess = {r: smoothed[r] - medians[r] for r in ranks}
                 worst = max(excess, key=lambda r: excess[r])
@@ -161,7 +164,8 @@ class StragglerScores:
             for rank, (value, labels) in ranks.items():
                 waiting = not split and blamed is not None and rank != blamed and stage != blamed_stage
                 ratio = smoothed[rank] / max(medians[rank], FLOOR_S)
-                score = 1.0 if waiting else ratio if smoothed[rank] - medians[rank] >= MIN_EXCESS_S else min(ratio, 1.0)
+                over = warm and smoothed[rank] - medians[rank] >= MIN_EXCESS_S
+                score = 1.0 if waiting else ratio if over else min(ratio, 1.0)
                 batch.samples.append(Sample("verl_rank_straggler_score", dict(labels), score, t))
                 past = self._past.get((rank, stage))
                 if past and len(past) > MIN_HISTORY:  # this step's time is in it already: the ones before

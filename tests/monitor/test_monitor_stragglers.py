@@ -35,11 +35,21 @@ def normal(slow: float = 0.0, wait: float = 0.0) -> dict[str, float]:
     return {"rollout": 0.4 + slow, "reward": 0.1, "critic": 0.2 + wait, "actor_update": 0.3}
 
 
+def steady(scorer: StragglerScores, times: dict[str, dict[str, float]]) -> SourceBatch:
+    """The same step times over a scorer's warm-up (each step a hair apart), scored; the last batch."""
+    from monitor.sources.stragglers import WARMUP
+
+    for i in range(WARMUP + 1):
+        b = step_batch({r: {st: v + i * 1e-6 for st, v in stages.items()} for r, stages in times.items()}, t=100.0 + i)
+        scorer.derive(b)
+    return b
+
+
 def test_the_slow_rank_is_scored_against_its_peers_and_their_wait_is_not_blamed() -> None:
-    b = step_batch({"0": normal(wait=0.8), "1": normal(slow=0.8), "2": normal(wait=0.8), "3": normal(wait=0.8)})
-    StragglerScores().derive(b)
+    b = steady(StragglerScores(),
+               {"0": normal(wait=0.8), "1": normal(slow=0.8), "2": normal(wait=0.8), "3": normal(wait=0.8)})
     got = scores(b)
-    assert got[("1", "rollout")] == pytest.approx(3.0)
+    assert got[("1", "rollout")] == pytest.approx(3.0, rel=1e-4)
     # the others waited for rank 1 in the critic update's all-reduce: that is not theirs
     assert got[("0", "critic")] == got[("2", "critic")] == 1.0
     assert max(v for (r, _), v in got.items() if r != "1") <= 1.0
@@ -47,8 +57,7 @@ def test_the_slow_rank_is_scored_against_its_peers_and_their_wait_is_not_blamed(
 
 
 def test_two_ranks_blame_the_earlier_stage() -> None:
-    b = step_batch({"0": normal(wait=0.5), "1": normal(slow=0.5)})
-    StragglerScores().derive(b)
+    b = steady(StragglerScores(), {"0": normal(wait=0.5), "1": normal(slow=0.5)})
     got = scores(b)
     assert got[("1", "rollout")] > 2 and got[("0", "critic")] == 1.0
 
@@ -175,7 +184,7 @@ def split_batch(compute: dict[str, dict[str, float]], wait: dict[str, dict[str, 
 def test_a_rank_slow_inside_a_stage_with_a_collective_is_told_apart_by_its_compute() -> None:
     """Rank 0 sleeps 0.6 s in reward, whose gather makes rank 1 wait there: both walls read 0.61 s."""
     s = StragglerScores()
-    for i in range(3):  # the third slow step: the median of a rank's last 5 steps has turned
+    for i in range(6):  # past the scorer's warm-up (5 steps)
         b = split_batch({"0": {"rollout": 0.4, "reward": 0.61}, "1": {"rollout": 0.4, "reward": 0.01 + i * 1e-3}},
                         {"1": {"reward": 0.6}}, t=100.0 + i, step=1.2)
         s.derive(b)

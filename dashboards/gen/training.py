@@ -71,8 +71,8 @@ def step_time() -> Row:
         # issue 33: per-rank times, gathered each step and exported by global rank 0
         Panel("timeseries", "Stage time by rank",
               "Wall time of each stage on each torchrun rank (verl_rank_stage_seconds). A straggler is the "
-              "rank whose stage stands above its peers; the peers' wait shows up later, in the next stage "
-              "with a collective. StragglerRank (monitor) pages it with rank, node and stage.",
+              "rank whose stage stands above its peers; the peers' wait shows up in the same stage or the "
+              "next one with a collective (split below). StragglerRank (monitor) pages it with rank, node and stage.",
               "s", [Target(f"max by (rank, node, stage) (verl_rank_stage_seconds{{{SEL}}})",
                            "rank {{rank}} ({{node}}) {{stage}}")], width=12),
         Panel("timeseries", "Step time by rank",
@@ -80,6 +80,15 @@ def step_time() -> Row:
               "collectives make them equal, so a spread here means ranks left the step at different times.",
               "s", [Target(f"max by (rank, node) (verl_rank_step_seconds{{{SEL}}})", "rank {{rank}} ({{node}})")],
               width=12),
+        Panel("timeseries", "Compute and wait by rank",
+              "Each rank's stage time split in two: its own work (verl_rank_stage_compute_seconds, solid) and "
+              "the time it sat in a collective waiting for its peers (verl_rank_stage_wait_seconds). A "
+              "straggler computes longer; the others wait about as long, in the same stage or the next one "
+              "with a collective. StragglerRank scores the compute part.",
+              "s", [Target(f"max by (rank, node, stage) (verl_rank_stage_compute_seconds{{{SEL}}})",
+                           "compute rank {{rank}} ({{node}}) {{stage}}"),
+                    Target(f"max by (rank, node, stage) (verl_rank_stage_wait_seconds{{{SEL}}})",
+                           "wait rank {{rank}} ({{node}}) {{stage}}")], width=24),
     ])
 
 

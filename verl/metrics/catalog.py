@@ -199,6 +199,16 @@ CATALOG: tuple[MetricSpec, ...] = (
         "verl_rank_stage_seconds", "gauge", "Wall time of each stage of the last step on each torchrun rank.",
         ("rank", "node", "stage"), _F, "seconds",
     ),
+    MetricSpec(
+        "verl_rank_stage_wait_seconds", "gauge",
+        "Part of each stage of the last step a torchrun rank spent blocked in collectives (waiting for its peers).",
+        ("rank", "node", "stage"), _F, "seconds",
+    ),
+    MetricSpec(
+        "verl_rank_stage_compute_seconds", "gauge",
+        "Part of each stage of the last step a torchrun rank spent outside collectives (its own work).",
+        ("rank", "node", "stage"), _F, "seconds",
+    ),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}

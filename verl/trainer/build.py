@@ -16,7 +16,7 @@ from verl.config import Config, ConfigError
 from verl.models.loading import load_causal_lm, load_critic, load_tokenizer
 from verl.rollout import make_rollout_engine
 from verl.trainer import core_algos
-from verl.trainer.distributed import DistContext, Placement
+from verl.trainer.distributed import DistContext, Placement, timed_gradient_allreduce
 from verl.utils.clock import Clock
 
 
@@ -98,7 +98,9 @@ def _wrap(module: nn.Module, device: torch.device, ctx: DistContext, strategy: s
     (fully_shard hooks the module in place; its gradients are reduce-scattered by FSDP)."""
     if not ctx.distributed or strategy == "fsdp":
         return module
-    return DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DDP(module, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp.register_comm_hook(None, timed_gradient_allreduce(ctx.waits))  # the peers' wait apart from compute
+    return ddp
 
 
 def build_rollout(cfg: Config, models: PPOModels, clock: Clock, registry: Any) -> Any:

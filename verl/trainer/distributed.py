@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from verl.config.errors import ConfigError
+
+
+class CollectiveWaits:
+    """Seconds this rank spent blocked in collectives (a running total; ``StageTimer`` takes differences).
+
+    A collective returns only when every rank has arrived, so a rank's stage time holds its peers' lateness;
+    timing the collectives apart leaves each rank's own compute (the time a straggler is scored on). Real
+    time (``time.monotonic``), not the injected clock: the wait is the process group's, never simulated."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._lock = threading.Lock()  # the DDP hook's callback adds from the process group's thread
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += max(0.0, seconds)
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(time.monotonic() - start)
 
 
 @dataclass(frozen=True)
@@ -19,6 +47,7 @@ class DistContext:
     local_rank: int = 0
     own_group: bool = False
     """A one-rank process group made for FSDP without torchrun (destroyed by ``shutdown``)."""
+    waits: CollectiveWaits = field(default_factory=CollectiveWaits, compare=False, repr=False)
 
     @property
     def distributed(self) -> bool:
@@ -91,7 +120,8 @@ def mean_across_ranks(values: list[float], ctx: DistContext) -> list[float]:
     if not ctx.distributed or not values:
         return values
     tensor = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(tensor)
+    with ctx.waits.timed():
+        dist.all_reduce(tensor)
     return (tensor / ctx.world_size).tolist()
 
 
@@ -105,7 +135,8 @@ def gather_objects(value: Any, ctx: DistContext) -> list[Any]:
     if not ctx.distributed:
         return [value]
     out: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(out, value)
+    with ctx.waits.timed():
+        dist.all_gather_object(out, value)
     return out
 
 
@@ -115,7 +146,8 @@ def gather_rows(values: list[float], ctx: DistContext) -> list[list[float]]:
         return [list(values)]
     mine = torch.tensor(values, dtype=torch.float64)
     rows = [torch.empty_like(mine) for _ in range(ctx.world_size)]
-    dist.all_gather(rows, mine)
+    with ctx.waits.timed():
+        dist.all_gather(rows, mine)
     return [r.tolist() for r in rows]
 
 
@@ -124,5 +156,31 @@ def any_across_ranks(flag: bool, ctx: DistContext) -> bool:
     if not ctx.distributed:
         return flag
     tensor = torch.tensor([1 if flag else 0], dtype=torch.int64)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    with ctx.waits.timed():
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return bool(tensor.item())
+
+
+def timed_gradient_allreduce(waits: CollectiveWaits) -> Any:
+    """A DDP comm hook: the default gradient all-reduce, timing the wait that follows this rank's last bucket.
+
+    DDP reduces gradient buckets inside ``backward()`` while the rank still computes; once its last bucket
+    is ready the rank's own work is done and what remains, until that bucket's reduction completes, is
+    waiting for the peers (and the wire). On CUDA the future completes with the NCCL work on the stream,
+    so the figure there is the host-side view of it."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    # unannotated: DDP checks the hook's annotations as objects, and this module's are strings
+    def hook(process_group, bucket):  # type: ignore[no-untyped-def]
+        fut = allreduce_hook(process_group, bucket)
+        if not bucket.is_last():
+            return fut
+        ready = time.monotonic()
+
+        def done(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            waits.add(time.monotonic() - ready)
+            return f.value()
+
+        return fut.then(done)
+
+    return hook

@@ -273,7 +273,7 @@ class RLTrainer:
     def step(self) -> StepStats:
         """One PPO step (``verl.trainer.ppo_step``), then the step counter, the checkpoint and the report."""
         ctx = StepContext(step=self.global_step + 1)
-        timer = StageTimer(self.clock, enter=self.hooks.enter_stage)
+        timer = StageTimer(self.clock, enter=self.hooks.enter_stage, waits=self.ctx.waits)
         started = self.clock.monotonic()
         outcome = ppo_step(self.parts, ctx, timer)
         self.global_step = ctx.step
@@ -282,7 +282,7 @@ class RLTrainer:
         ctx.step_seconds = self.clock.monotonic() - started
         self.hooks.fire(STEP_END, ctx)
         stats = step_stats(outcome, ctx, timer.seconds, stall, self.ctx)
-        self.telemetry.observe_ranks(ctx.step_seconds, timer.seconds)  # a collective: on every rank
+        self.telemetry.observe_ranks(ctx.step_seconds, timer.seconds, timer.waiting)  # a collective: every rank
         scored = outcome.scored
         self.telemetry.observe(stats, scored.valid, scored.taken_at, scored.evicted)
         return stats

@@ -2,7 +2,8 @@
 
 ``StageTimer`` replaces hand-written ``t = clock.monotonic()`` pairs: ``with timer("reward"): ...`` adds the
 block's seconds to ``timer.seconds["reward"]`` (``verl_stage_seconds{stage}``); a stage timed twice (the
-actor's old log-probs and its update) accumulates.
+actor's old log-probs and its update) accumulates. Given the rank's ``CollectiveWaits``, it also keeps the
+part of each stage spent blocked in collectives (``timer.waiting``): the rest is the rank's own compute.
 
 ``StepHooks`` is the only way anything outside the PPO maths acts inside a step: callables registered for
 an event run at that stage boundary with the step's ``StepContext``; ``on_stage`` hooks run on entry to a
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from verl.trainer.distributed import CollectiveWaits
 from verl.utils.clock import Clock
 
 # Events, in the order a step fires them.
@@ -65,13 +67,20 @@ class StageTimer:
     clock: Clock
     seconds: dict[str, float] = field(default_factory=dict)
     enter: Callable[[str], None] | None = None  # ``StepHooks.enter_stage``: runs inside the stage's time
+    waits: CollectiveWaits | None = None
+    waiting: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
     def __call__(self, stage: str) -> Iterator[None]:
         start = self.clock.monotonic()
+        waited = self.waits.seconds if self.waits is not None else 0.0
         try:
             if self.enter is not None:
                 self.enter(stage)
             yield
         finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + self.clock.monotonic() - start
+            elapsed = self.clock.monotonic() - start
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed
+            if self.waits is not None:  # never more than the stage's own time (two clocks, one of them real)
+                wait = min(elapsed, self.waits.seconds - waited)
+                self.waiting[stage] = self.waiting.get(stage, 0.0) + wait

@@ -90,25 +90,37 @@ class Telemetry:
         if stats.global_step == 1 or stats.global_step % self.config.metrics.data_interval_steps == 0:
             self.metrics.report_data_level()
 
-    def observe_ranks(self, step_seconds: float, stage_seconds: dict[str, float]) -> None:
+    def observe_ranks(self, step_seconds: float, stage_seconds: dict[str, float],
+                      stage_waiting: dict[str, float] | None = None) -> None:
         """Every rank's step and stage times, exported by global rank 0 as ``verl_rank_step_seconds`` /
-        ``verl_rank_stage_seconds{rank,node,stage}`` (the monitor scores stragglers on them).
+        ``verl_rank_stage_seconds{rank,node,stage}``, each stage split into the time blocked in collectives
+        (``verl_rank_stage_wait_seconds``) and the rest (``verl_rank_stage_compute_seconds``): a collective
+        makes the fast ranks wait for the slow one inside it, so only the compute part tells them apart
+        (the monitor scores stragglers on it).
 
-        Gathered, not served by each rank: one ``all_gather`` of 11 floats per rank per step costs nothing
+        Gathered, not served by each rank: one ``all_gather`` of 21 floats per rank per step costs nothing
         beside the step's own collectives, gives one coherent vector per step on one endpoint (the monitor
         compares peers of the same step), and needs no port per rank. A collective: every rank calls it."""
         if not self.config.metrics.enabled:
             return
-        rows = gather_rows([step_seconds, *(stage_seconds.get(s, math.nan) for s in STAGES)], self.ctx)
+        waiting = stage_waiting or {}
+        rows = gather_rows([step_seconds, *(stage_seconds.get(s, math.nan) for s in STAGES),
+                            *(waiting.get(s, math.nan) for s in STAGES)], self.ctx)
         if self._rank_nodes is None:  # once: the host of each rank
             self._rank_nodes = [str(h) for h in gather_objects(socket.gethostname(), self.ctx)]
         if not self.ctx.is_main:
             return
+        n = len(STAGES)
         for rank, (row, node) in enumerate(zip(rows, self._rank_nodes, strict=True)):
             self.registry["verl_rank_step_seconds"].labels(rank=str(rank), node=node).set(row[0])
-            for stage, seconds in zip(STAGES, row[1:], strict=True):
-                if not math.isnan(seconds):  # a stage this step skipped keeps its last time
-                    self.registry["verl_rank_stage_seconds"].labels(rank=str(rank), node=node, stage=stage).set(seconds)
+            for stage, seconds, wait in zip(STAGES, row[1:n + 1], row[n + 1:], strict=True):
+                if math.isnan(seconds):  # a stage this step skipped keeps its last time
+                    continue
+                labels = {"rank": str(rank), "node": node, "stage": stage}
+                self.registry["verl_rank_stage_seconds"].labels(**labels).set(seconds)
+                if not math.isnan(wait):
+                    self.registry["verl_rank_stage_wait_seconds"].labels(**labels).set(wait)
+                    self.registry["verl_rank_stage_compute_seconds"].labels(**labels).set(max(0.0, seconds - wait))
 
     def report(self, s: StepStats) -> None:
         if not self.ctx.is_main:

@@ -95,7 +95,6 @@ def _judged_rule(s: Signal, defaults: dict[str, Any]) -> dict[str, Any]:
     return {
         "alert": s.alert, "severity": s.severity, "select": s.selector(),
         "detector": {"type": "run_reference", **defaults, **s.judge, "direction": direction},
-        "labels": {"signal": s.key},
         "summary": (f"{s.key} on {{{{ labels.node }}}} {{{{ 'fell' if details.direction < 0 else 'rose' }}}} "
                     "{{ details.before | round(4) }} -> {{ details.after | round(4) }} "
                     "(x{{ details.factor | round(1) if details.factor >= 1 else (1 / details.factor) | round(1) }} "

@@ -14,13 +14,19 @@ even when the sliding reference would have caught up with it).
 
 from __future__ import annotations
 
+import math
 from collections import deque
-
-import numpy as np
 
 from monitor.detectors.base import Detector, Finding
 
 TRANSFORMS = ("identity", "one_minus", "abs")
+
+
+def _median(values: list[float]) -> float:
+    """The median of a handful of samples (numpy's call overhead is 10x the sort of 10 floats)."""
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
 DIRECTIONS = ("up", "down", "both")
 
 
@@ -40,7 +46,7 @@ class RunReferenceDetector(Detector):
         self.direction, self.ratio, self.min_delta = direction, float(ratio), float(min_delta)
         self.scale_floor, self.transform, self.min_z = float(scale_floor), transform, float(min_z)
         self.reference, self.recent, self.lookback, self.warmup = int(reference), int(recent), int(lookback), int(warmup)
-        self.hold_ratio = float(hold_ratio) if hold_ratio is not None else float(np.sqrt(ratio))
+        self.hold_ratio = float(hold_ratio) if hold_ratio is not None else math.sqrt(ratio)
         self.reset()
 
     def reset(self) -> None:
@@ -61,7 +67,7 @@ class RunReferenceDetector(Detector):
 
     def _beyond(self, ref: float, now: float, ratio: float, spread: float) -> str | None:
         """'up' or 'down' when ``now`` stands ``ratio`` times and ``min_delta`` away from ``ref``."""
-        if abs(now - ref) < self.min_delta or abs(now - ref) < self.min_z * spread:
+        if abs(now - ref) < self.min_delta or (self.min_z and abs(now - ref) < self.min_z * spread):
             return None
         factor = self._factor(ref, now)
         if self.direction in ("up", "both") and now > ref and factor >= ratio:
@@ -74,11 +80,12 @@ class RunReferenceDetector(Detector):
         self._seen += 1
         if self._seen <= self.warmup:
             return Finding(t, False)
-        self._values.append(self._value(value))
-        vals = np.fromiter(self._values, float, len(self._values))
+        vals = self._values
+        vals.append(self._value(value))
         if len(vals) < self.reference + self.recent:
             return Finding(t, False)
-        now = float(np.median(vals[-self.recent:]))
+        n = len(vals)
+        now = _median([vals[i] for i in range(n - self.recent, n)])
         if self._frozen is not None:
             moved = self._beyond(self._frozen, now, self.hold_ratio, 0.0)
             if moved is not None:
@@ -86,16 +93,16 @@ class RunReferenceDetector(Detector):
             self._frozen = None
         # the run's own reference: its first steps after the warm-up while the run is young, then the
         # window `lookback` steps back; and the window right before the recent steps (a step change)
-        early = vals[: self.reference]
-        late = vals[-self.recent - self.reference: -self.recent]
-        for ref_window in (early, late):
-            ref = float(np.median(ref_window))
-            spread = 1.4826 * float(np.median(np.abs(ref_window - ref)))
+        early = [vals[i] for i in range(self.reference)]
+        late = [vals[i] for i in range(n - self.recent - self.reference, n - self.recent)]
+        for window in (early, late):
+            ref = _median(window)
+            spread = 1.4826 * _median([abs(v - ref) for v in window]) if self.min_z else 0.0
             moved = self._beyond(ref, now, self.ratio, spread)
             if moved is not None:
                 self._frozen = ref
                 return self._finding(t, ref, now, moved)
-        return Finding(t, False, details={"before": float(np.median(early)), "after": now})
+        return Finding(t, False)
 
     def _finding(self, t: float, ref: float, now: float, moved: str) -> Finding:
         factor = self._factor(ref, now)

@@ -30,6 +30,7 @@ import math
 import os
 import uuid
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -124,17 +125,19 @@ def healthy_plans(seed: int, n: int) -> list[Plan]:
 
 
 def sweep_plans() -> list[Plan]:
+    """Each family over magnitude x ramp, the cadence cycling through CADENCES (one cadence per pair: the
+    judge counts steps, so the product would triple the corpus for what the steps already cover)."""
     plans = []
     for family, (_, _, mags, _) in FAMILIES.items():
         algos = ("grpo", "rloo") if family == "zero_signal" else ("dapo",) if family == "gen_batches" else ("grpo", "ppo")
-        for mag in mags:
-            for r in RAMPS if family != "zero_signal" else (1, 10):
-                for j, step_s in enumerate(CADENCES):
-                    algo = algos[j % len(algos)]
-                    plans.append(Plan(
-                        name=f"{family}-x{mag:g}-ramp{r}-{algo}-{int(step_s)}s", algo=algo, step_s=step_s,
-                        steps=90 + r + 40, jitter=0.2, test_freq=10, save_freq=20, warmup=j == 1,
-                        async_=family == "staleness", family=family, onset=90, magnitude=mag, ramp_steps=r))
+        for m, mag in enumerate(mags):
+            for r_i, r in enumerate(RAMPS if family != "zero_signal" else (1, 10)):
+                j = (m + r_i) % len(CADENCES)
+                step_s, algo = CADENCES[j], algos[(m + r_i) % len(algos)]
+                plans.append(Plan(
+                    name=f"{family}-x{mag:g}-ramp{r}-{algo}-{int(step_s)}s", algo=algo, step_s=step_s,
+                    steps=90 + r + 40, jitter=0.2, test_freq=10, save_freq=20, warmup=j == 1,
+                    async_=family == "staleness", family=family, onset=90, magnitude=mag, ramp_steps=r))
     return plans
 
 
@@ -337,11 +340,15 @@ def write_plan(out: Path, p: Plan, seed: int) -> dict:
 
 def write_all(out: Path, seed: int, only: set[str] | None, healthy: int = 200, shard: str = "0/1") -> None:
     out.mkdir(parents=True, exist_ok=True)
-    k, of = (int(x) for x in shard.split("/"))
-    for i, plan in enumerate(healthy_plans(seed, healthy) + sweep_plans()):
-        if i % of != k or (only is not None and plan.name not in only):
+    part, of = (int(x) for x in shard.split("/"))
+    # healthy runs and the sweep interleaved, so a corpus cut short still has both; seeds by place in each list
+    seeded = [(p, seed * 10000 + k) for k, p in enumerate(healthy_plans(seed, healthy))]
+    sweep = [(p, seed * 10000 + healthy + k) for k, p in enumerate(sweep_plans())]
+    order = [x for pair in zip_longest(seeded, sweep) for x in pair if x is not None]
+    for i, (plan, plan_seed) in enumerate(order):
+        if i % of != part or (only is not None and plan.name not in only):
             continue
         if (out / f"{plan.name}.truth.json").exists():
             continue
-        write_plan(out, plan, seed * 10000 + i)
+        write_plan(out, plan, plan_seed)
         print(plan.name, flush=True)

@@ -19,9 +19,11 @@ steps; goal >= 95 %), the rate below it (not promised), whether the page held, a
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from multiprocessing import Pool
@@ -30,7 +32,18 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.verl_families import replay, score
+from benchmarks.verl_families import RULES, score
+from benchmarks.verl_runs_real import simulate
+
+
+def replay(data: Path, truth: dict) -> list[tuple[float, dict]]:
+    """benchmarks/verl_families.py's replay, polled ~6 times a step (at least every 30 s, at most every 5 min):
+    the catalogue judges steps, and a 1-h-step run polled every 30 s costs 120 polls a step."""
+    lines = gzip.decompress((data / f"{truth['run']}.jsonl.gz").read_bytes()).splitlines(keepends=True)
+    poll_s = min(300.0, max(30.0, truth["step_s"] / 6.0))
+    with tempfile.TemporaryDirectory(prefix="verl-signals-") as tmp:
+        return simulate(lines, truth["times"], truth["step_s"], RULES, Path(tmp), None, poll_s=poll_s,
+                        truncate_at=truth.get("restart_index"), total_steps=truth["steps"])
 
 
 def judge(args: tuple[str, str]) -> dict:
@@ -80,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated run names")
     ap.add_argument("--jobs", type=int, default=1, help="replay this many runs at once")
     ap.add_argument("--json", action="store_true", help="JSON lines only")
+    ap.add_argument("--results", help="JSON-lines file of judged runs: runs in it are not replayed again, new ones "
+                                      "are appended (a corpus measured in parts)")
     args = ap.parse_args(argv)
     data = Path(args.data)
     truths = sorted(data.glob("*.truth.json"))
@@ -90,12 +105,18 @@ def main(argv: list[str] | None = None) -> int:
               "benchmarks/verl_real_runs_writer.py --set signals", file=sys.stderr)
         return 2
     started = time.time()
-    work = [(str(data), str(t)) for t in truths]
-    if args.jobs > 1:
-        with Pool(args.jobs) as pool:
-            results = pool.map(judge, work, chunksize=4)
-    else:
-        results = [judge(w) for w in work]
+    cache = Path(args.results) if args.results else None
+    done = {}
+    if cache is not None and cache.exists():
+        done = {r["run"]: r for r in map(json.loads, cache.read_text().splitlines()) if r.get("run")}
+    work = [(str(data), str(t)) for t in truths if t.name[: -len(".truth.json")] not in done]
+    results = [done[t.name[: -len(".truth.json")]] for t in truths if t.name[: -len(".truth.json")] in done]
+    with Pool(max(1, args.jobs)) as pool:
+        for r in pool.imap_unordered(judge, work):
+            results.append(r)
+            if cache is not None:
+                with cache.open("a") as fh:
+                    fh.write(json.dumps(r) + "\n")
     for r in results:
         if args.json:
             print(json.dumps(r))

@@ -4,8 +4,8 @@ detection above each family's boundary, on runs written by verl 0.9.1's own code
     cd /tmp && /work/verl-venv/bin/python $REPO/benchmarks/verl_real_runs_writer.py --set signals --seed 40 --out /tmp/verl_signals
     .venv/bin/python benchmarks/verl_signal_corpus.py --data /tmp/verl_signals [--jobs 2] [--json]
 
-The data (benchmarks/verl_signal_corpus_runs.py, ~30 MB, so written rather than committed; a three-run
-sample is in tests/fixtures/verl_signals) is (a) >= 200 healthy runs -- PPO, GRPO, REINFORCE++, RLOO, DAPO;
+The data (benchmarks/verl_signal_corpus_runs.py, ~30 MB, so written rather than committed; a two-run
+sample is in benchmarks/data/verl_signals_sample) is (a) >= 200 healthy runs -- PPO, GRPO, REINFORCE++, RLOO, DAPO;
 10 s-1 h steps, up to +-50 % jitter, validation and checkpoints, lr warm-ups, x5 response growth, noisy
 rewards, fully-async staleness, resumes -- and (b) a sweep per fault family over magnitude x ramp x cadence.
 Each run is replayed as benchmarks/verl_families.py replays one (line by line at its true time, tailed into
@@ -34,6 +34,8 @@ if __package__ in (None, ""):
 
 from benchmarks.verl_families import RULES, score
 from benchmarks.verl_runs_real import simulate
+
+SAMPLE = Path(__file__).parent / "data" / "verl_signals_sample"
 
 
 def replay(data: Path, truth: dict) -> list[tuple[float, dict]]:

@@ -148,6 +148,7 @@ class Run:
         self.prompts = 8 if p.reward_noise else 16
         self.ent_ar = self.kl_ar = 0.0
         self.peak = 0.0
+        self.len0 = 0.0
 
     def frac(self, step: int) -> float:
         return step / self.p.steps
@@ -233,7 +234,9 @@ def step_metrics(run: Run, step: int, kl_ctrl: FixedKLController) -> tuple[dict,
     metrics.update(compute_rollout_corr_metrics_from_logprobs(data.batch["old_log_probs"], data.batch["rollout_log_probs"],
                                                               data.batch["response_mask"]))
     resp = float(mask.sum(-1).mean())
-    step_dur = p.step_s * float(rng.uniform(1 - p.jitter, 1 + p.jitter))
+    # generation dominates a step: its time follows the response length (70 %) around a fixed part
+    run.len0 = run.len0 or max(resp, 1.0)
+    step_dur = p.step_s * (0.3 + 0.7 * resp / run.len0) * float(rng.uniform(1 - p.jitter, 1 + p.jitter))
     parts = {"gen": 0.45, "reward": 0.05, "old_log_prob": 0.08, "ref": 0.07, "adv": 0.01, "update_actor": 0.19}
     if p.algo == "ppo":
         parts.update(values=0.05, update_critic=0.10)

@@ -208,7 +208,8 @@ def batch_for(run: Run, step: int, kl: float) -> DataProto:
                "old_log_probs": old_lp, "ref_log_prob": ref_lp, "rollout_log_probs": rollout_lp}
     if p.algo == "ppo":
         tensors["values"] = torch.tensor(rng.normal(0.4, 0.2, (bsz, width)), dtype=torch.float32) * response_mask
-    uids = np.array([str(uuid.UUID(int=int(rng.integers(1 << 62)) + k // run.n)) for k in range(bsz)], dtype=object)
+    base = int(rng.integers(1 << 62))  # one draw per batch: the n responses of a prompt share its uid (a group)
+    uids = np.array([str(uuid.UUID(int=base + k // run.n)) for k in range(bsz)], dtype=object)
     data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": uids})
     data.meta_info["global_token_num"] = attn.sum(-1).tolist()
     return data

@@ -36,6 +36,9 @@ from benchmarks.verl_families import RULES, score
 from benchmarks.verl_runs_real import simulate
 
 SAMPLE = Path(__file__).parent / "data" / "verl_signals_sample"
+# pages a fault really causes besides its own: collapsed responses lower tokens/s per GPU (a step's fixed costs
+# stay); counted apart (``collateral_pages``), not as false pages
+COLLATERAL = {"length_collapse": {"ThroughputDrop"}}
 
 
 def replay(data: Path, truth: dict) -> list[tuple[float, dict]]:
@@ -52,6 +55,9 @@ def judge(args: tuple[str, str]) -> dict:
     data, truth_path = Path(args[0]), Path(args[1])
     truth = json.loads(truth_path.read_text())
     r = score(truth, replay(data, truth))
+    collateral = COLLATERAL.get(truth["fault"], set())
+    r["collateral_pages"] = sorted(set(r["false_pages"]) & collateral)
+    r["false_pages"] = sorted(set(r["false_pages"]) - collateral)
     times = truth["times"]
     r["run_days"] = (times[-1] - times[0] + truth["step_s"]) / 86400.0
     for k in ("magnitude", "ramp_steps", "above_boundary"):

@@ -55,9 +55,6 @@ def judge(args: tuple[str, str]) -> dict:
     data, truth_path = Path(args[0]), Path(args[1])
     truth = json.loads(truth_path.read_text())
     r = score(truth, replay(data, truth))
-    collateral = COLLATERAL.get(truth["fault"], set())
-    r["collateral_pages"] = sorted(set(r["false_pages"]) & collateral)
-    r["false_pages"] = sorted(set(r["false_pages"]) - collateral)
     times = truth["times"]
     r["run_days"] = (times[-1] - times[0] + truth["step_s"]) / 86400.0
     for k in ("magnitude", "ramp_steps", "above_boundary"):
@@ -66,6 +63,10 @@ def judge(args: tuple[str, str]) -> dict:
 
 
 def summarise(results: list[dict]) -> dict:
+    for r in results:
+        collateral = COLLATERAL.get(r["fault"], set())
+        r["collateral_pages"] = sorted(set(r["false_pages"]) & collateral)
+        r["false_pages"] = sorted(set(r["false_pages"]) - collateral)
     healthy = [r for r in results if r["fault"] == "healthy"]
     days = sum(r["run_days"] for r in healthy)
     by_alert = Counter(a for r in healthy for a in r["false_pages"])

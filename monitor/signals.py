@@ -22,6 +22,7 @@ from monitor.sources.verl_keys import map_key
 
 PATH = Path(__file__).parent / "rules" / "signals.yaml"
 JOB = "verl_jsonl"
+UNMAPPED_PREFIX = "verl_jsonl_"  # verl_keys.unknown_name
 DIRECTIONS = {"up", "down"}
 TRENDS = {"up", "down", "none"}
 # a judge on a direction healthy runs also trend in must ask for a factor, not a slope
@@ -78,7 +79,9 @@ class SignalCatalogue:
         unc = self.uncatalogued
         out.append({
             "alert": unc["alert"], "severity": unc["severity"], "labels": {"signal": "$__name__"},
-            "select": f'{{job="{JOB}",__name__!~"{names}|{prefixes}"}}',
+            # verl's keys the source did not map (verl_jsonl_<key>); the source's own series (liveness, the
+            # running step, checkpoints) are not training signals
+            "select": f'{{job="{JOB}",__name__=~"{UNMAPPED_PREFIX}.*",__name__!~"{names}|{prefixes}"}}',
             "detector": {"type": "run_reference", **self.defaults, **unc["judge"]},
             "summary": "{{ labels.signal }} on {{ labels.node }} (a verl key no catalogue entry names) "
                        "moved {{ details.before | round(4) }} -> {{ details.after | round(4) }} against the run's own "

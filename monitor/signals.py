@@ -82,7 +82,7 @@ class SignalCatalogue:
             # verl's keys the source did not map (verl_jsonl_<key>); the source's own series (liveness, the
             # running step, checkpoints) are not training signals
             "select": f'{{job="{JOB}",__name__=~"{UNMAPPED_PREFIX}.*",__name__!~"{names}|{prefixes}"}}',
-            "detector": {"type": "run_reference", **self.defaults, **unc["judge"]},
+            "detector": _detector(self.defaults, unc["judge"]),
             "summary": "{{ labels.signal }} on {{ labels.node }} (a verl key no catalogue entry names) "
                        "moved {{ details.before | round(4) }} -> {{ details.after | round(4) }} against the run's own "
                        "reference; watched so a new verl key is never unread",
@@ -92,12 +92,21 @@ class SignalCatalogue:
         return out
 
 
+def _detector(defaults: dict[str, Any], judge: dict[str, Any]) -> dict[str, Any]:
+    """The rule's detector: the warm-up is the rule's (``warmup_steps``), not the detector's, so the series'
+    ring keeps the few samples its step time is measured from -- without it a 1-h-step series had no known
+    interval and the store evicted it (and the detector's memory) at every gap over an hour."""
+    params = {**defaults, **judge}
+    warmup = int(params.pop("warmup", 0))
+    return {"type": "run_reference", **params, "warmup": 0, "warmup_steps": warmup}
+
+
 def _judged_rule(s: Signal, defaults: dict[str, Any]) -> dict[str, Any]:
     direction = s.judge.get("direction") or ("both" if len(s.bad) > 1 else s.bad[0])
     config = ", ".join(s.config) or "none"
     return {
         "alert": s.alert, "severity": s.severity, "select": s.selector(),
-        "detector": {"type": "run_reference", **defaults, **s.judge, "direction": direction},
+        "detector": _detector(defaults, {**s.judge, "direction": direction}),
         "summary": (f"{s.key} on {{{{ labels.node }}}} {{{{ 'fell' if details.direction < 0 else 'rose' }}}} "
                     "{{ details.before | round(4) }} -> {{ details.after | round(4) }} "
                     "(x{{ details.factor | round(1) if details.factor >= 1 else (1 / details.factor) | round(1) }} "

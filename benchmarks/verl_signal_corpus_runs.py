@@ -249,13 +249,14 @@ def step_metrics(run: Run, step: int, kl_ctrl: FixedKLController) -> tuple[dict,
     timing_raw["step"] = step_dur
     mb = 4
     adv = data.batch["advantages"]
-    learning = float((adv.abs() * mask).sum() / mask.sum().clamp(min=1)) > 1e-6  # a zero update has no gradient
+    # the policy gradient scales with the share of tokens that carry an advantage: none, no gradient
+    signal = float(((adv.abs() > 1e-6).float() * mask).sum() / mask.sum().clamp(min=1))
     grad = np.exp(rng.normal(math.log(0.6), 0.15, mb))
     if p.warmup:
         grad = grad * (1 + 24 * math.exp(-step / 8.0))
     pg_loss = rng.normal(0, 0.05, mb)
-    if not learning:
-        grad, pg_loss = grad / 40.0, pg_loss * 0.0
+    if p.family == "zero_signal" and ramp(p, step) >= 1.0:
+        grad, pg_loss = grad * max(signal, 1.0 / 40.0), pg_loss * signal
     actor = {"actor/pg_loss": list(pg_loss), "actor/pg_clipfrac": list(np.abs(rng.normal(0.02, 0.005, mb))),
              "actor/ppo_kl": list(np.abs(rng.normal(2e-4, 5e-5, mb))), "actor/pg_clipfrac_lower": [0.0] * mb,
              "actor/grad_norm": list(grad)}

@@ -65,9 +65,11 @@ class RunReferenceDetector(Detector):
         """How many times ``now`` is above (> 1) or below (< 1) the reference, on a floored scale."""
         return max(abs(now), self.scale_floor) / max(abs(ref), self.scale_floor)
 
-    def _beyond(self, ref: float, now: float, ratio: float, spread: float) -> str | None:
-        """'up' or 'down' when ``now`` stands ``ratio`` times and ``min_delta`` away from ``ref``."""
-        if abs(now - ref) < self.min_delta or (self.min_z and abs(now - ref) < self.min_z * spread):
+    def _beyond(self, ref: float, now: float, ratio: float, spread: float, min_delta: float | None = None) -> str | None:
+        """'up' or 'down' when ``now`` stands ``ratio`` times and ``min_delta`` away from ``ref`` (a held
+        condition: half of it, so a noisy level at the fault's size does not resolve and page again)."""
+        delta = self.min_delta if min_delta is None else min_delta
+        if abs(now - ref) < delta or (self.min_z and abs(now - ref) < self.min_z * spread):
             return None
         factor = self._factor(ref, now)
         if self.direction in ("up", "both") and now > ref and factor >= ratio:
@@ -87,7 +89,7 @@ class RunReferenceDetector(Detector):
         n = len(vals)
         now = _median([vals[i] for i in range(n - self.recent, n)])
         if self._frozen is not None:
-            moved = self._beyond(self._frozen, now, self.hold_ratio, 0.0)
+            moved = self._beyond(self._frozen, now, self.hold_ratio, 0.0, self.min_delta / 2.0)
             if moved is not None:
                 return self._finding(t, self._frozen, now, moved)
             self._frozen = None

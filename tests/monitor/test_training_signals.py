@@ -102,6 +102,15 @@ def test_held_while_the_fault_lasts_after_the_sliding_reference_has_caught_up() 
     assert all(active[50:])
 
 
+def test_a_held_fault_near_its_min_delta_stays_held() -> None:
+    """Aborted responses at ~x3 the floor and ~0.1 above it: a noisy median dipping under min_delta must not
+    resolve the page and page again (it is held at half of min_delta)."""
+    det = RunReferenceDetector(direction="up", ratio=3, min_delta=0.1, scale_floor=0.02)
+    v = [0.005] * 30 + [0.3] * 10 + [0.08] * 20
+    active = [det.update(float(i), x).active for i, x in enumerate(v)]
+    assert active[38] and all(active[38:])
+
+
 def test_pearson_correlation_is_judged_by_its_distance_from_one() -> None:
     det = RunReferenceDetector(direction="up", ratio=4, transform="one_minus", min_delta=0.05, scale_floor=0.002)
     rng = np.random.default_rng(0)

@@ -28,6 +28,7 @@ THRESHOLD_KEY = {
     "window_drop": "min_relative_drop", "leak": "min_slope_per_min", "drift": "alpha",
     "level_shift": "min_relative_shift", "baseline_ratio": "ratio", "context_anomaly": "threshold",
     "ks_shift": "alpha", "counter_stall": "window", "exhaustion": "horizon", "step_overrun": "min_s",
+    "run_reference": "ratio",
 }
 # thresholds that are durations
 DURATION_DETECTORS = {"value_age", "staleness", "counter_stall", "exhaustion", "step_overrun"}

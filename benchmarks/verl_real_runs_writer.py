@@ -4,6 +4,7 @@
     /work/verl-venv/bin/pip install torch==2.13.0 && /work/verl-venv/bin/pip install verl==0.9.1 cachetools uvicorn fastapi
     cd /tmp && /work/verl-venv/bin/python /work/wt-22/benchmarks/verl_real_runs_writer.py --out /work/wt-22/benchmarks/data/verl_real
     cd /tmp && /work/verl-venv/bin/python $REPO/benchmarks/verl_real_runs_writer.py --set families --seed 32 --out $REPO/benchmarks/data/verl_real2
+    cd /tmp && /work/verl-venv/bin/python $REPO/benchmarks/verl_real_runs_writer.py --set signals --seed 40 --out /tmp/verl_signals
 
 Run it with the *PyPI* verl's interpreter and a working directory outside this repository (the project's own
 ``verl/`` package would shadow it); nothing in the project imports this file. Each run is a synthetic batch
@@ -199,9 +200,13 @@ def main() -> None:
     p.add_argument("--only", help="comma-separated run names (default: all)")
     p.add_argument("--kl-plateau", type=float, default=0.03, help="KL to the reference after its warm-up")
     p.add_argument("--kl-drift", type=float, default=KL_DRIFT_PER_STEP, help="KL rise per step with the penalty off")
-    p.add_argument("--set", choices=("issue22", "families"), default="issue22",
+    p.add_argument("--set", choices=("issue22", "families", "signals"), default="issue22",
                    help="issue22: the 30 runs of benchmarks/data/verl_real; families: issue 32's failure families "
-                        "(benchmarks/verl_real_runs_families.py, for benchmarks/data/verl_real2)")
+                        "(benchmarks/verl_real_runs_families.py, for benchmarks/data/verl_real2); signals: the healthy "
+                        "corpus and the fault sweep of the training-signal catalogue (benchmarks/verl_signal_corpus_runs.py, "
+                        "for benchmarks/verl_signal_corpus.py)")
+    p.add_argument("--healthy", type=int, default=200, help="--set signals: healthy runs in the corpus")
+    p.add_argument("--shard", default="0/1", help="--set signals: K/N writes every N-th run from the K-th (parallel writers)")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -210,6 +215,11 @@ def main() -> None:
         from verl_real_runs_families import write_all  # a sibling of this file (sys.path[0])
 
         write_all(out, args.seed, only)
+        return
+    if args.set == "signals":
+        from verl_signal_corpus_runs import write_all as write_signals  # a sibling of this file
+
+        write_signals(out, args.seed, only, args.healthy, args.shard)
         return
     k = 0
     for step_s in CADENCES:

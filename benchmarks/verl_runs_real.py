@@ -44,6 +44,9 @@ DATA = Path(__file__).parent / "data" / "verl_real"
 EXPECTED = {"kl_off": ("KLDriftDetected", 60), "collapse": ("RewardDistributionDrift", 10),
             "nan": ("NonFiniteGradients", 2), "leak": ("MemoryLeakSuspected", 30)}
 LASTING = {"kl_off", "collapse", "leak"}
+# further alerts that name the same fault truly: a GRPO reward collapse (every response scored 0) leaves every
+# group's rewards equal, so its advantages are 0 -- the learning signal is lost, and saying so is right
+ALSO_ABOUT = {"collapse": {"LearningSignalLost"}}
 PAGES = {"P0", "P1", "P2"}
 RATE_RE = re.compile(r"up (-?[\d.]+) MB/min")
 
@@ -124,8 +127,9 @@ def score(truth: dict, events: list[tuple[float, dict]]) -> dict:
     firing = [(t, r) for t, r in events if r.get("status") == "firing"]
     hit = next(((t, r) for t, r in firing if r["labels"]["alertname"] == expected and t >= onset_t), None) \
         if expected else None
+    about = {expected} | ALSO_ABOUT.get(fault, set())
     false = sorted({r["labels"]["alertname"] for t, r in firing if r["labels"].get("severity") in PAGES
-                    and not (r["labels"]["alertname"] == expected and onset_t is not None and t >= onset_t)})
+                    and not (r["labels"]["alertname"] in about and onset_t is not None and t >= onset_t)})
     unusual = sum(r["labels"]["alertname"] == "UnusualTrainingMetric" for _, r in firing)
     out: dict = {"run": truth["run"], "fault": fault, "algo": truth["algo"], "step_s": step_s,
                  "expected": expected, "false_pages": false, "unusual_p3": unusual}

@@ -20,7 +20,7 @@ from monitor.detectors.base import Detector, Finding
 from monitor.detectors.work import WorkLog
 from monitor.history import samples_needed
 from monitor.model import PLUMBING_LABELS
-from monitor.rules import Rule
+from monitor.rules import SERIES_NAME_LABEL, Rule
 from monitor.store import Series
 
 
@@ -118,7 +118,7 @@ class Evaluator:
                 b = Binding(rule, ri, ci, series,
                             cond.new_detector(self._work_log(ri, ci, labels) if cond.explain_by else None))
                 if ci == 0:
-                    b.labels = self.alert_labels(rule, labels)
+                    b.labels = self.alert_labels(rule, labels, series.name)
                     b.fp = fingerprint(b.labels)
                     b.join = rule.join_key(labels)
                 else:
@@ -148,9 +148,10 @@ class Evaluator:
             interval = series.interval()
             self.reserve(series, max(samples_needed(b.rule, b.cond, interval) for b in bound))
 
-    def alert_labels(self, rule: Rule, series_labels: dict[str, str]) -> dict[str, str]:
+    def alert_labels(self, rule: Rule, series_labels: dict[str, str], series_name: str = "") -> dict[str, str]:
         labels = {k: v for k, v in series_labels.items() if k not in PLUMBING_LABELS}
-        labels.update(rule.labels)
+        # a rule over many series (no name in its selector) tells its alerts apart by the series' name
+        labels.update({k: series_name if v == SERIES_NAME_LABEL else v for k, v in rule.labels.items()})
         labels.update(alertname=rule.alert, severity=rule.severity, cluster=self.cluster,
                       node=series_labels.get("node", "unknown"))
         return labels

@@ -19,7 +19,7 @@ rules:
     when:                              # optional extra conditions, joined on the same node
       - select: [verl_gpu_memory_used_bytes, DCGM_FI_DEV_FB_USED]
         detector: {type: fluctuation, window: 60s, min_relative: 0.05}
-    labels: {team: infra}
+    labels: {team: infra}              # a value "$__name__" is the series' name (a rule over many series)
     summary: "CPU {{ value | round(2) }} ..."      # Jinja2 (sandboxed): labels, value, details, series
     description: "..."
     runbook: "..."
@@ -48,6 +48,7 @@ from monitor.errors import ConfigError
 from monitor.selectors import Selector, SelectorError, parse_selector
 
 DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
+SERIES_NAME_LABEL = "$__name__"
 
 _RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "keep_firing_for_steps", "select", "detector", "when", "labels",
               "summary", "description", "runbook", "plot", "join_on"}
@@ -250,7 +251,14 @@ def load_rules(path: str | Path) -> list[Rule]:
         raise RuleError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
         raise RuleError(f"rules file {path}: expected a top-level 'rules:' list")
-    return [_rule(r, f"{path}: rules[{i}]") for i, r in enumerate(doc["rules"])]
+    rules = [_rule(r, f"{path}: rules[{i}]") for i, r in enumerate(doc["rules"])]
+    if path.resolve() == DEFAULT_RULES.resolve():
+        # the training-signal catalogue's rules are part of the default rules (monitor/signals.py)
+        from monitor import signals  # deferred: signals imports the verl key table, rules must load alone
+
+        rules += [_rule(r, f"{signals.PATH}: {r['alert']} ({r.get('labels', {}).get('signal', 'uncatalogued')})")
+                  for r in signals.load().rule_dicts()]
+    return rules
 
 
 def load_rule_files(paths: list[str | Path] | None) -> list[Rule]:

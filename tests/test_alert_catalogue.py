@@ -13,6 +13,7 @@ import yaml
 
 from alerting import catalogue
 from alerting.config import parse_duration
+from monitor import signals
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITOR_RULES = ROOT / "monitor/rules/default.yaml"
@@ -23,7 +24,8 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e\d+)?(?![\w.])")
 
 
 def monitor_rules() -> list[dict[str, Any]]:
-    return yaml.safe_load(MONITOR_RULES.read_text())["rules"]
+    """default.yaml's rules and those the training-signal catalogue generates (monitor/signals.py)."""
+    return yaml.safe_load(MONITOR_RULES.read_text())["rules"] + signals.load().rule_dicts()
 
 
 def prom_rules() -> list[dict[str, Any]]:
@@ -32,6 +34,8 @@ def prom_rules() -> list[dict[str, Any]]:
 
 def selects(rule: dict[str, Any], metric: str) -> bool:
     sel = rule["select"] if isinstance(rule["select"], list) else [rule["select"]]
+    if metric.startswith("{"):  # a rule over many series: its selector names no metric
+        return any(s.startswith(metric.rstrip("}")) for s in sel)
     return any(re.match(rf"{re.escape(metric)}(\{{|$)", s) for s in sel)
 
 

@@ -62,7 +62,10 @@ def test_default_selectors_name_real_series() -> None:
     for r in load_rule_files(None):
         for c in r.conditions:
             for s in c.selectors:
-                assert s.name is not None
+                if s.name is None:  # the signal catalogue's watcher of every other series of a verl log
+                    assert r.alert == "UncataloguedSignalShift" and r.severity == "P3", s.text
+                    assert any(m.name == "job" and m.value == "verl_jsonl" for m in s.matchers), s.text
+                    continue
                 used.add(s.name)
                 if jsonl_only(s):  # then the rule must say it reads a verl log
                     assert any(m.name == "job" and m.value == "verl_jsonl" for m in s.matchers), s.text

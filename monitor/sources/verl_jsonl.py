@@ -56,6 +56,7 @@ import yaml
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import NotRegularFile, OffsetStore, open_regular, writer_holds
+from monitor.sources.verl_gaps import EXPECTED_EXTRA, ExpectedGaps, cadence_of
 from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 
@@ -133,6 +134,8 @@ class JsonlTail:
         self._progress_t = -math.inf  # time of the last verl_step_in_progress_seconds sample
         self._step_ends: list[float] = []  # this poll's records that a line-by-line writer wrote as they ended
         self._skipping = False  # inside an over-long line: discard up to its newline
+        self.gaps = ExpectedGaps(total_steps=self.liveness.total_steps)  # validation/save steps (TrainingStalled)
+        self.record_extras: list[tuple[float, float]] = []  # this poll's (record time, extra s due after it)
         self.problem: str | None = None  # why the path cannot be read at all (the source is down, /healthz)
 
     # -- file handling -------------------------------------------------------------------------------
@@ -196,6 +199,7 @@ class JsonlTail:
         scratch = SourceBatch(self.source)  # its value errors were counted when the records first arrived
         for m, ts in reversed(stamped):
             m.samples(ts, scratch)
+            self._saw(m, ts)
             batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
                                         float(self._nonfinite_steps), ts))
             if m.interval is not None:
@@ -219,6 +223,7 @@ class JsonlTail:
             batch.error("truncated")  # copytruncate or a verl restart ("w"): start over
             self._offset, self._partial, self._head = 0, b"", ""
             self.liveness.restarted()
+            self.gaps.restarted()
             self._fh.seek(0)
         chunks.append(self._fh.read(self.read_limit))
         try:
@@ -327,6 +332,7 @@ class JsonlTail:
 
     def poll(self, now: float) -> SourceBatch:
         batch = SourceBatch(self.source)
+        self.record_extras = []
         first_open = self._fh is None
         offset_before = self._offset
         try:
@@ -371,6 +377,7 @@ class JsonlTail:
         for _, m, t in stamped:
             if m.samples(t, batch):
                 self._nonfinite_steps += 1
+            self._saw(m, t)
             batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
                                         float(self._nonfinite_steps), t))
             if m.interval is not None:
@@ -393,18 +400,24 @@ class JsonlTail:
         self._save()
         return batch
 
+    def _saw(self, m: MappedRecord, t: float) -> None:
+        self.gaps.observe(m.step, m.data)
+        self.record_extras.append((t, self.gaps.extra_s()))
+
     def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
         """0 where a step ended (``record_times``), then the running step's seconds now. A line-by-line
         writer (verl 0.8+) wrote each record as its step ended, so a backlog or the history before a resumed
         offset tells the hang rule the run's step times at once; 0.6-0.7 write through an 8 KB buffer, a
         few steps at a time, so only the newest record of a poll counts there: the steps the hang rule
-        learns are then the gaps between writes, which is how long the log goes quiet when healthy."""
+        learns are then the gaps between writes, which is how long the log goes quiet when healthy.
+        Each is preceded by the validation/save seconds the running step is due (``EXPECTED_EXTRA``)."""
         labels = with_node({"job": JOB}, self.node)
         for t in sorted(set(record_times)):
             if self._progress_t < t < now:
                 batch.samples.append(Sample(IN_PROGRESS, labels, 0.0, t))
                 self._progress_t = t
         if now > self._progress_t:
+            batch.samples.append(Sample(EXPECTED_EXTRA, labels, self.gaps.extra_s(), now))
             batch.samples.append(Sample(IN_PROGRESS, labels, running, now))
             self._progress_t = now
 
@@ -425,6 +438,7 @@ class JsonlTail:
         labels, total = verl_keys.config_info(doc if isinstance(doc, dict) else {})
         if total is not None and self.liveness.total_steps is None:
             self.liveness.total_steps = total
+        self.gaps.configure(*cadence_of(doc if isinstance(doc, dict) else {}), self.liveness.total_steps)
         batch.samples.append(Sample("verl_config_info", with_node({"job": JOB, **labels}, self.node), 1.0, now))
 
     def _state(self) -> dict:

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable
 
 from monitor.model import Sample, with_node
+from monitor.sources.verl_gaps import EXPECTED_EXTRA
 
 JOB = "verl_jsonl"             # job label of every JSONL series (plumbing: never an alert label)
 MIN_SPACING_S = 1e-3                  # least spacing between two records (keeps samples distinct)
@@ -17,15 +18,20 @@ IN_PROGRESS_EVERY_S = 30.0     # its spacing inside the gaps of a finished log (
 IN_PROGRESS_MAX_PER_GAP = 240  # and at most this many samples per gap (a days-long gap stays cheap)
 
 
-def in_progress(record_times: list[float], node: str | None) -> list[Sample]:
+def in_progress(record_times: list[float], node: str | None,
+                extras: dict[float, float] | None = None) -> list[Sample]:
     """``verl_step_in_progress_seconds`` as the live tail would have sampled it between the records of a
     finished log (``replay``): 0 at each record, then every ``IN_PROGRESS_EVERY_S`` until the next one,
     so a gap inside the log -- a step that hung for 30 min and then finished -- is judged as it ran.
-    Nothing after the last record: a finished log ended there."""
+    Nothing after the last record: a finished log ended there. ``extras``: per record time, the
+    validation/save seconds the step after it was due (``verl_step_expected_extra_seconds``, sampled
+    at the record, before the step's first in-progress sample)."""
     labels = with_node({"job": JOB}, node)
     times = sorted(set(record_times))
     out: list[Sample] = []
     for t0, t1 in zip(times, times[1:], strict=False):
+        if extras is not None:
+            out.append(Sample(EXPECTED_EXTRA, labels, extras.get(t0, 0.0), t0))
         out.append(Sample(IN_PROGRESS, labels, 0.0, t0))
         every = max(IN_PROGRESS_EVERY_S, (t1 - t0) / IN_PROGRESS_MAX_PER_GAP)
         k = 1

@@ -16,6 +16,7 @@ from monitor.detectors.exhaustion import ExhaustionDetector
 from monitor.detectors.hang import StepOverrunDetector
 from monitor.detectors.ks import KSShiftDetector
 from monitor.detectors.leak import LeakDetector
+from monitor.detectors.reference import ReferenceRiseDetector
 from monitor.detectors.staleness import StalenessDetector, ValueAgeDetector
 from monitor.detectors.threshold import (
     BaselineRatioDetector,
@@ -41,6 +42,7 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "counter_stall": CounterStallDetector,
     "exhaustion": ExhaustionDetector,
     "step_overrun": StepOverrunDetector,
+    "reference_rise": ReferenceRiseDetector,
 }
 
 

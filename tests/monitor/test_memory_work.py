@@ -153,3 +153,59 @@ def test_jittered_stages_with_validation_and_growing_generation_stay_quiet(tmp_p
         times.append(t)
     events = _live(tmp_path, lines, times, total_steps=150, writer_closes=True, until=times[-1] + 300.0)
     assert [e for e in events if e[1]["labels"]["severity"] in PAGES] == []
+
+
+def peak_run(steps: int, peak_gb, lengths, seed: int) -> tuple[list[bytes], list[float]]:
+    """60-s steps whose ``actor/perf/max_memory_allocated_gb`` is ``peak_gb(step)`` (a running maximum) and whose
+    ``response_length/*`` are ``lengths(step)`` = (mean, max, clip_ratio) under a 4096-token cap."""
+    rng = random.Random(seed)
+    lines, times, t, top = [], [], T0, 0.0
+    for step in range(1, steps + 1):
+        s = 60.0 * rng.uniform(0.8, 1.2)
+        top = max(top, peak_gb(step, rng))
+        mean, longest, clip = lengths(step, rng)
+        data = json.loads(record(step, s, healthy_ram(step, rng), 2.7, None))["data"]
+        data |= {"actor/perf/max_memory_allocated_gb": top, "actor/perf/max_memory_reserved_gb": top + 4.0,
+                 "response_length/mean": mean, "response_length/max": longest, "response_length/clip_ratio": clip,
+                 "prompt_length/max": 512.0, "perf/total_num_tokens": 256 * (mean + 300.0)}
+        t += data["timing_s/step"]
+        lines.append(json.dumps({"step": step, "data": data}).encode() + b"\n")
+        times.append(t)
+    return lines, times
+
+
+def flat_lengths(step: int, rng: random.Random) -> tuple[float, float, float]:
+    return 900.0 + rng.uniform(-40, 40), 2000.0 + rng.uniform(-200, 0), 0.0
+
+
+def test_a_peak_ratcheting_through_the_first_30_steps_is_no_leak_and_a_later_leak_still_pages(tmp_path: Path) -> None:
+    # the allocator's peak climbs ~0.5 GiB a step through step 30 at steps whose work sets no new high
+    ratchet = lambda s, r: 30.0 + 0.5 * min(s, 30) + r.uniform(0, 0.4)  # noqa: E731
+    lines, times = peak_run(120, ratchet, flat_lengths, seed=3)
+    (tmp_path / "a").mkdir()
+    events = _live(tmp_path / "a", lines, times, total_steps=120, writer_closes=True, until=times[-1] + 300.0)
+    assert [e for e in events if e[1]["labels"]["severity"] in PAGES] == []
+
+    leak = lambda s, r: 30.0 + 0.5 * min(s, 30) + 0.3 * max(0, s - 60)  # noqa: E731  # 300 MB/step from step 60
+    lines, times = peak_run(120, leak, flat_lengths, seed=4)
+    (tmp_path / "b").mkdir()
+    events = _live(tmp_path / "b", lines, times, total_steps=120, writer_closes=True, until=times[-1] + 300.0)
+    leaks = _fired(events, "MemoryLeakSuspected")
+    assert leaks and sum(1 for t in times if t <= leaks[0][0]) <= 60 + 30
+
+
+def test_a_peak_following_responses_that_grow_to_the_cap_is_no_leak(tmp_path: Path) -> None:
+    # responses grow to the 4096 cap by step 50; after it, more of them sit at the cap (clip ratio 0 -> 0.6)
+    # and the peak keeps following the share at the cap, though no length sets a new high
+    def lengths(s: int, r: random.Random) -> tuple[float, float, float]:
+        grow = min(1.0, s / 50.0)
+        clip = 0.0 if s < 50 else min(0.6, (s - 50) / 100.0) + r.uniform(0, 0.02)
+        return 900.0 + 2400.0 * grow + 300.0 * clip + r.uniform(-20, 20), min(4096.0, 1500.0 + 2596.0 * grow), clip
+
+    def peak(s: int, r: random.Random) -> float:
+        mean, _, clip = lengths(s, random.Random(s))
+        return 20.0 + mean / 200.0 + 25.0 * clip + r.uniform(0, 0.3)
+
+    lines, times = peak_run(150, peak, lengths, seed=5)
+    events = _live(tmp_path, lines, times, total_steps=150, writer_closes=True, until=times[-1] + 300.0)
+    assert _fired(events, "MemoryLeakSuspected") == []  # (ResponseLengthAtCap pages, rightly)

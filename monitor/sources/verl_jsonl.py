@@ -57,7 +57,14 @@ from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import NotRegularFile, OffsetStore, open_regular, writer_holds
 from monitor.sources.verl_gaps import EXPECTED_EXTRA, ExpectedGaps, cadence_of
-from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress
+from monitor.sources.verl_liveness import (
+    IN_PROGRESS,
+    JOB,
+    STEPS_SHORT,
+    WAITING_FIRST_STEP,
+    RunLiveness,
+    in_progress,
+)
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 
 __all__ = ["IN_PROGRESS", "JOB", "JsonlTail", "MappedRecord", "RunLiveness", "in_progress"]
@@ -393,6 +400,11 @@ class JsonlTail:
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
+        if self._ino is not None:
+            for name, value in ((WAITING_FIRST_STEP, self.liveness.waiting_first_step(now)),
+                                (STEPS_SHORT, self.liveness.steps_short(now))):
+                if value is not None:
+                    batch.samples.append(Sample(name, with_node({"job": JOB}, self.node), value, now))
         running = self.liveness.running(now, self._t_last) if self._ino is not None else None
         if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
             self._progress(batch, [*self._step_ends, self._t_last], running, now)

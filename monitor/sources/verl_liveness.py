@@ -16,6 +16,11 @@ MIN_SPACING_S = 1e-3                  # least spacing between two records (keeps
 IN_PROGRESS = "verl_step_in_progress_seconds"  # seconds since the run's last record, while it is live
 IN_PROGRESS_EVERY_S = 30.0     # its spacing inside the gaps of a finished log (replay, ``in_progress``)
 IN_PROGRESS_MAX_PER_GAP = 240  # and at most this many samples per gap (a days-long gap stays cheap)
+# the two ends of a run no record shows: a start that never logs its first step (a rollout server stuck
+# creating, holding the GPUs idle) and a log whose writer closed it below trainer.total_training_steps
+# with no error (a resume at an epoch boundary that exits 0 without a new step)
+WAITING_FIRST_STEP = "verl_jsonl_run_waiting_first_step_seconds"
+STEPS_SHORT = "verl_jsonl_run_steps_short"
 
 
 def in_progress(record_times: list[float], node: str | None,
@@ -67,6 +72,8 @@ class RunLiveness:
         self._write_gaps: deque[float] = deque(maxlen=16)
         self._checked_at = -math.inf
         self._writer: bool | None = None
+        self.opened_at: float | None = None   # this run's log seen with no record yet (created or re-opened)
+        self.resumed_from: float | None = None  # the last step before verl re-opened the log (a restart)
 
     def window(self) -> float:
         step = statistics.median(self._intervals) if self._intervals else 0.0
@@ -78,6 +85,8 @@ class RunLiveness:
         self._intervals.extend(intervals)
         if step is not None:
             self.last_step = step
+        elif self.last_step is None and self.opened_at is None:
+            self.opened_at = arrival
         if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
             self._write_gaps.append(arrival - self.last_arrival)
         self.last_arrival = max(self.last_arrival, arrival)
@@ -106,7 +115,32 @@ class RunLiveness:
     def restarted(self) -> None:
         """The log was truncated (verl opens it with "w": a resumed run): like a new run, nothing is judged
         before its first record -- a resumed trainer loading its model and checkpoint is not hung."""
-        self.last_step = None
+        if self.last_step is not None:
+            self.resumed_from = self.last_step
+        self.last_step, self.opened_at = None, None
+
+    def _writer_now(self, now: float) -> bool | None:
+        if now - self._checked_at >= self.check_every_s:
+            self._checked_at = now
+            self._writer = self.writer_open()
+        return self._writer
+
+    def waiting_first_step(self, now: float) -> float | None:
+        """Seconds this run's log has been open without its first record while its writer holds it (None:
+        it has a record, its writer closed it, or nobody can tell)."""
+        if self.last_step is not None or self.opened_at is None or self._writer_now(now) is not True:
+            return None
+        return max(0.0, now - self.opened_at)
+
+    def steps_short(self, now: float) -> float | None:
+        """Steps below ``total_steps`` at which the writer closed the log (None: unknown total, still
+        open, or it reached the total). After a restart with no new record: the step before it."""
+        last = self.last_step if self.last_step is not None else self.resumed_from
+        if self.total_steps is None or last is None or last >= self.total_steps:
+            return None
+        if self._writer_now(now) is not False:
+            return None
+        return float(self.total_steps - last)
 
     def up(self, now: float) -> float | None:
         if self.state == "waiting" and math.isfinite(self.last_arrival):

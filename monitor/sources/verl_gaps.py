@@ -11,10 +11,10 @@ keys) and says, for the step now running, how many extra seconds it is due
 Which steps: every ``test_freq``/``save_freq`` step when the resolved config gives them, else the
 greatest common divisor of the steps seen doing that work (verl runs it at multiples of the frequency,
 and at the last step). Before a run has shown its cadence, a step whose number is a multiple of
-``UNLEARNED_EVERY`` (verl's examples use 10, 20, 50, 100; a 5 is first judged after 5 steps anyway)
-is given ``unknown_s`` while the run is within its first ``UNLEARNED_UNTIL`` steps: the first validation's
-length cannot be known before it ends. 5 min: a 4-min validation fits, and with the hang rule's 4-min
-floor a hang in such a step still pages at 9 min, before NCCL's default 600 s timeout. How long: ``margin`` x the longest of the last few durations of that work.
+``UNLEARNED_EVERY`` (verl's examples use 5, 10, 20, 25, 50, 100) is given max(``unknown_s``, 2 typical
+steps) while the run is within its first ``UNLEARNED_UNTIL`` steps: the first validation's length cannot
+be known before it ends. 5 min: a 4-min validation fits, and with the hang rule's 4-min floor a hang in
+such a step of a fast run still pages at 9 min, before NCCL's default 600 s timeout. How long: ``margin`` x the longest of the last few durations of that work.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections import deque
 from monitor.sources.verl_keys import finite_number
 
 EXPECTED_EXTRA = "verl_step_expected_extra_seconds"
-UNLEARNED_EVERY = 10
+UNLEARNED_EVERY = 5
 UNLEARNED_UNTIL = 100
 _VAL_PREFIXES = ("val-core/", "val-aux/", "val/")
 
@@ -84,8 +84,9 @@ class ExpectedGaps:
         """verl re-opened its log (a resume): the cadence holds, the step count starts again from the log."""
         self.last_step = None
 
-    def extra_s(self) -> float:
-        """Seconds of validation/save work the running step (the one after the last record) is due."""
+    def extra_s(self, typical_step_s: float = 0.0) -> float:
+        """Seconds of validation/save work the running step (the one after the last record) is due
+        (``typical_step_s``: the run's usual step, which sizes an unknown validation's allowance)."""
         if self.last_step is None:
             return 0.0
         step = self.last_step + 1
@@ -100,7 +101,7 @@ class ExpectedGaps:
                     total += self.margin * max(work.durations)
                 else:
                     unknown = True  # its cadence is known (config, or val keys without a timer), its length not
-        return total + (self.unknown_s if unknown else 0.0)
+        return total + (max(self.unknown_s, 2.0 * typical_step_s) if unknown else 0.0)
 
 
 def cadence_of(resolved: dict) -> tuple[int | None, int | None]:

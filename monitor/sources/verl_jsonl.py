@@ -66,6 +66,7 @@ from monitor.sources.verl_liveness import (
     in_progress,
 )
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
+from monitor.sources.verl_stages import stage_shares
 
 __all__ = ["IN_PROGRESS", "JOB", "JsonlTail", "MappedRecord", "RunLiveness", "in_progress"]
 
@@ -109,6 +110,7 @@ class MappedRecord:
                 if m is None:
                     continue
                 out.append(Sample(m.name, with_node({**labels0, **m.labels}, self.node), value * m.factor, t))
+        out.extend(stage_shares(self.data, labels0, self.node, t))
         return nonfinite
 
 
@@ -412,9 +414,12 @@ class JsonlTail:
         self._save()
         return batch
 
+    def _typical_step(self) -> float:
+        return statistics.median(self._intervals) if self._intervals else 0.0
+
     def _saw(self, m: MappedRecord, t: float) -> None:
         self.gaps.observe(m.step, m.data)
-        self.record_extras.append((t, self.gaps.extra_s()))
+        self.record_extras.append((t, self.gaps.extra_s(self._typical_step())))
 
     def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
         """0 where a step ended (``record_times``), then the running step's seconds now. A line-by-line
@@ -429,7 +434,7 @@ class JsonlTail:
                 batch.samples.append(Sample(IN_PROGRESS, labels, 0.0, t))
                 self._progress_t = t
         if now > self._progress_t:
-            batch.samples.append(Sample(EXPECTED_EXTRA, labels, self.gaps.extra_s(), now))
+            batch.samples.append(Sample(EXPECTED_EXTRA, labels, self.gaps.extra_s(self._typical_step()), now))
             batch.samples.append(Sample(IN_PROGRESS, labels, running, now))
             self._progress_t = now
 

@@ -100,5 +100,5 @@ def test_the_resolved_config_says_which_steps_validate_before_any_did() -> None:
     gaps.observe(13, {})
     assert gaps.extra_s() == 300.0  # step 14 validates, length not yet known
     gaps.observe(15, {})
-    assert gaps.extra_s() == 0.0    # step 16: no validation, and save_freq=-1 with 16 no multiple of 10
+    assert gaps.extra_s() == 0.0    # step 16: no validation, and save_freq=-1 with 16 no multiple of 5
     assert cadence_of({"trainer": {"test_freq": True}}) == (None, None)

@@ -110,7 +110,7 @@ def _fired(events: list[tuple[float, dict]], name: str) -> list[tuple[float, str
 @pytest.mark.parametrize(("hang_at", "bound_s"), [(33, 240.0), (30, 540.0)])
 def test_live_hang_in_update_actor_is_paged_before_the_nccl_timeout_and_resolves_when_the_step_ends(
         tmp_path: Path, hang_at: int, bound_s: float) -> None:
-    # step 30 is a multiple of 10: it may be the run's first validation or checkpoint, whose length the run
+    # step 30 is a multiple of 5: it may be the run's first validation or checkpoint, whose length the run
     # has not shown yet (monitor/sources/verl_gaps.py): 5 min more, still under NCCL's timeout
     step_s = 60.0
     times, lines, t = [], [], T0

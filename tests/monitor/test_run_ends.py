@@ -1,7 +1,7 @@
 """The two ends of a verl run no record shows: a log closed by its writer below
 trainer.total_training_steps with no error (a silent completion: a resume at an epoch boundary exiting 0
-with no new step) pages TrainingEndedEarly; a log held open with no first step for 30 min (a rollout
-server stuck creating) pages TrainingNeverStarted; a run that reaches its last step, and a slow start,
+with no new step) pages TrainingEndedEarly after 10 min; a log held open with no first step for 3 h (a
+rollout server stuck creating) pages TrainingNeverStarted; a run that reaches its last step, and a slow start,
 page neither."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_a_log_closed_below_the_total_pages_a_silent_completion_and_a_full_run_d
     (tmp_path / "a").mkdir()
     events = _live(tmp_path / "a", lines, times, total_steps=100, writer_closes=True, until=times[-1] + 600.0)
     ended = _fired(events, "TrainingEndedEarly")
-    assert ended and ended[0][1] == "firing" and ended[0][0] <= times[-1] + 60.0
+    assert ended and ended[0][1] == "firing" and times[-1] + 600.0 <= ended[0][0] <= times[-1] + 660.0
     assert "60 steps short" in ended[0][2]["annotations"]["summary"]
 
     (tmp_path / "b").mkdir()
@@ -72,23 +72,22 @@ def test_a_resume_that_exits_with_no_new_step_is_a_silent_completion(tmp_path: P
     run.until(T0 + 3600.0 + 300.0)
     run.fh.close()  # ... and exits 0 at the epoch boundary without a new step
     run.open = False
-    run.until(T0 + 3600.0 + 900.0)
+    run.until(T0 + 3600.0 + 1500.0)
     ended = _fired(run.events, "TrainingEndedEarly")
     assert ended and "40 steps short" in ended[0][2]["annotations"]["summary"]
 
 
-def test_a_start_with_no_first_step_for_30_min_pages_and_a_slow_start_does_not(tmp_path: Path) -> None:
+def test_a_start_with_no_first_step_for_3_h_pages_and_a_slow_start_does_not(tmp_path: Path) -> None:
     (tmp_path / "stuck").mkdir()
     stuck = _Run(tmp_path / "stuck", total_steps=100)
-    stuck.until(T0 + 3600.0)
+    stuck.until(T0 + 4 * 3600.0)
     never = _fired(stuck.events, "TrainingNeverStarted")
-    assert never and T0 + 1800.0 < never[0][0] <= T0 + 1800.0 + 60.0
+    assert never and T0 + 10800.0 < never[0][0] <= T0 + 10800.0 + 60.0
 
     (tmp_path / "slow").mkdir()
     slow = _Run(tmp_path / "slow", total_steps=100)
-    slow.until(T0 + 1500.0)  # 25 min loading a large model and validating before training
-    for step in range(1, 11):
-        slow.write(record(step, 60.0))
-        slow.until(T0 + 1500.0 + 60.0 * step)
-    slow.until(T0 + 3600.0)
+    slow.until(T0 + 9000.0)  # 30 min loading a large model and validating, then a first 2-h step
+    for step in range(1, 4):
+        slow.write(record(step, 3600.0))
+        slow.until(T0 + 9000.0 + 3600.0 * step)
     assert _fired(slow.events, "TrainingNeverStarted") == []

@@ -26,7 +26,7 @@ def _steps(n: int, first: int = 1) -> tuple[list[bytes], list[float]]:
 def test_a_log_closed_below_the_total_pages_a_silent_completion_and_a_full_run_does_not(tmp_path: Path) -> None:
     lines, times = _steps(40)
     (tmp_path / "a").mkdir()
-    events = _live(tmp_path / "a", lines, times, total_steps=100, writer_closes=True, until=times[-1] + 600.0)
+    events = _live(tmp_path / "a", lines, times, total_steps=100, writer_closes=True, until=times[-1] + 1200.0)
     ended = _fired(events, "TrainingEndedEarly")
     assert ended and ended[0][1] == "firing" and times[-1] + 600.0 <= ended[0][0] <= times[-1] + 660.0
     assert "60 steps short" in ended[0][2]["annotations"]["summary"]

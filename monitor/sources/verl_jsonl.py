@@ -399,6 +399,7 @@ class JsonlTail:
             arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
         self._config_info(now, batch)
+        self.liveness.expected_extra_s = self.gaps.extra_s(self._typical_step())
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))

@@ -73,12 +73,15 @@ class RunLiveness:
         self._checked_at = -math.inf
         self._writer: bool | None = None
         self.opened_at: float | None = None   # this run's log seen with no record yet (created or re-opened)
+        # validation/checkpoint seconds the running step is due (set by the tail, monitor/sources/verl_gaps.py):
+        # a 20-min validation in a 10-min-step run is a 30-min quiet log, not a run that stopped
+        self.expected_extra_s = 0.0
         self.resumed_from: float | None = None  # the last step before verl re-opened the log (a restart)
 
     def window(self) -> float:
         step = statistics.median(self._intervals) if self._intervals else 0.0
         writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
-        return max(self.down_after_s, self.down_after_steps * max(step, writes))
+        return max(self.down_after_s, self.down_after_steps * max(step, writes)) + self.expected_extra_s
 
     def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
         """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""

@@ -102,3 +102,10 @@ def test_the_resolved_config_says_which_steps_validate_before_any_did() -> None:
     gaps.observe(15, {})
     assert gaps.extra_s() == 0.0    # step 16: no validation, and save_freq=-1 with 16 no multiple of 5
     assert cadence_of({"trainer": {"test_freq": True}}) == (None, None)
+
+
+def test_a_long_validation_at_10_min_steps_is_neither_a_hang_nor_a_stopped_run(tmp_path: Path) -> None:
+    # a 20-min validation every 10 steps of 10-min steps: the log is quiet 30 min, TrainerDown's 3 steps
+    lines, times = run(40, 600.0, 0.2, 10, 1200.0, 20, 120.0, seed=8)
+    events = _live(tmp_path, lines, times, total_steps=40, writer_closes=True, until=times[-1] + 600.0)
+    assert [e for e in events if e[1]["labels"]["severity"] in PAGES] == []

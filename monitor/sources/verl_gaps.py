@@ -20,6 +20,7 @@ such a step of a fast run still pages at 9 min, before NCCL's default 600 s time
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 
 from monitor.sources.verl_keys import finite_number
@@ -58,6 +59,7 @@ class ExpectedGaps:
         self.validation, self.save = _Work(test_freq), _Work(save_freq)
         self.total_steps, self.unknown_s, self.margin = total_steps, unknown_s, margin
         self.last_step: int | None = None
+        self._steps: deque[float] = deque(maxlen=32)  # the run's recent step times (records' own timers)
 
     def configure(self, test_freq: int | None, save_freq: int | None, total_steps: int | None) -> None:
         """The run's resolved config, when it is read (it wins over what the records showed)."""
@@ -67,8 +69,10 @@ class ExpectedGaps:
             self.save.freq = save_freq
         self.total_steps = total_steps or self.total_steps
 
-    def observe(self, step: float | None, data: dict) -> None:
-        """One record of the run (its ``step`` and ``data``)."""
+    def observe(self, step: float | None, data: dict, interval: float | None = None) -> None:
+        """One record of the run (its ``step``, ``data`` and seconds since the record before, if known)."""
+        if interval is not None:
+            self._steps.append(interval)
         if step is None or step != int(step):
             return
         n = int(step)
@@ -84,9 +88,9 @@ class ExpectedGaps:
         """verl re-opened its log (a resume): the cadence holds, the step count starts again from the log."""
         self.last_step = None
 
-    def extra_s(self, typical_step_s: float = 0.0) -> float:
-        """Seconds of validation/save work the running step (the one after the last record) is due
-        (``typical_step_s``: the run's usual step, which sizes an unknown validation's allowance)."""
+    def extra_s(self) -> float:
+        """Seconds of validation/save work the running step (the one after the last record) is due (an
+        unknown validation's allowance is sized by the run's usual step too)."""
         if self.last_step is None:
             return 0.0
         step = self.last_step + 1
@@ -101,7 +105,8 @@ class ExpectedGaps:
                     total += self.margin * max(work.durations)
                 else:
                     unknown = True  # its cadence is known (config, or val keys without a timer), its length not
-        return total + (max(self.unknown_s, 2.0 * typical_step_s) if unknown else 0.0)
+        typical = statistics.median(self._steps) if self._steps else 0.0
+        return total + (max(self.unknown_s, 2.0 * typical) if unknown else 0.0)
 
 
 def cadence_of(resolved: dict) -> tuple[int | None, int | None]:

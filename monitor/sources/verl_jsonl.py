@@ -56,15 +56,8 @@ import yaml
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import NotRegularFile, OffsetStore, open_regular, writer_holds
-from monitor.sources.verl_gaps import EXPECTED_EXTRA, ExpectedGaps, cadence_of
-from monitor.sources.verl_liveness import (
-    IN_PROGRESS,
-    JOB,
-    STEPS_SHORT,
-    WAITING_FIRST_STEP,
-    RunLiveness,
-    in_progress,
-)
+from monitor.sources.verl_gaps import ExpectedGaps, cadence_of
+from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress, running_step
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 from monitor.sources.verl_stages import stage_shares
 
@@ -208,7 +201,8 @@ class JsonlTail:
         scratch = SourceBatch(self.source)  # its value errors were counted when the records first arrived
         for m, ts in reversed(stamped):
             m.samples(ts, scratch)
-            self._saw(m, ts)
+            self.gaps.observe(m.step, m.data, m.interval)
+            self.record_extras.append((ts, self.gaps.extra_s()))
             batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
                                         float(self._nonfinite_steps), ts))
             if m.interval is not None:
@@ -386,7 +380,8 @@ class JsonlTail:
         for _, m, t in stamped:
             if m.samples(t, batch):
                 self._nonfinite_steps += 1
-            self._saw(m, t)
+            self.gaps.observe(m.step, m.data, m.interval)
+            self.record_extras.append((t, self.gaps.extra_s()))
             batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
                                         float(self._nonfinite_steps), t))
             if m.interval is not None:
@@ -399,45 +394,20 @@ class JsonlTail:
             arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
         self._config_info(now, batch)
-        self.liveness.expected_extra_s = self.gaps.extra_s(self._typical_step())
+        self.liveness.expected_extra_s = self.gaps.extra_s()
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
         if self._ino is not None:
-            for name, value in ((WAITING_FIRST_STEP, self.liveness.waiting_first_step(now)),
-                                (STEPS_SHORT, self.liveness.steps_short(now))):
-                if value is not None:
-                    batch.samples.append(Sample(name, with_node({"job": JOB}, self.node), value, now))
+            batch.samples.extend(self.liveness.end_samples(now, with_node({"job": JOB}, self.node)))
         running = self.liveness.running(now, self._t_last) if self._ino is not None else None
         if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
-            self._progress(batch, [*self._step_ends, self._t_last], running, now)
+            self._progress_t = running_step(batch.samples, with_node({"job": JOB}, self.node),
+                                            [*self._step_ends, self._t_last], running, now, self._progress_t,
+                                            self.liveness.expected_extra_s)
         self._step_ends = []
         self._save()
         return batch
-
-    def _typical_step(self) -> float:
-        return statistics.median(self._intervals) if self._intervals else 0.0
-
-    def _saw(self, m: MappedRecord, t: float) -> None:
-        self.gaps.observe(m.step, m.data)
-        self.record_extras.append((t, self.gaps.extra_s(self._typical_step())))
-
-    def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
-        """0 where a step ended (``record_times``), then the running step's seconds now. A line-by-line
-        writer (verl 0.8+) wrote each record as its step ended, so a backlog or the history before a resumed
-        offset tells the hang rule the run's step times at once; 0.6-0.7 write through an 8 KB buffer, a
-        few steps at a time, so only the newest record of a poll counts there: the steps the hang rule
-        learns are then the gaps between writes, which is how long the log goes quiet when healthy.
-        Each is preceded by the validation/save seconds the running step is due (``EXPECTED_EXTRA``)."""
-        labels = with_node({"job": JOB}, self.node)
-        for t in sorted(set(record_times)):
-            if self._progress_t < t < now:
-                batch.samples.append(Sample(IN_PROGRESS, labels, 0.0, t))
-                self._progress_t = t
-        if now > self._progress_t:
-            batch.samples.append(Sample(EXPECTED_EXTRA, labels, self.gaps.extra_s(self._typical_step()), now))
-            batch.samples.append(Sample(IN_PROGRESS, labels, running, now))
-            self._progress_t = now
 
     def _config_info(self, now: float, batch: SourceBatch) -> None:
         """The run's resolved config, as ``verl_config_info`` (read again when the file changes)."""

@@ -48,6 +48,26 @@ def in_progress(record_times: list[float], node: str | None,
     return out
 
 
+def running_step(out: list[Sample], labels: dict[str, str], record_times: list[float], running: float, now: float,
+                 last_t: float, extra_s: float) -> float:
+    """The live tail's ``verl_step_in_progress_seconds``: 0 where a step ended (``record_times``), then the
+    running step's seconds now, after the validation/save seconds it is due (``EXPECTED_EXTRA``); returns
+    the time of the last sample (``last_t``: the one before). A line-by-line writer (verl 0.8+) wrote each
+    record as its step ended, so a backlog or the history before a resumed offset tells the hang rule the
+    run's step times at once; 0.6-0.7 write through an 8 KB buffer, a few steps at a time, so only the
+    newest record of a poll counts there: the steps the hang rule learns are then the gaps between
+    writes, which is how long the log goes quiet when healthy."""
+    for t in sorted(set(record_times)):
+        if last_t < t < now:
+            out.append(Sample(IN_PROGRESS, labels, 0.0, t))
+            last_t = t
+    if now > last_t:
+        out.append(Sample(EXPECTED_EXTRA, labels, extra_s, now))
+        out.append(Sample(IN_PROGRESS, labels, running, now))
+        last_t = now
+    return last_t
+
+
 class RunLiveness:
     """Is the run behind a JSONL file alive, finished, or down?
 
@@ -134,6 +154,11 @@ class RunLiveness:
         if self.last_step is not None or self.opened_at is None or self._writer_now(now) is not True:
             return None
         return max(0.0, now - self.opened_at)
+
+    def end_samples(self, now: float, labels: dict[str, str]) -> list[Sample]:
+        """The run's silent ends, as far as they hold now (``WAITING_FIRST_STEP``, ``STEPS_SHORT``)."""
+        values = ((WAITING_FIRST_STEP, self.waiting_first_step(now)), (STEPS_SHORT, self.steps_short(now)))
+        return [Sample(name, labels, value, now) for name, value in values if value is not None]
 
     def steps_short(self, now: float) -> float | None:
         """Steps below ``total_steps`` at which the writer closed the log (None: unknown total, still

@@ -182,7 +182,7 @@ def _condition(raw: Any, where: str) -> Condition:
         raise RuleError(f"{where}.detector.per_step: expected true or false, with `steps:` naming the windows")
     explain = det.get("explain_by") or []
     if "explain_by" in det and "work" not in registry.accepted_params(kind):
-        raise RuleError(f"{where}.detector.explain_by: only a leak detector judges memory against work")
+        raise RuleError(f"{where}.detector.explain_by: only a detector that reads work (leak, step_overrun) takes it")
     try:
         explain_by = tuple(parse_selector(str(s)) for s in (explain if isinstance(explain, list) else [explain]))
     except SelectorError as exc:

@@ -6,6 +6,7 @@ import statistics
 from collections import deque
 
 from monitor.detectors.base import Detector, Finding
+from monitor.detectors.work import WorkLog
 
 _NEW_STEP_S = 1e-3  # a step's start moving by more than this is a new step (records are >= 1 ms apart)
 
@@ -30,17 +31,24 @@ class StepOverrunDetector(Detector):
     the bound while fewer than ``min_steps`` steps are known (0: not judged) -- the heartbeat rule's fixed
     5 min, which a trainer stuck in its first step must still get.
 
-    Tested by tests/monitor/test_hang.py.
+    ``work`` (a rule's ``explain_by: verl_step_expected_extra_seconds``): the newest value of that series
+    is added to the bound -- the validation/checkpoint seconds the running step is due by the run's own
+    history (monitor/sources/verl_gaps.py), so a step that validates is judged against the run's
+    validation time and a training step against its training steps.
+
+    Tested by tests/monitor/test_hang.py and tests/monitor/test_expected_gaps.py.
     """
 
     def __init__(self, ratio: float = 3.0, min_s: float = 300.0, history: int = 32, min_steps: int = 5,
-                 value: str = "elapsed", before_steps_s: float = 0.0, recent: int = 5) -> None:
+                 value: str = "elapsed", before_steps_s: float = 0.0, recent: int = 5,
+                 work: WorkLog | None = None) -> None:
         if ratio <= 1.0:
             raise ValueError(f"ratio must be > 1 (a multiple of the median step), got {ratio}")
         if value not in ("elapsed", "timestamp"):
             raise ValueError(f"value must be 'elapsed' or 'timestamp', got {value!r}")
         self.ratio, self.min_s, self.history, self.min_steps = ratio, min_s, history, min_steps
         self.timestamp, self.before_steps_s, self.recent = value == "timestamp", before_steps_s, max(1, recent)
+        self.work = work
         self.reset()
 
     def reset(self) -> None:
@@ -69,7 +77,8 @@ class StepOverrunDetector(Detector):
         # the median of the last `recent` steps too, when larger: a run whose steps just doubled (longer
         # responses, a slower node) is judged by its new pace within a few steps, not by 32 old ones
         median = max(statistics.median(self._steps), statistics.median(list(self._steps)[-self.recent:]))
-        threshold = max(self.min_s, self.ratio * median)
+        extra = max(0.0, self.work.last_value) if self.work is not None else 0.0
+        threshold = max(self.min_s, self.ratio * median) + extra
         return Finding(t, elapsed > threshold, min(1.0, elapsed / threshold),
-                       {**details, "median_s": median, "threshold_s": threshold,
+                       {**details, "median_s": median, "threshold_s": threshold, "expected_extra_s": extra,
                         "ratio": elapsed / median if median > 0 else float("inf")})

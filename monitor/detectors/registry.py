@@ -16,6 +16,7 @@ from monitor.detectors.exhaustion import ExhaustionDetector
 from monitor.detectors.hang import StepOverrunDetector
 from monitor.detectors.ks import KSShiftDetector
 from monitor.detectors.leak import LeakDetector
+from monitor.detectors.reference import ReferenceRiseDetector
 from monitor.detectors.run_reference import RunReferenceDetector
 from monitor.detectors.staleness import StalenessDetector, ValueAgeDetector
 from monitor.detectors.threshold import (
@@ -43,6 +44,7 @@ DETECTORS: dict[str, Callable[..., Detector]] = {
     "exhaustion": ExhaustionDetector,
     "step_overrun": StepOverrunDetector,
     "run_reference": RunReferenceDetector,
+    "reference_rise": ReferenceRiseDetector,
 }
 
 

@@ -106,16 +106,18 @@ class BaselineRatioDetector(Detector):
     samples: with 1, one sample decides, and a per-step reward std of a 16-answer batch whose policy has
     saturated (std 0 most steps, 0.15-0.25 when one or two answers miss) jumped "x12" over its median
     every few seconds on healthy soaks; a reward model gone noisy raises the level of every batch.
+    ``min_delta``: the level must also be this much above the baseline (a 0.1-s stage timer tripling
+    is no slowdown anyone waits for).
     Tested by test_detectors.py::test_baseline_ratio.
     """
 
     def __init__(self, window: float = 1800.0, ratio: float = 3.0, power: float = 1.0,
-                 min_samples: int = 10, every: float = 60.0, recent: int = 1) -> None:
+                 min_samples: int = 10, every: float = 60.0, recent: int = 1, min_delta: float = 0.0) -> None:
         if recent < 1:
             raise ValueError(f"recent must be >= 1 sample, got {recent}")
         self.window_s, self.ratio, self.power, self.min_samples = window, ratio, power, min_samples
         self.every_s = every  # the baseline median is refreshed this often, not on every sample
-        self.recent = recent
+        self.recent, self.min_delta = recent, min_delta
         self.reset()
 
     def reset(self) -> None:
@@ -136,5 +138,7 @@ class BaselineRatioDetector(Detector):
         self._last.append(x)
         if base is None or base <= 0 or len(self._last) < self.recent:
             return Finding(t, False)
-        r = float(np.median(self._last)) / base
-        return Finding(t, r >= self.ratio, min(1.0, r / self.ratio), {"ratio": r, "baseline": base, "value": value})
+        level = float(np.median(self._last))
+        r = level / base
+        return Finding(t, r >= self.ratio and level - base >= self.min_delta, min(1.0, r / self.ratio),
+                       {"ratio": r, "baseline": base, "value": value})

@@ -10,6 +10,9 @@ alone reads the ratchet as a leak. A leak raises the peak at steps whose work se
 ``response_length/max``, ``response_length/mean``, ``prompt_length/max``, ``perf/total_num_tokens``) on
 the node and job of the memory series, and read by the leak detector: which record times set a new
 high in any of them. All of a verl record's samples share its time, so a record is one key.
+
+The hang detector reads the newest value instead: the seconds of validation/checkpoint work the running
+step is due (``verl_step_expected_extra_seconds``, monitor/sources/verl_gaps.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class WorkLog:
         self._high: dict[float, bool] = {}
         self.maxlen = maxlen
         self.last_t = -math.inf
+        self.last_value = 0.0  # the newest sample's value (the hang rule's expected extra seconds)
 
     def add(self, key: int, t: float, value: float) -> None:
         """One sample of work series ``key`` (its series id)."""
@@ -44,6 +48,8 @@ class WorkLog:
             if len(self._times) > self.maxlen:
                 self._high.pop(self._times.popleft(), None)
         self._high[t] = self._high[t] or high
+        if t >= self.last_t:
+            self.last_value = value
         self.last_t = max(self.last_t, t)
 
     def restart(self) -> None:

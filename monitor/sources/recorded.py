@@ -17,7 +17,9 @@ import numpy as np
 from monitor.model import SourceBatch, with_node
 from monitor.sources.relabel import relabel_columns
 from monitor.sources.tail_state import NotRegularFile, open_regular
+from monitor.sources.verl_gaps import EXPECTED_EXTRA
 from monitor.sources.verl_jsonl import IN_PROGRESS, JsonlTail, RunLiveness, in_progress
+from monitor.sources.verl_liveness import STEPS_SHORT, WAITING_FIRST_STEP
 
 
 class InputError(ValueError):
@@ -91,8 +93,10 @@ def read_records(path: str | Path, node: str | None = None) -> tuple[SourceBatch
     tail = JsonlTail(path, node, liveness=RunLiveness(writer_open=lambda: False))
     batch = tail.poll(Path(path).stat().st_mtime)
     tail.close()
-    batch.samples = [s for s in batch.samples if s.name not in ("up", IN_PROGRESS)]
-    batch.samples.extend(in_progress([s.t for s in batch.samples if s.name == "verl_nonfinite_steps_total"], node))
+    batch.samples = [s for s in batch.samples if s.name not in ("up", IN_PROGRESS, EXPECTED_EXTRA, STEPS_SHORT,
+                                                               WAITING_FIRST_STEP)]
+    batch.samples.extend(in_progress([s.t for s in batch.samples if s.name == "verl_nonfinite_steps_total"], node,
+                                     dict(tail.record_extras)))
     return batch, sum(batch.errors.values())
 
 

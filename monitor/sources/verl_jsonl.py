@@ -56,8 +56,10 @@ import yaml
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import NotRegularFile, OffsetStore, open_regular, writer_holds
-from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress
+from monitor.sources.verl_gaps import ExpectedGaps, cadence_of
+from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress, running_step
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
+from monitor.sources.verl_stages import stage_shares
 
 __all__ = ["IN_PROGRESS", "JOB", "JsonlTail", "MappedRecord", "RunLiveness", "in_progress"]
 
@@ -101,6 +103,7 @@ class MappedRecord:
                 if m is None:
                     continue
                 out.append(Sample(m.name, with_node({**labels0, **m.labels}, self.node), value * m.factor, t))
+        out.extend(stage_shares(self.data, labels0, self.node, t))
         return nonfinite
 
 
@@ -133,6 +136,8 @@ class JsonlTail:
         self._progress_t = -math.inf  # time of the last verl_step_in_progress_seconds sample
         self._step_ends: list[float] = []  # this poll's records that a line-by-line writer wrote as they ended
         self._skipping = False  # inside an over-long line: discard up to its newline
+        self.gaps = ExpectedGaps(total_steps=self.liveness.total_steps)  # validation/save steps (TrainingStalled)
+        self.record_extras: list[tuple[float, float]] = []  # this poll's (record time, extra s due after it)
         self.problem: str | None = None  # why the path cannot be read at all (the source is down, /healthz)
 
     # -- file handling -------------------------------------------------------------------------------
@@ -196,6 +201,8 @@ class JsonlTail:
         scratch = SourceBatch(self.source)  # its value errors were counted when the records first arrived
         for m, ts in reversed(stamped):
             m.samples(ts, scratch)
+            self.gaps.observe(m.step, m.data, m.interval)
+            self.record_extras.append((ts, self.gaps.extra_s()))
             batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
                                         float(self._nonfinite_steps), ts))
             if m.interval is not None:
@@ -219,6 +226,7 @@ class JsonlTail:
             batch.error("truncated")  # copytruncate or a verl restart ("w"): start over
             self._offset, self._partial, self._head = 0, b"", ""
             self.liveness.restarted()
+            self.gaps.restarted()
             self._fh.seek(0)
         chunks.append(self._fh.read(self.read_limit))
         try:
@@ -327,6 +335,7 @@ class JsonlTail:
 
     def poll(self, now: float) -> SourceBatch:
         batch = SourceBatch(self.source)
+        self.record_extras = []
         first_open = self._fh is None
         offset_before = self._offset
         try:
@@ -371,6 +380,8 @@ class JsonlTail:
         for _, m, t in stamped:
             if m.samples(t, batch):
                 self._nonfinite_steps += 1
+            self.gaps.observe(m.step, m.data, m.interval)
+            self.record_extras.append((t, self.gaps.extra_s()))
             batch.samples.append(Sample("verl_nonfinite_steps_total", with_node({"job": JOB}, self.node),
                                         float(self._nonfinite_steps), t))
             if m.interval is not None:
@@ -383,30 +394,20 @@ class JsonlTail:
             arrival = min(self._opened_mtime, now) if first_open and self._opened_mtime is not None else now
             self.liveness.observe(arrival, last_step, [m.interval for _, m, _ in stamped if m.interval is not None])
         self._config_info(now, batch)
+        self.liveness.expected_extra_s = self.gaps.extra_s()
         up = self.liveness.up(now) if self._ino is not None else None
         if up is not None:
             batch.samples.append(Sample("up", with_node({"job": "verl", "target": self.source}, self.node), up, now))
+        if self._ino is not None:
+            batch.samples.extend(self.liveness.end_samples(now, with_node({"job": JOB}, self.node)))
         running = self.liveness.running(now, self._t_last) if self._ino is not None else None
         if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
-            self._progress(batch, [*self._step_ends, self._t_last], running, now)
+            self._progress_t = running_step(batch.samples, with_node({"job": JOB}, self.node),
+                                            [*self._step_ends, self._t_last], running, now, self._progress_t,
+                                            self.liveness.expected_extra_s)
         self._step_ends = []
         self._save()
         return batch
-
-    def _progress(self, batch: SourceBatch, record_times: list[float], running: float, now: float) -> None:
-        """0 where a step ended (``record_times``), then the running step's seconds now. A line-by-line
-        writer (verl 0.8+) wrote each record as its step ended, so a backlog or the history before a resumed
-        offset tells the hang rule the run's step times at once; 0.6-0.7 write through an 8 KB buffer, a
-        few steps at a time, so only the newest record of a poll counts there: the steps the hang rule
-        learns are then the gaps between writes, which is how long the log goes quiet when healthy."""
-        labels = with_node({"job": JOB}, self.node)
-        for t in sorted(set(record_times)):
-            if self._progress_t < t < now:
-                batch.samples.append(Sample(IN_PROGRESS, labels, 0.0, t))
-                self._progress_t = t
-        if now > self._progress_t:
-            batch.samples.append(Sample(IN_PROGRESS, labels, running, now))
-            self._progress_t = now
 
     def _config_info(self, now: float, batch: SourceBatch) -> None:
         """The run's resolved config, as ``verl_config_info`` (read again when the file changes)."""
@@ -425,6 +426,7 @@ class JsonlTail:
         labels, total = verl_keys.config_info(doc if isinstance(doc, dict) else {})
         if total is not None and self.liveness.total_steps is None:
             self.liveness.total_steps = total
+        self.gaps.configure(*cadence_of(doc if isinstance(doc, dict) else {}), self.liveness.total_steps)
         batch.samples.append(Sample("verl_config_info", with_node({"job": JOB, **labels}, self.node), 1.0, now))
 
     def _state(self) -> dict:

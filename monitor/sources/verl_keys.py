@@ -94,6 +94,17 @@ KEY_MAP: dict[str, KeyMapping] = {
     "training/global_step": _m("verl_global_step"),
 }
 
+# host RAM of the node the worker runs on (psutil.virtual_memory().used, GiB): a run filling its node is
+# killed by Ray's memory monitor or the kernel's OOM killer (HostMemoryExhaustion)
+KEY_MAP.update({
+    "perf/cpu_memory_used_gb": _m("verl_jsonl_host_memory_used_bytes", {}, GIB, "0.6-0.7 (legacy workers)",
+                                  "psutil.virtual_memory().used on the worker's node"),
+    "actor/perf/cpu_memory_used_gb": _m("verl_jsonl_host_memory_used_bytes", {"component": "actor"}, GIB,
+                                        "0.8+ (engine workers)", "psutil.virtual_memory().used on the actor's node"),
+    "critic/perf/cpu_memory_used_gb": _m("verl_jsonl_host_memory_used_bytes", {"component": "critic"}, GIB,
+                                         "0.8+ (engine workers)", "psutil.virtual_memory().used on the critic's node"),
+})
+
 # timing_s/<verl stage> -> verl_stage_seconds{stage=...}: one stage label per verl timer, never two
 # timers on one series (values and update_critic are both critic work but are distinct timers).
 STAGE_MAP: dict[str, str] = {

@@ -9,23 +9,34 @@ from collections import deque
 from collections.abc import Callable
 
 from monitor.model import Sample, with_node
+from monitor.sources.verl_gaps import EXPECTED_EXTRA
 
 JOB = "verl_jsonl"             # job label of every JSONL series (plumbing: never an alert label)
 MIN_SPACING_S = 1e-3                  # least spacing between two records (keeps samples distinct)
 IN_PROGRESS = "verl_step_in_progress_seconds"  # seconds since the run's last record, while it is live
 IN_PROGRESS_EVERY_S = 30.0     # its spacing inside the gaps of a finished log (replay, ``in_progress``)
 IN_PROGRESS_MAX_PER_GAP = 240  # and at most this many samples per gap (a days-long gap stays cheap)
+# the two ends of a run no record shows: a start that never logs its first step (a rollout server stuck
+# creating, holding the GPUs idle) and a log whose writer closed it below trainer.total_training_steps
+# with no error (a resume at an epoch boundary that exits 0 without a new step)
+WAITING_FIRST_STEP = "verl_jsonl_run_waiting_first_step_seconds"
+STEPS_SHORT = "verl_jsonl_run_steps_short"
 
 
-def in_progress(record_times: list[float], node: str | None) -> list[Sample]:
+def in_progress(record_times: list[float], node: str | None,
+                extras: dict[float, float] | None = None) -> list[Sample]:
     """``verl_step_in_progress_seconds`` as the live tail would have sampled it between the records of a
     finished log (``replay``): 0 at each record, then every ``IN_PROGRESS_EVERY_S`` until the next one,
     so a gap inside the log -- a step that hung for 30 min and then finished -- is judged as it ran.
-    Nothing after the last record: a finished log ended there."""
+    Nothing after the last record: a finished log ended there. ``extras``: per record time, the
+    validation/save seconds the step after it was due (``verl_step_expected_extra_seconds``, sampled
+    at the record, before the step's first in-progress sample)."""
     labels = with_node({"job": JOB}, node)
     times = sorted(set(record_times))
     out: list[Sample] = []
     for t0, t1 in zip(times, times[1:], strict=False):
+        if extras is not None:
+            out.append(Sample(EXPECTED_EXTRA, labels, extras.get(t0, 0.0), t0))
         out.append(Sample(IN_PROGRESS, labels, 0.0, t0))
         every = max(IN_PROGRESS_EVERY_S, (t1 - t0) / IN_PROGRESS_MAX_PER_GAP)
         k = 1
@@ -35,6 +46,26 @@ def in_progress(record_times: list[float], node: str | None) -> list[Sample]:
     if times:
         out.append(Sample(IN_PROGRESS, labels, 0.0, times[-1]))
     return out
+
+
+def running_step(out: list[Sample], labels: dict[str, str], record_times: list[float], running: float, now: float,
+                 last_t: float, extra_s: float) -> float:
+    """The live tail's ``verl_step_in_progress_seconds``: 0 where a step ended (``record_times``), then the
+    running step's seconds now, after the validation/save seconds it is due (``EXPECTED_EXTRA``); returns
+    the time of the last sample (``last_t``: the one before). A line-by-line writer (verl 0.8+) wrote each
+    record as its step ended, so a backlog or the history before a resumed offset tells the hang rule the
+    run's step times at once; 0.6-0.7 write through an 8 KB buffer, a few steps at a time, so only the
+    newest record of a poll counts there: the steps the hang rule learns are then the gaps between
+    writes, which is how long the log goes quiet when healthy."""
+    for t in sorted(set(record_times)):
+        if last_t < t < now:
+            out.append(Sample(IN_PROGRESS, labels, 0.0, t))
+            last_t = t
+    if now > last_t:
+        out.append(Sample(EXPECTED_EXTRA, labels, extra_s, now))
+        out.append(Sample(IN_PROGRESS, labels, running, now))
+        last_t = now
+    return last_t
 
 
 class RunLiveness:
@@ -61,17 +92,24 @@ class RunLiveness:
         self._write_gaps: deque[float] = deque(maxlen=16)
         self._checked_at = -math.inf
         self._writer: bool | None = None
+        self.opened_at: float | None = None   # this run's log seen with no record yet (created or re-opened)
+        # validation/checkpoint seconds the running step is due (set by the tail, monitor/sources/verl_gaps.py):
+        # a 20-min validation in a 10-min-step run is a 30-min quiet log, not a run that stopped
+        self.expected_extra_s = 0.0
+        self.resumed_from: float | None = None  # the last step before verl re-opened the log (a restart)
 
     def window(self) -> float:
         step = statistics.median(self._intervals) if self._intervals else 0.0
         writes = statistics.median(self._write_gaps) if self._write_gaps else 0.0
-        return max(self.down_after_s, self.down_after_steps * max(step, writes))
+        return max(self.down_after_s, self.down_after_steps * max(step, writes)) + self.expected_extra_s
 
     def observe(self, arrival: float, step: float | None, intervals: list[float]) -> None:
         """Records arrived (``arrival``: now, or the file's mtime for what was there before we looked)."""
         self._intervals.extend(intervals)
         if step is not None:
             self.last_step = step
+        elif self.last_step is None and self.opened_at is None:
+            self.opened_at = arrival
         if self.state != "waiting" and math.isfinite(self.last_arrival) and arrival > self.last_arrival:
             self._write_gaps.append(arrival - self.last_arrival)
         self.last_arrival = max(self.last_arrival, arrival)
@@ -100,7 +138,37 @@ class RunLiveness:
     def restarted(self) -> None:
         """The log was truncated (verl opens it with "w": a resumed run): like a new run, nothing is judged
         before its first record -- a resumed trainer loading its model and checkpoint is not hung."""
-        self.last_step = None
+        if self.last_step is not None:
+            self.resumed_from = self.last_step
+        self.last_step, self.opened_at = None, None
+
+    def _writer_now(self, now: float) -> bool | None:
+        if now - self._checked_at >= self.check_every_s:
+            self._checked_at = now
+            self._writer = self.writer_open()
+        return self._writer
+
+    def waiting_first_step(self, now: float) -> float | None:
+        """Seconds this run's log has been open without its first record while its writer holds it (None:
+        it has a record, its writer closed it, or nobody can tell)."""
+        if self.last_step is not None or self.opened_at is None or self._writer_now(now) is not True:
+            return None
+        return max(0.0, now - self.opened_at)
+
+    def end_samples(self, now: float, labels: dict[str, str]) -> list[Sample]:
+        """The run's silent ends, as far as they hold now (``WAITING_FIRST_STEP``, ``STEPS_SHORT``)."""
+        values = ((WAITING_FIRST_STEP, self.waiting_first_step(now)), (STEPS_SHORT, self.steps_short(now)))
+        return [Sample(name, labels, value, now) for name, value in values if value is not None]
+
+    def steps_short(self, now: float) -> float | None:
+        """Steps below ``total_steps`` at which the writer closed the log (None: unknown total, still
+        open, or it reached the total). After a restart with no new record: the step before it."""
+        last = self.last_step if self.last_step is not None else self.resumed_from
+        if self.total_steps is None or last is None or last >= self.total_steps:
+            return None
+        if self._writer_now(now) is not False:
+            return None
+        return float(self.total_steps - last)
 
     def up(self, now: float) -> float | None:
         if self.state == "waiting" and math.isfinite(self.last_arrival):

@@ -100,11 +100,11 @@ def test_detector_judges_only_the_rise_no_work_explains() -> None:
     assert not _peaks(WorkLog(), True)     # every step did more work than any before: a ratchet
 
 
-def test_explain_by_is_for_the_leak_detector_only(tmp_path: Path) -> None:
+def test_explain_by_is_for_the_detectors_that_read_work_only(tmp_path: Path) -> None:
     rules = tmp_path / "r.yaml"
     rules.write_text("rules:\n  - alert: X\n    severity: P2\n    select: a\n"
                      "    detector: {type: threshold, op: '>', value: 1, explain_by: [b]}\n")
-    with pytest.raises(RuleError, match="explain_by: only a leak detector"):
+    with pytest.raises(RuleError, match="explain_by: only a detector that reads work"):
         load_rules(rules)
     rules.write_text("rules:\n  - alert: X\n    severity: P2\n    select: a\n"
                      "    detector: {type: leak, work: 1}\n")

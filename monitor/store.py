@@ -149,10 +149,10 @@ class Series:
         """Samples with t >= since, oldest first (copies)."""
         t, v = self._raw()
         if self._chunks:
-            parts = [chunks.decode(c, CHUNK) for c in self._chunks]
+            old_t, old_v = chunks.decode_all(self._chunks, CHUNK)
             keep = len(self)
-            t = np.concatenate([*(p[0] for p in parts), t])[-keep:]
-            v = np.concatenate([*(p[1] for p in parts), v])[-keep:]
+            t = np.concatenate([old_t, t])[-keep:]
+            v = np.concatenate([old_v, v])[-keep:]
         i = int(np.searchsorted(t, since, side="left"))
         return t[i:].copy(), v[i:].copy()
 

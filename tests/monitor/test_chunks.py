@@ -39,3 +39,13 @@ def test_scraped_values_at_a_steady_cadence_take_a_fraction_of_their_raw_size() 
     walk = np.round(50.0 + np.cumsum(rng.uniform(-2, 2, N)), 4)  # monitor_scale.py's gauges: %.6g text
     assert len(chunks.encode(TIMES["steady"], walk)) < 16 * N / 4
     assert len(chunks.encode(TIMES["steady"], VALUES["counter"])) < 16 * N / 20
+
+
+def test_many_chunks_decode_at_once_as_each_alone() -> None:
+    blobs = [chunks.encode(TIMES[t], VALUES[v]) for t in TIMES for v in VALUES]
+    fast = [chunks.encode(TIMES["jittered"] + 400.0 * i, VALUES["decimal text"] * i) for i in range(5)]
+    for group in (blobs, fast, fast[:1], []):
+        t, v = chunks.decode_all(group, N)
+        want = [chunks.decode(b, N) for b in group]
+        assert t.tobytes() == b"".join(w[0].tobytes() for w in want)
+        assert v.tobytes() == b"".join(w[1].tobytes() for w in want)

@@ -45,6 +45,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -213,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.monitor_scale import p99
 
     work = Path(tempfile.mkdtemp(prefix="verl-monitor-vs-prom-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a stopped run still stops its children (finally)
     children: list[subprocess.Popen[Any]] = []
     sink: http.server.ThreadingHTTPServer | None = None
     try:

@@ -10,7 +10,11 @@ check, its ``up`` sample, ``relabel`` and ``Intake.ingest``; then one evaluation
 collector freeze. No HTTP (the transport holds nothing per series) and no waiting: an hour of scrapes is
 720 rounds as fast as the CPU parses them. At each of ``--hours``: the process' RSS (``/proc/self/statm``)
 and peak RSS, series, samples the rings hold and (where the store has it) the samples their capacities
-allow, i.e. where the rings stop growing. With ``--json`` one JSON line per checkpoint, each with all the
+allow, i.e. where the rings stop growing, and the CPU per 5-s round since the previous checkpoint: the whole
+round (parse, ingest, evaluation) and the evaluation tick alone (``cpu_per_round_ms``, ``tick_cpu_ms``: flat
+while history fills means the cost does not grow with it). ``--hours 0.42,1,2,4,6``: the 25-min figure of the
+wall-clock side-by-side run and the steady state of full histories (~5.7 h at 5 s) without waiting hours;
+~0.3 CPU s a round, so 6 h is ~25 CPU min. With ``--json`` one JSON line per checkpoint, each with all the
 points so far (a run stopped early keeps its figures); the last line is the whole run.
 """
 
@@ -74,6 +78,7 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[
         daemon.intake.caches[t.name] = t.cache
     points: list[dict[str, Any]] = []
     rounds, started = 0, time.process_time()
+    last_rounds, last_cpu, tick_cpu = 0, started, 0.0
     for h in sorted(hours):
         while rounds * PERIOD_S < h * 3600:
             now = T0 + rounds * PERIOD_S
@@ -86,7 +91,9 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[
                 batch.samples.append(Sample("up", with_node(dict(extra), t.node), 1.0, now))
                 daemon.pipeline.verl_nodes |= relabel(batch, units)
                 daemon.intake.ingest(batch, t.name, now)
+            tick0 = time.process_time()
             daemon.pipeline.tick()
+            tick_cpu += time.process_time() - tick0
             daemon._freeze_if_grown()  # what the daemon's source loop does after each round
             rounds += 1
         gc.collect()
@@ -94,7 +101,10 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[
         points.append({"hours": h, "rounds": rounds, "rss_bytes": rss_bytes(),
                        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                        "series": len(daemon.pipeline.store), "ring_samples_held": held,
-                       "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1)})
+                       "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1),
+                       "cpu_per_round_ms": round((time.process_time() - last_cpu) * 1e3 / max(1, rounds - last_rounds), 1),
+                       "tick_cpu_ms": round(tick_cpu * 1e3 / max(1, rounds - last_rounds), 2)})
+        last_rounds, last_cpu, tick_cpu = rounds, time.process_time(), 0.0
         result = {"benchmark": "monitor_memory", "gpus": nodes * gpus, "nodes": nodes, "targets": len(targets),
                   "interval_s": PERIOD_S, "rss_before_series_bytes": rss_start, "points": points,
                   "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
@@ -106,7 +116,8 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[
 def show(result: dict[str, Any]) -> None:
     p = result["points"][-1]
     print(f"{p['hours']:5.2f} h  rss {p['rss_bytes'] / 1e6:7.1f} MB  series {p['series']}  ring samples "
-          f"{p['ring_samples_held']}" + (f" of {p['ring_samples_allowed']}" if p["ring_samples_allowed"] else ""),
+          f"{p['ring_samples_held']}" + (f" of {p['ring_samples_allowed']}" if p["ring_samples_allowed"] else "")
+          + f"  cpu/round {p['cpu_per_round_ms']} ms  tick {p['tick_cpu_ms']} ms",
           flush=True)
 
 

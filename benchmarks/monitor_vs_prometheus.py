@@ -16,6 +16,14 @@ the largest resident set sampled once a second; ``cpu_ratio`` and ``rss_ratio`` 
 ``prometheus_targets_up`` and ``prometheus_head_series`` show that Prometheus did the same work. Last line:
 one JSON object.
 
+``--victoria-metrics``: a third peer on the same load, Debian's VictoriaMetrics scraping the same targets every
+5 s and its vmalert evaluating the same rules every 5 s (``_victoria.py``; the package is installed with
+apt-get when missing); ``victoria_*`` figures are the two processes summed, ``*_ratio_victoria`` = monitor /
+them. Every run also records each side's RSS once a minute from the start (``rss_by_minute_bytes``), its
+final RSS and, from 15 minutes on, ``monitor_rss_growth_from_min15`` (final / minute 15 - 1): whether the
+monitor's memory is flat once its histories fill. A 25-min run: ``--warmup 600 --duration 900`` (CPU over
+minutes 10-25).
+
 ``--mode prometheus-source``: the deployment past one machine. Prometheus scrapes alone and also
 evaluates ``prometheus/rules/verl-monitor-source.yml``; the monitor scrapes nothing and reads Prometheus
 with ``monitor/examples/prometheus-source.yaml`` every ``--source-interval``. ``query_range_per_second``
@@ -33,9 +41,11 @@ faults fall at different phases of the monitor's cycle, so their spread is the d
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -50,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCALE = ROOT / "benchmarks" / "monitor_scale.py"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from benchmarks import _victoria  # noqa: E402
 
 
 def free_port() -> int:
@@ -179,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"measured window; detection delay = first {FAULT_ALERT} firing - fault shown")
     p.add_argument("--faults", type=int, default=1, help="faults to inject, each on the next node")
     p.add_argument("--fault-every", type=float, default=20.0, help="seconds between the faults")
+    p.add_argument("--victoria-metrics", action="store_true",
+                   help="also run VictoriaMetrics + vmalert on the same targets and rules (apt-get installs them if missing)")
     p.add_argument("--json", action="store_true", help="print only the JSON result line")
     args = p.parse_args(argv)
     binary = shutil.which(args.prometheus)
@@ -189,12 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 1 or args.gpus < 1 or args.duration <= 0:
         print("error: --nodes, --gpus and --duration must be positive", file=sys.stderr)
         return 2
+    if args.victoria_metrics and args.mode != "side-by-side":
+        print("error: --victoria-metrics runs beside the side-by-side mode only; drop --mode", file=sys.stderr)
+        return 2
+    if args.victoria_metrics and (err := _victoria.ensure_installed()) is not None:
+        print(err, file=sys.stderr)
+        return 2
     import psutil
 
     from benchmarks.monitor_scale import p99
 
     work = Path(tempfile.mkdtemp(prefix="verl-monitor-vs-prom-"))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a stopped run still stops its children (finally)
     children: list[subprocess.Popen[Any]] = []
+    sink: http.server.ThreadingHTTPServer | None = None
     try:
         first = time.monotonic() + args.warmup + (args.fault_after or 0.0)
         fault = (["--fault-at", *(str(first + i * args.fault_every) for i in range(args.faults)),
@@ -208,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         prom_log = open(work / "prom.log", "w")  # noqa: SIM115 - the child writes it until the end
         source = args.mode == "prometheus-source"
         rule_files = SIDE_BY_SIDE_RULES + (SOURCE_RULES if source else ())
-        prom = subprocess.Popen([binary, f"--config.file={prometheus_config(info['port'], args.nodes, work, rule_files)}",
+        prom_yml = prometheus_config(info["port"], args.nodes, work, rule_files)
+        prom = subprocess.Popen([binary, f"--config.file={prom_yml}",
                                  f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
                                  "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=prom_log)
         children.append(prom)
@@ -219,29 +242,48 @@ def main(argv: list[str] | None = None) -> int:
                                 "--seconds", str(total + 5), "--stats", str(work / "stats.json")])
         children.append(mon)
         procs = {"prometheus": psutil.Process(prom.pid), "monitor": psutil.Process(mon.pid)}
-        time.sleep(args.warmup)
-        cpu0 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}
-        q0 = query_requests(prom_port)
-        load0 = os.getloadavg()[0]
-        w0 = time.monotonic()
+        if args.victoria_metrics:
+            vm_port, vmalert_port = free_port(), free_port()
+            (vm, vmalert), sink = _victoria.start(prom_yml, work, vm_port, vmalert_port, prom_log)
+            children += [vm, vmalert]
+            procs |= {"victoria_metrics": psutil.Process(vm.pid), "vmalert": psutil.Process(vmalert.pid)}
+        started = time.monotonic()
         rss = dict.fromkeys(procs, 0)
-        cpu1, w1 = dict(cpu0), w0
+        by_minute: dict[str, list[int]] = {k: [] for k in procs}
+        now_rss = dict(rss)
+        cpu0: dict[str, float] = {}
+        q0, load0, w0 = None, 0.0, started + args.warmup
+        cpu1, w1 = {}, w0
         while time.monotonic() - w0 < args.duration:
-            if any(c.poll() is not None for c in (prom, mon)):
+            if any(c.poll() is not None for c in children[1:]):
                 print(f"error: a process ended early (see {work / 'prom.log'})", file=sys.stderr)
                 return 1
-            for k, pr in procs.items():
-                rss[k] = max(rss[k], pr.memory_info().rss)
-            cpu1, w1 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}, time.monotonic()
+            now_rss = {k: pr.memory_info().rss for k, pr in procs.items()}
+            elapsed = time.monotonic() - started
+            if elapsed >= 60.0 * len(by_minute["monitor"]):  # minute 0, 1, 2, ... of the run
+                for k in procs:
+                    by_minute[k].append(now_rss[k])
+            if not cpu0 and elapsed >= args.warmup:
+                cpu0 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}
+                q0, load0, w0 = query_requests(prom_port), os.getloadavg()[0], time.monotonic()
+            if cpu0:
+                for k in procs:
+                    rss[k] = max(rss[k], now_rss[k])
+                cpu1, w1 = {k: sum(pr.cpu_times()[:2]) for k, pr in procs.items()}, time.monotonic()
             time.sleep(1.0)
         load1 = os.getloadavg()[0]
         q1 = query_requests(prom_port)
         up = prom_query(prom_port, "sum(up)")
         head = prom_head_series(prom_port)
+        if args.victoria_metrics:  # it did the same work: every target up, every rule group loaded
+            vm_up = prom_query(vm_port, "sum(up)")
+            vm_groups = _victoria.rule_groups(vmalert_port)
         mon.wait(timeout=120)
         stats = json.loads((work / "stats.json").read_text())
         shown = json.loads((work / "fault.json").read_text()) if (work / "fault.json").exists() else {}
     finally:
+        if sink is not None:
+            sink.shutdown()
         for child in reversed(children):
             if child.poll() is None:
                 child.terminate()
@@ -265,6 +307,23 @@ def main(argv: list[str] | None = None) -> int:
         "query_range_per_second": round((q1 - q0) / (w1 - w0), 3) if q0 is not None and q1 is not None else None,
         "cpu_count": os.cpu_count(), "loadavg_1m": [round(load0, 2), round(load1, 2)],
     }
+    for k in procs:  # the last sample: what each side holds at the end
+        by_minute[k].append(now_rss[k])
+    result["final_rss_bytes"] = {k: v[-1] for k, v in by_minute.items()}
+    result["rss_by_minute_bytes"] = by_minute
+    if len(by_minute["monitor"]) > 16:
+        result["monitor_rss_growth_from_min15"] = round(by_minute["monitor"][-1] / by_minute["monitor"][15] - 1, 3)
+    final = result["final_rss_bytes"]
+    result["final_rss_ratio"] = round(final["monitor"] / final["prometheus"], 2)
+    if args.victoria_metrics:
+        vm_cores = cores["victoria_metrics"] + cores["vmalert"]
+        vm_final = final["victoria_metrics"] + final["vmalert"]
+        result.update({"victoria_targets_up": vm_up, "vmalert_rule_groups": vm_groups,
+                       "victoria_cpu_cores": round(vm_cores, 3), "victoria_final_rss_bytes": vm_final,
+                       "victoria_peak_rss_bytes": max(a + b for a, b in zip(by_minute["victoria_metrics"],
+                                                                             by_minute["vmalert"], strict=True)),
+                       "cpu_ratio_victoria": round(cores["monitor"] / vm_cores, 2) if vm_cores else None,
+                       "final_rss_ratio_victoria": round(final["monitor"] / vm_final, 2)})
     if not source:  # a starved monitor skips scrapes and then uses less CPU: this shows whether it kept up
         result["monitor_scrapes_ingested"] = sum(1 for t, _ in stats["ingest_lags"] if w0 <= t <= w1)
         result["scrapes_due"] = int(info["targets"] * (w1 - w0) / 5.0)

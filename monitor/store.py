@@ -1,4 +1,4 @@
-"""Series store: bounded numpy ring buffers per series, staleness, cardinality caps shared fairly
+"""Series store: bounded per-series history (a numpy ring, or compressed chunks behind one), staleness, cardinality caps shared fairly
 between sources, and eviction of series no longer seen.
 
 Every sample enters here before any detector sees it, already in base units and our names: the
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from monitor import chunks
 from monitor.selectors import Selector
 
 SeriesKey = tuple[str, ...]
-FIRST_RING = 16  # samples a new series has room for before its ring first grows
+CHUNK = 64  # samples per compressed chunk: a longer history is sealed chunks behind a raw head of this size
 # What a series no rule, plot or diagnosis reads keeps: its interval() (median of the last 16 gaps) and
 # last value need 17 samples; nothing else reads its history (the HTTP API serves no series data).
 UNREAD_HISTORY = 20
@@ -30,10 +31,16 @@ def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
 
 
 class Series:
-    """One series' recent history in a ring of at most ``capacity`` samples (oldest overwritten); its
-    readers raise the capacity with ``reserve`` (monitor/README.md, "Series store")."""
+    """One series' recent history: the last ``capacity`` samples (oldest dropped); its readers raise the
+    capacity with ``reserve`` (monitor/README.md, "Series store").
 
-    __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "last_t", "last_v",
+    A short history (``capacity <= CHUNK``) is one raw ring of exactly that size. A longer one is a raw head
+    of ``CHUNK`` samples and the chunks sealed before it, each compressed losslessly (``monitor.chunks``,
+    ~3-5 B a sample against 16): the memory of a full history is ~5x smaller, it is allocated when the
+    sample comes rather than by doubling, and nothing but a plot or a diagnosis decodes it (no detector
+    reads the store)."""
+
+    __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "_chunks", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
@@ -45,13 +52,14 @@ class Series:
         self.source = source      # the source (scrape target, log) that created it: whose budget it uses
         self.seen = -math.inf     # monitor clock time the series last appeared in its source's input
         self.gone = False         # evicted: whoever still holds it (a scrape cache) must let it go
-        # The ring grows by doubling up to ``capacity``, so a series holds memory for the history it has
-        # (53 000 rings of 4096 from the start touched ~8 KB each within a minute: most of the RSS).
         # Times and values share one (2, n) array: one numpy object per series, not two (~130 B each).
-        self._capacity = capacity
-        self._tv = np.empty((2, min(capacity, FIRST_RING)))
-        self._n = 0
-        self._head = 0
+        self._capacity = max(1, capacity)
+        self._chunks: list[bytes] | None = None  # sealed chunks, oldest first (None: one raw ring)
+        self._tv = np.empty((2, min(self._capacity, CHUNK)))
+        self._n = 0       # samples in the raw ring, or in the head
+        self._head = 0    # the ring's next slot (ring), unused with chunks (the head fills from 0)
+        if self._capacity > CHUNK:
+            self._chunks = []
         self.last_t = -math.inf
         self.last_v = math.nan
         self._interval = 0.0
@@ -70,57 +78,88 @@ class Series:
 
     def reserve(self, capacity: int) -> None:
         """Room for ``capacity`` samples from now on (a reader that needs more history came); never
-        less than before. The ring grows at its next samples, keeping what it holds."""
-        if capacity > self._capacity:
-            self._capacity = capacity
+        less than before, keeping what it holds."""
+        if capacity <= self._capacity:
+            return
+        t, v = self._raw()
+        self._capacity = capacity
+        if capacity > CHUNK:
+            if self._chunks is None:  # the ring (<= CHUNK samples) becomes the head
+                self._chunks = []
+                self._tv = np.empty((2, CHUNK))
+                self._tv[0, : t.size], self._tv[1, : t.size] = t, v
+                self._n = t.size
+        else:
+            self._tv = np.empty((2, capacity))
+            self._tv[0, : t.size], self._tv[1, : t.size] = t, v
+            self._n, self._head = t.size, t.size % capacity
+
+    def _raw(self) -> tuple[np.ndarray, np.ndarray]:
+        """The raw samples (the ring's, oldest first, or the head's): views or copies."""
+        tv = self._tv
+        if self._chunks is not None or self._n < tv.shape[1]:
+            return tv[0, : self._n], tv[1, : self._n]
+        h = self._head
+        return np.concatenate([tv[0, h:], tv[0, :h]]), np.concatenate([tv[1, h:], tv[1, :h]])
 
     def interval(self, n: int = 16) -> float:
         """Median of the last ``n`` sample intervals (0.0 with fewer than 3): the series' own cadence,
         a scrape interval or, for a per-step log, the step time. Cached until the next sample."""
         if self._interval_at == self.last_t:
             return self._interval
-        cap = self._tv.shape[1]
-        k = min(self._n, n + 1)
+        k = min(len(self), n + 1)
         if k < 4:
             return 0.0
-        idx = (self._head - k + np.arange(k)) % cap
-        self._interval = float(np.median(np.diff(self._tv[0, idx])))
+        t = self._raw()[0]
+        if t.size < k:  # the head just sealed: the newest chunk holds the rest
+            assert self._chunks
+            t = np.concatenate([chunks.decode(self._chunks[-1], CHUNK)[0], t])
+        self._interval = float(np.median(np.diff(t[-k:])))
         self._interval_at = self.last_t
         return self._interval
 
     def append(self, t: float, value: float) -> float:
         """Store a sample (in base units: the source converted it); returns the value."""
-        v = value
         tv = self._tv
-        cap = tv.shape[1]
-        if self._n == cap < self._capacity:  # full: unrolled oldest first (head is 0 until it wraps)
-            h = self._head
-            grown = min(2 * cap, self._capacity)
-            tv = self._tv = np.concatenate([tv[:, h:], tv[:, :h], np.empty((2, grown - cap))], axis=1)
-            self._head, cap = cap, grown
-        tv[0, self._head] = t
-        tv[1, self._head] = v
-        self._head = (self._head + 1) % cap
-        self._n = min(self._n + 1, cap)
-        self.last_t, self.last_v = t, v
+        sealed = self._chunks
+        if sealed is None:
+            cap = tv.shape[1]
+            tv[0, self._head] = t
+            tv[1, self._head] = value
+            self._head = (self._head + 1) % cap
+            if self._n < cap:
+                self._n += 1
+        else:
+            n = self._n
+            tv[0, n] = t
+            tv[1, n] = value
+            n += 1
+            if n == CHUNK:  # seal the head; drop the oldest chunk once the rest still holds ``capacity``
+                sealed.append(chunks.encode(tv[0], tv[1]))
+                n = 0
+                if (len(sealed) - 1) * CHUNK >= self._capacity:
+                    del sealed[0]
+            self._n = n
+        self.last_t, self.last_v = t, value
         if t > self.seen:
             self.seen = t
-        return v
+        return value
 
     def window(self, since: float = -math.inf) -> tuple[np.ndarray, np.ndarray]:
         """Samples with t >= since, oldest first (copies)."""
-        tv = self._tv
-        if self._n < tv.shape[1]:
-            t, v = tv[0, : self._n], tv[1, : self._n]
-        else:
-            h = self._head
-            t = np.concatenate([tv[0, h:], tv[0, :h]])
-            v = np.concatenate([tv[1, h:], tv[1, :h]])
+        t, v = self._raw()
+        if self._chunks:
+            old_t, old_v = chunks.decode_all(self._chunks, CHUNK)
+            keep = len(self)
+            t = np.concatenate([old_t, t])[-keep:]
+            v = np.concatenate([old_v, v])[-keep:]
         i = int(np.searchsorted(t, since, side="left"))
         return t[i:].copy(), v[i:].copy()
 
     def __len__(self) -> int:
-        return self._n
+        if self._chunks is None:
+            return self._n
+        return min(self._capacity, len(self._chunks) * CHUNK + self._n)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ never looks ahead, and keeps bounded state.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,27 +52,47 @@ def short_window(name: str, span: float, interval: float, need: int) -> str | No
 
 class SampleWindow:
     """The samples of the last ``span`` seconds (at most ``maxlen``), for the detectors that test a
-    window now and then (drift, leak, KS). Times and values live in two flat deques: ``np.fromiter`` on
-    them is ~5x faster than on one deque of (t, v) tuples."""
+    window now and then (drift, leak, KS). Times and values live in one (2, n) float64 array used as a
+    sliding buffer: 16 B a sample where two deques of Python floats took ~40, and ``arrays`` is a slice
+    copy, not an iteration. When the buffer's end is reached the live part moves to its front, and the
+    buffer doubles only if that part fills more than half of it: its size follows the window's count."""
+
+    __slots__ = ("span", "maxlen", "_tv", "_lo", "_hi")
 
     def __init__(self, span: float, maxlen: int | None = None) -> None:
         self.span = span
-        self.ts: deque[float] = deque(maxlen=maxlen)
-        self.vs: deque[float] = deque(maxlen=maxlen)
+        self.maxlen = maxlen
+        self._tv = np.empty((2, 16))
+        self._lo = self._hi = 0
 
     def __len__(self) -> int:
-        return len(self.ts)
+        return self._hi - self._lo
+
+    @property
+    def ts(self) -> np.ndarray:
+        """The times, oldest first (a view)."""
+        return self._tv[0, self._lo: self._hi]
 
     def add(self, t: float, value: float) -> None:
-        self.ts.append(t)
-        self.vs.append(value)
-        while self.ts[0] < t - self.span:
-            self.ts.popleft()
-            self.vs.popleft()
+        tv, lo, hi = self._tv, self._lo, self._hi
+        if hi == tv.shape[1]:
+            n = hi - lo
+            size = tv.shape[1] * 2 if 2 * n > tv.shape[1] else tv.shape[1]
+            moved = np.empty((2, size)) if size != tv.shape[1] else tv
+            moved[:, :n] = tv[:, lo:hi]
+            self._tv, tv, lo, hi = moved, moved, 0, n
+        tv[0, hi] = t
+        tv[1, hi] = value
+        hi += 1
+        if self.maxlen is not None and hi - lo > self.maxlen:
+            lo += 1
+        times = tv[0]
+        while times[lo] < t - self.span:
+            lo += 1
+        self._lo, self._hi = lo, hi
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        n = len(self.ts)
-        return np.fromiter(self.ts, float, n), np.fromiter(self.vs, float, n)
+        return self._tv[0, self._lo: self._hi].copy(), self._tv[1, self._lo: self._hi].copy()
 
 
 class Every:

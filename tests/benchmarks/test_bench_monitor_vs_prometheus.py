@@ -26,3 +26,16 @@ def test_lag_breakdown_names_the_part_the_slowest_scrapes_spent_waiting() -> Non
     assert out["eval_lag_worst_1pct_mean_parts"] == {"scrape": 0.01, "ingest": 0.001, "wait": 0.5, "tick": 0.002}
     assert out["eval_lag_parts_p99"]["wait"] == 0.05 and out["event_loop_lag_p99_seconds"] == 0.2
     assert lag_breakdown({"lag_parts": rows}, 1000.0, 2000.0) == {}
+
+
+def test_victoria_metrics_scrapes_what_prometheus_scrapes_without_its_rule_settings(tmp_path) -> None:
+    import yaml
+
+    from benchmarks._victoria import scrape_config
+    from benchmarks.monitor_vs_prometheus import prometheus_config
+
+    prom = prometheus_config(9, 3, tmp_path, ("verl-alerts.yml",))
+    vm = yaml.safe_load(scrape_config(prom, tmp_path).read_text())
+    want = yaml.safe_load(prom.read_text())
+    assert "rule_files" not in vm and "evaluation_interval" not in vm["global"]
+    assert vm["scrape_configs"] == want["scrape_configs"] and vm["global"]["scrape_interval"] == "5s"

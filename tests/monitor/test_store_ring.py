@@ -1,16 +1,16 @@
-"""A series' ring grows by doubling up to its capacity: same window, interval and overwrite order as a
-ring allocated whole."""
+"""A series' history, a raw ring or compressed chunks behind a raw head: the same window, interval and
+overwrite order as a ring allocated whole, bit for bit."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from monitor.store import FIRST_RING, Series
+from monitor.store import CHUNK, Series
 
 
-@pytest.mark.parametrize("capacity", [1, 5, FIRST_RING, 100, 4096])
-@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 99, 100, 101, 250, 5000])
+@pytest.mark.parametrize("capacity", [1, 5, CHUNK, CHUNK + 1, 100, 2 * CHUNK, 4096])
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 63, 64, 65, 99, 100, 101, 128, 129, 250, 5000])
 def test_window_and_interval_are_those_of_the_last_capacity_samples(capacity: int, n: int) -> None:
     s = Series("x", {}, capacity, 0)
     ts = np.cumsum(np.linspace(1.0, 2.0, n)) if n else np.empty(0)
@@ -19,7 +19,7 @@ def test_window_and_interval_are_those_of_the_last_capacity_samples(capacity: in
     keep = min(n, capacity)
     t, v = s.window()
     assert list(t) == list(ts[n - keep:]) and list(v) == [float(i) for i in range(n - keep, n)]
-    assert len(s) == keep and s._tv.shape[1] <= capacity
+    assert len(s) == keep and s._tv.shape[1] <= min(capacity, CHUNK)
     k = min(keep, 17)
     want = float(np.median(np.diff(ts[n - k:]))) if k >= 4 else 0.0
     assert s.interval() == want

@@ -22,6 +22,7 @@ CHUNK = 64  # samples per compressed chunk: a longer history is sealed chunks be
 # What a series no rule, plot or diagnosis reads keeps: its interval() (median of the last 16 gaps) and
 # last value need 17 samples; nothing else reads its history (the HTTP API serves no series data).
 UNREAD_HISTORY = 20
+YOUNG_EVICT_INTERVALS = 10.0  # a series with no cadence of its own yet lives this many of its source's intervals
 
 
 def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
@@ -257,8 +258,15 @@ class SeriesStore:
         An hour by default, not the 5-min lookback: a per-step series of a 6-min step has no known
         cadence before its 4th sample and must not be evicted between its first ones."""
         stale = max(self.limits.stale_after_s, self.limits.evict_after_s)
+        # A series too young to know its own cadence (under 4 samples) is judged by its source's: on a verl
+        # log at ~1-h steps a key first written a few steps in was evicted between its first samples, and
+        # its detector's memory with it (a response-length collapse at 1-h steps was never paged).
+        cadence: dict[str, float] = {}
+        for s in self._series.values():
+            cadence[s.source] = max(cadence.get(s.source, 0.0), s.interval())
         gone = [s for s in self._series.values() if now - s.seen > stale
-                and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)]
+                and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)
+                and (s.interval() > 0 or now - s.seen > YOUNG_EVICT_INTERVALS * cadence[s.source])]
         for s in gone:
             self._remove(s, "stale")
         return len(gone)

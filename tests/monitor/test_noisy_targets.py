@@ -19,7 +19,7 @@ from monitor.model import Sample
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
 from monitor.sources.prom_text import Target, scrape
-from monitor.store import SeriesStore, StoreLimits
+from monitor.store import Series, SeriesStore, StoreLimits
 
 T0 = 1_700_000_000.0
 
@@ -245,3 +245,27 @@ def test_samples_stamped_past_the_lookback_are_refused_and_counted_not_stored_in
         assert bool(stored) != refused
     finally:
         d.close()
+
+
+def test_a_young_series_lives_as_long_as_its_sources_cadence_allows() -> None:
+    """On a verl log at ~1-h steps a key first written a few steps in has no cadence of its own for hours; the
+    hour's eviction dropped it (and its detector's memory) between its first samples. It now lives ten of its
+    source's intervals; a young series of a source with no known cadence is still evicted after the hour."""
+    store = SeriesStore(StoreLimits(capacity=64, max_series=10, stale_after_s=300.0, evict_after_s=3600.0))
+    step = store.get_or_create("verl_jsonl_timing_s_step", {}, "verl_jsonl")
+    assert step is not None
+    for i in range(6):
+        step.append(T0 + 3600.0 * i, 3600.0)
+    young = store.get_or_create("verl_jsonl_response_length_mean", {}, "verl_jsonl")
+    lone = store.get_or_create("m", {}, "elsewhere")
+    assert young is not None and lone is not None
+    young.append(T0 + 3600.0 * 5, 225.0)
+    lone.append(T0 + 3600.0 * 5, 1.0)
+    now = T0 + 3600.0 * 5 + 1.5 * 3600.0  # 1.5 h later: the next step is late, as jittered 1-h steps are
+
+    def horizon(s: Series) -> float:  # the evaluator's: ten of the series' own intervals
+        return 10 * s.interval()
+
+    assert store.evict_stale(now, horizon) == 1  # the lone one only
+    assert store.get_or_create("verl_jsonl_response_length_mean", {}, "verl_jsonl") is young
+    assert store.evict_stale(T0 + 3600.0 * 5 + 10.5 * 3600.0, horizon) == 2  # ten steps unseen: the log is gone

@@ -29,7 +29,10 @@ SECONDS = {
     "level_shift": ("baseline_s", "confirm_s"), "exhaustion": ("window", "floor"),
 }
 # ... or in samples (judgements)
-SAMPLES = {"rare_value": ("history",), "context_anomaly": ("history",)}
+SAMPLES = {"rare_value": ("history",), "context_anomaly": ("history",),
+           # the run's own reference: run_reference looks back `lookback` steps (its plot shows them) before
+           # its `recent` ones; reference_rise judges its `recent` steps against its first `reference` ones
+           "run_reference": ("lookback", "recent"), "reference_rise": ("reference", "recent")}
 # judge the newest sample (and its time) only
 INSTANT = frozenset({"threshold", "value_age", "staleness", "counter_stall", "step_overrun"})
 

@@ -241,5 +241,5 @@ def test_one_page_per_trainer_sigkill_with_alertmanager_on_both_sides(stack: Sta
         assert [a["status"]["state"] for a in st.am_alerts("behind")] == ["active"]
         time.sleep(1)
     doc = st.http.get(fp_url, headers={"Authorization": f"Bearer {TOKEN}"}).json()
-    assert doc["data"]["labels"]["alertname"] == "TrainerDown" and doc["data"]["status"] == "firing"
+    assert doc["data"]["labels"]["alertname"] == "TrainerDown" and doc["data"]["state"] == "firing"
     assert time.time() - killed < 120

@@ -268,7 +268,7 @@ def _read_files(paths: list[str], config: FileSDConfig) -> dict[str, tuple[list[
     out: dict[str, tuple[list[Target] | None, Exception | None]] = {}
     for p in paths:
         try:
-            with open_regular(p) as fh:  # never a FIFO's blocking read (issue 36)
+            with open_regular(p) as fh:  # never a FIFO's blocking read
                 text = fh.read(MAX_FILE_BYTES + 1)
             if len(text) > MAX_FILE_BYTES:
                 raise FileSDError(f"{p}: over {MAX_FILE_BYTES >> 20} MiB; split it")

@@ -258,15 +258,16 @@ class SeriesStore:
         An hour by default, not the 5-min lookback: a per-step series of a 6-min step has no known
         cadence before its 4th sample and must not be evicted between its first ones."""
         stale = max(self.limits.stale_after_s, self.limits.evict_after_s)
-        # A series too young to know its own cadence (under 4 samples) is judged by its source's: on a verl
-        # log at ~1-h steps a key first written a few steps in was evicted between its first samples, and
-        # its detector's memory with it (a response-length collapse at 1-h steps was never paged).
-        cadence: dict[str, float] = {}
-        for s in self._series.values():
-            cadence[s.source] = max(cadence.get(s.source, 0.0), s.interval())
         gone = [s for s in self._series.values() if now - s.seen > stale
-                and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)
-                and (s.interval() > 0 or now - s.seen > YOUNG_EVICT_INTERVALS * cadence[s.source])]
+                and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)]
+        # A series too young to know its own cadence (under 4 samples) is judged by its source's: on a verl
+        # log at ~1-h steps a key first written a few steps in could be evicted between its first samples,
+        # and its detector's memory with it. Only the sources of such candidates are looked at.
+        cadence: dict[str, float] = {}
+        for src in {s.source for s in gone if s.interval() == 0.0}:
+            cadence[src] = max(x.interval() for x in self._by_source[src].values())
+        gone = [s for s in gone if s.source not in cadence or s.interval() > 0
+                or now - s.seen > YOUNG_EVICT_INTERVALS * cadence[s.source]]
         for s in gone:
             self._remove(s, "stale")
         return len(gone)

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from alerting.clock import Clock
+from alerting.http_limits import BodyTooLarge, read_async
 from monitor.config import PromAPIConfig
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources.base import DownLabels, Polled, Round
@@ -30,10 +31,6 @@ BODY_LIMIT = 32 << 20  # bytes of one answer (decoded); 11000 points of ~100 ser
 INLINE_PARSE_BYTES = 256 << 10
 # reasons a request failed as a whole: the source is down while any query fails so
 REQUEST_FAILURES = ("timeout", "connect_error", "body_too_large", "bad_response")
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 def chunks(start: float, end: float, step: float, chunk: float) -> list[tuple[float, float]]:
@@ -50,16 +47,7 @@ async def _fetch(client: httpx.AsyncClient, url: str, params: dict[str, Any], ti
     async with client.stream("GET", f"{url}/api/v1/query_range", params=params, timeout=timeout) as resp:
         if resp.status_code != 200:
             return resp.status_code, b""
-        declared = resp.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise BodyTooLarge
-        parts, size = [], 0
-        async for part in resp.aiter_bytes():
-            size += len(part)
-            if size > limit:
-                raise BodyTooLarge
-            parts.append(part)
-        return 200, b"".join(parts)
+        return 200, await read_async(resp, limit)
 
 
 async def query_range(client: httpx.AsyncClient, url: str, query: str, start: float, end: float, step: float,

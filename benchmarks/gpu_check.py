@@ -162,7 +162,6 @@ def check_resume(work: Path, left: float) -> dict[str, Any]:
             diff = max([diff, *((ta[k].float() - tb[k].float()).abs().max().item() for k in ta)])
         rec["max_abs_param_diff"] = diff
     rec["ok"] = bool(resumed) and rec["digest_equal"]
-    del out_kill
     return rec
 
 
@@ -235,7 +234,7 @@ def check_metrics(work: Path, left: float) -> dict[str, Any]:
             parsed = DmonParser(node="gpu-check").feed(dmon.stdout.splitlines(), time.time())
             fb = [s.value for s in parsed.samples if s.name == "verl_gpu_memory_used_bytes" and s.labels["gpu"] == "0"]
             rec["dmon_memory_used_mib"] = round(fb[-1] / 2**20, 1) if fb else None
-            rec["dmon_parse_errors"] = dict(parsed.errors) if hasattr(parsed, "errors") else None
+            rec["dmon_parse_errors"] = dict(parsed.errors)
             ok = ok and bool(fb) and abs(fb[-1] - mem_ref) <= max(MEM_TOLERANCE * mem_ref, MEM_TOLERANCE_BYTES)
         except FileNotFoundError:
             rec["dmon"] = "nvidia-smi not on PATH: dmon source not checked"

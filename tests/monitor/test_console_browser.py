@@ -82,13 +82,28 @@ def _go(driver, find) -> None:  # noqa: ANN001
     replaced). The element is looked up afresh until the click lands: on a loaded runner chromedriver can
     return from a navigation while handles still point into the document being replaced."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = _fresh(driver, lambda d: d.find_element(By.TAG_NAME, "html"))
     _fresh(driver, lambda d: find(d).click() or True)
-    WebDriverWait(driver, 15).until(ec.staleness_of(old))
+    WebDriverWait(driver, 15).until(lambda d: _gone(old))
     WebDriverWait(driver, 15).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _gone(element) -> bool:  # noqa: ANN001 - a selenium WebElement
+    """Selenium's ``staleness_of``, also true when chromedriver answers that the node "does not belong to the
+    document": the page is being replaced under the call, which is what we wait for (seen once in CI)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
+    return False
 
 
 def _fresh(driver, find, timeout: float = 15.0):  # noqa: ANN001, ANN202 - selenium objects

@@ -161,14 +161,20 @@ class RunLiveness:
         return [Sample(name, labels, value, now) for name, value in values if value is not None]
 
     def steps_short(self, now: float) -> float | None:
-        """Steps below ``total_steps`` at which the writer closed the log (None: unknown total, still
-        open, or it reached the total). After a restart with no new record: the step before it."""
+        """Steps below ``total_steps`` at which the writer closed the log; 0 while a writer holds it open
+        or once the run reached the total (None: unknown total, no step yet, or nobody can tell). After a
+        restart with no new record: the step before it. The 0 matters: a relaunch re-opening the log must
+        clear the condition at once -- a series that merely stops counts as held for its freshness horizon
+        (3 of its intervals), so a 20-min relaunch gap polled every 5 min met TrainingEndedEarly's 30 min."""
         last = self.last_step if self.last_step is not None else self.resumed_from
-        if self.total_steps is None or last is None or last >= self.total_steps:
+        if self.total_steps is None or last is None:
             return None
-        if self._writer_now(now) is not False:
+        if last >= self.total_steps:
+            return 0.0
+        writer = self._writer_now(now)
+        if writer is None:
             return None
-        return float(self.total_steps - last)
+        return 0.0 if writer else float(self.total_steps - last)
 
     def up(self, now: float) -> float | None:
         if self.state == "waiting" and math.isfinite(self.last_arrival):

@@ -50,9 +50,9 @@ class _Run:
         self.tail = JsonlTail(self.path, "gpu-1", offsets=OffsetStore(tmp_path / "offsets.json"),
                               liveness=RunLiveness(total_steps, writer_open=lambda: self.open, check_every_s=0.0))
 
-    def until(self, t: float) -> None:
-        while self.clock.now() + 30.0 <= t:
-            now = self.clock.now() + 30.0
+    def until(self, t: float, poll_s: float = 30.0) -> None:
+        while self.clock.now() + poll_s <= t:
+            now = self.clock.now() + poll_s
             self.clock.set(now)
             self.pipe.ingest(self.tail.poll(now).samples, "jsonl")
             self.pipe.tick()
@@ -75,6 +75,26 @@ def test_a_resume_that_exits_with_no_new_step_is_a_silent_completion(tmp_path: P
     run.until(T0 + 3600.0 + 2700.0)
     ended = _fired(run.events, "TrainingEndedEarly")
     assert ended and "40 steps short" in ended[0][2]["annotations"]["summary"]
+
+
+def test_a_relaunch_that_reopens_the_log_clears_the_silent_end_at_once(tmp_path: Path) -> None:
+    """A scheduler relaunching a dead trainer 20 min later (auto-resume): the log closed 40 steps short,
+    then held open again while the checkpoint loads. Polled every 5 min (a monitor of slow-step runs), a
+    condition whose series merely stopped counted as held for 3 polls more: 20 + 15 min met `for: 30m`."""
+    run = _Run(tmp_path, total_steps=100)
+    for step in range(1, 61):
+        run.write(record(step, 60.0))
+        run.until(T0 + 60.0 * step, poll_s=300.0)
+    run.fh.close()
+    run.open = False  # the trainer died: no process holds the log
+    run.until(T0 + 3600.0 + 1200.0, poll_s=300.0)
+    run.fh = run.path.open("wb")  # the relaunch re-opens it with "w" and loads its checkpoint for 40 min
+    run.open = True
+    run.until(T0 + 3600.0 + 3600.0, poll_s=300.0)
+    for step in range(51, 61):
+        run.write(record(step, 60.0))
+        run.until(T0 + 7200.0 + 60.0 * (step - 50), poll_s=300.0)
+    assert _fired(run.events, "TrainingEndedEarly") == []
 
 
 def test_a_start_with_no_first_step_for_3_h_pages_and_a_slow_start_does_not(tmp_path: Path) -> None:

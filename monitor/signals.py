@@ -94,9 +94,9 @@ class SignalCatalogue:
 
 def _detector(defaults: dict[str, Any], judge: dict[str, Any]) -> dict[str, Any]:
     """The rule's detector: the warm-up is the rule's (``warmup_steps``), not the detector's, so the series'
-    ring reserves the few samples its step time is measured from. (The store still evicts a series unseen
-    for an hour before 4 samples have given it an interval: at ~1-h steps a run_reference rule may lose its
-    memory at its first gaps -- monitor/store.py's evict_after_s.)"""
+    ring reserves the few samples its step time is measured from. (At ~1-h steps a series unseen for an hour
+    before 4 samples gave it an interval lives by its source's cadence, young keys' first gaps included:
+    monitor/store.py's evict_stale.)"""
     params = {**defaults, **judge}
     warmup = int(params.pop("warmup", 0))
     return {"type": "run_reference", **params, "warmup": 0, "warmup_steps": warmup}

@@ -119,6 +119,12 @@ class Series:
         self._interval_at = self.last_t
         return self._interval
 
+    def first_gaps(self) -> float:
+        """The mean gap between the samples of a series too young for ``interval`` (0.0 with one): a
+        lower bound on its cadence, known from its second sample."""
+        t = self._raw()[0]
+        return float(t[-1] - t[0]) / (t.size - 1) if t.size >= 2 else 0.0
+
     def append(self, t: float, value: float) -> float:
         """Store a sample (in base units: the source converted it); returns the value."""
         tv = self._tv
@@ -262,10 +268,12 @@ class SeriesStore:
                 and (horizon is None or now - s.seen > horizon(s)) and not self._pinned(s)]
         # A series too young to know its own cadence (under 4 samples) is judged by its source's: on a verl
         # log at ~1-h steps a key first written a few steps in could be evicted between its first samples,
-        # and its detector's memory with it. Only the sources of such candidates are looked at.
+        # and its detector's memory with it. Only the sources of such candidates are looked at. Young series
+        # count with the gaps between their first samples: every per-step key of such a log is young together
+        # (each late step evicted them all), so the source's mature series were only its 30-s liveness ones.
         cadence: dict[str, float] = {}
         for src in {s.source for s in gone if s.interval() == 0.0}:
-            cadence[src] = max(x.interval() for x in self._by_source[src].values())
+            cadence[src] = max(x.interval() or x.first_gaps() for x in self._by_source[src].values())
         gone = [s for s in gone if s.source not in cadence or s.interval() > 0
                 or now - s.seen > YOUNG_EVICT_INTERVALS * cadence[s.source]]
         for s in gone:

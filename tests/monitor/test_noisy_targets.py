@@ -269,3 +269,29 @@ def test_a_young_series_lives_as_long_as_its_sources_cadence_allows() -> None:
     assert store.evict_stale(now, horizon) == 1  # the lone one only
     assert store.get_or_create("verl_jsonl_response_length_mean", {}, "verl_jsonl") is young
     assert store.evict_stale(T0 + 3600.0 * 5 + 10.5 * 3600.0, horizon) == 2  # ten steps unseen: the log is gone
+
+
+def test_a_log_whose_every_step_key_is_young_keeps_them_through_a_late_step() -> None:
+    """At ~1-h steps every per-step key of a verl log is young together: the source's only mature series are
+    its liveness ones, sampled at each poll. A late step (1.5 h) evicted them all, each time, so no key ever
+    reached the four samples of a cadence and a response-length collapse was never judged. The gaps between
+    a young series' first samples count for its source's cadence."""
+    store = SeriesStore(StoreLimits(capacity=64, max_series=10, stale_after_s=300.0, evict_after_s=3600.0))
+    poll = store.get_or_create("verl_step_in_progress_seconds", {}, "verl_jsonl")
+    length = store.get_or_create("verl_jsonl_response_length_mean", {}, "verl_jsonl")
+    entropy = store.get_or_create("verl_jsonl_actor_entropy", {}, "verl_jsonl")
+    assert poll is not None and length is not None and entropy is not None
+    for i in range(31):  # polled every 5 min through the late step
+        poll.append(T0 + 300.0 * i, 300.0 * i)
+    length.append(T0, 225.0)
+    length.append(T0 + 3600.0, 220.0)
+    entropy.append(T0 + 3600.0, 0.6)  # first written a step later: one sample so far
+    now = T0 + 3600.0 + 1.5 * 3600.0
+
+    def horizon(s: Series) -> float:
+        return 10 * s.interval()
+
+    assert store.evict_stale(now, horizon) == 0
+    assert store.get_or_create("verl_jsonl_response_length_mean", {}, "verl_jsonl") is length
+    assert store.get_or_create("verl_jsonl_actor_entropy", {}, "verl_jsonl") is entropy
+    assert store.evict_stale(T0 + 3600.0 + 10.5 * 3600.0, horizon) == 3  # ten steps unseen: the log is gone

@@ -26,6 +26,11 @@ from collections import deque
 from monitor.sources.verl_keys import finite_number
 
 EXPECTED_EXTRA = "verl_step_expected_extra_seconds"
+# seconds before NCCL's watchdog aborts a collective hung since the running step began
+# (actor_rollout_ref.nccl_timeout), while the run's own steps leave room to page before it
+COLLECTIVE_LEFT = "verl_step_collective_timeout_left_seconds"
+COLLECTIVE_ROOM_S = 120.0  # a healthy step must end this far before the timeout (the rule pages 90 s before it)
+COLLECTIVE_MIN_STEPS = 5
 UNLEARNED_EVERY = 5
 UNLEARNED_UNTIL = 100
 _VAL_PREFIXES = ("val-core/", "val-aux/", "val/")
@@ -58,6 +63,7 @@ class ExpectedGaps:
                  unknown_s: float = 300.0, margin: float = 1.5) -> None:
         self.validation, self.save = _Work(test_freq), _Work(save_freq)
         self.total_steps, self.unknown_s, self.margin = total_steps, unknown_s, margin
+        self.nccl_timeout_s: float | None = None  # actor_rollout_ref.nccl_timeout of the resolved config
         self.last_step: int | None = None
         self._steps: deque[float] = deque(maxlen=32)  # the run's recent step times (records' own timers)
 
@@ -68,6 +74,11 @@ class ExpectedGaps:
         if save_freq and save_freq > 0:
             self.save.freq = save_freq
         self.total_steps = total_steps or self.total_steps
+
+    def configure_from(self, resolved: dict, total_steps: int | None) -> None:
+        """``configure`` from the run's resolved config, with its NCCL timeout."""
+        self.configure(*cadence_of(resolved), total_steps)
+        self.nccl_timeout_s = nccl_timeout_of(resolved) or self.nccl_timeout_s
 
     def observe(self, step: float | None, data: dict, interval: float | None = None) -> None:
         """One record of the run (its ``step``, ``data`` and seconds since the record before, if known)."""
@@ -107,6 +118,26 @@ class ExpectedGaps:
                     unknown = True  # its cadence is known (config, or val keys without a timer), its length not
         typical = statistics.median(self._steps) if self._steps else 0.0
         return total + (max(self.unknown_s, 2.0 * typical) if unknown else 0.0)
+
+
+    def collective_left(self, elapsed: float, extra: float) -> float | None:
+        """Seconds the running step (``elapsed`` in, due ``extra`` s of validation/save) has before NCCL's
+        watchdog aborts a collective hung since the step began -- the job dies then, its stacks with it.
+        Only where the step time allows a page before that: the run's longest recent step x 1.25 plus
+        ``extra`` ends ``COLLECTIVE_ROOM_S`` before the timeout (a 10-min-step run cannot tell a hang
+        from a step within a 600-s timeout). None: no timeout known, or too few steps seen."""
+        if self.nccl_timeout_s is None or len(self._steps) < COLLECTIVE_MIN_STEPS:
+            return None
+        if 1.25 * max(self._steps) + extra > self.nccl_timeout_s - COLLECTIVE_ROOM_S:
+            return None
+        return self.nccl_timeout_s - elapsed
+
+
+def nccl_timeout_of(resolved: dict) -> float | None:
+    """``actor_rollout_ref.nccl_timeout`` (seconds, verl's default 600) of a resolved config; None unset."""
+    arr = resolved.get("actor_rollout_ref")
+    v = arr.get("nccl_timeout") if isinstance(arr, dict) else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else None
 
 
 def cadence_of(resolved: dict) -> tuple[int | None, int | None]:

@@ -56,7 +56,7 @@ import yaml
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources import relabel, verl_keys
 from monitor.sources.tail_state import NotRegularFile, OffsetStore, open_regular, writer_holds
-from monitor.sources.verl_gaps import ExpectedGaps, cadence_of
+from monitor.sources.verl_gaps import ExpectedGaps
 from monitor.sources.verl_liveness import IN_PROGRESS, JOB, RunLiveness, in_progress, running_step
 from monitor.sources.verl_liveness import MIN_SPACING_S as _EPS
 from monitor.sources.verl_stages import stage_shares
@@ -404,7 +404,7 @@ class JsonlTail:
         if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
             self._progress_t = running_step(batch.samples, with_node({"job": JOB}, self.node),
                                             [*self._step_ends, self._t_last], running, now, self._progress_t,
-                                            self.liveness.expected_extra_s)
+                                            self.gaps)
         self._step_ends = []
         self._save()
         return batch
@@ -426,7 +426,7 @@ class JsonlTail:
         labels, total = verl_keys.config_info(doc if isinstance(doc, dict) else {})
         if total is not None and self.liveness.total_steps is None:
             self.liveness.total_steps = total
-        self.gaps.configure(*cadence_of(doc if isinstance(doc, dict) else {}), self.liveness.total_steps)
+        self.gaps.configure_from(doc if isinstance(doc, dict) else {}, self.liveness.total_steps)
         batch.samples.append(Sample("verl_config_info", with_node({"job": JOB, **labels}, self.node), 1.0, now))
 
     def _state(self) -> dict:

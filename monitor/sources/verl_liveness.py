@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 
 from monitor.model import Sample, with_node
-from monitor.sources.verl_gaps import EXPECTED_EXTRA
+from monitor.sources.verl_gaps import COLLECTIVE_LEFT, EXPECTED_EXTRA, ExpectedGaps
 
 JOB = "verl_jsonl"             # job label of every JSONL series (plumbing: never an alert label)
 MIN_SPACING_S = 1e-3                  # least spacing between two records (keeps samples distinct)
@@ -49,10 +49,11 @@ def in_progress(record_times: list[float], node: str | None,
 
 
 def running_step(out: list[Sample], labels: dict[str, str], record_times: list[float], running: float, now: float,
-                 last_t: float, extra_s: float) -> float:
+                 last_t: float, gaps: ExpectedGaps) -> float:
     """The live tail's ``verl_step_in_progress_seconds``: 0 where a step ended (``record_times``), then the
-    running step's seconds now, after the validation/save seconds it is due (``EXPECTED_EXTRA``); returns
-    the time of the last sample (``last_t``: the one before). A line-by-line writer (verl 0.8+) wrote each
+    running step's seconds now, after the validation/save seconds it is due (``EXPECTED_EXTRA``) and, where
+    the run's config gives NCCL's timeout and its steps leave room, the seconds before that timeout
+    (``COLLECTIVE_LEFT``); returns the time of the last sample (``last_t``: the one before). A line-by-line writer (verl 0.8+) wrote each
     record as its step ended, so a backlog or the history before a resumed offset tells the hang rule the
     run's step times at once; 0.6-0.7 write through an 8 KB buffer, a few steps at a time, so only the
     newest record of a poll counts there: the steps the hang rule learns are then the gaps between
@@ -62,8 +63,12 @@ def running_step(out: list[Sample], labels: dict[str, str], record_times: list[f
             out.append(Sample(IN_PROGRESS, labels, 0.0, t))
             last_t = t
     if now > last_t:
+        extra_s = gaps.extra_s()
         out.append(Sample(EXPECTED_EXTRA, labels, extra_s, now))
         out.append(Sample(IN_PROGRESS, labels, running, now))
+        left = gaps.collective_left(running, extra_s)
+        if left is not None:
+            out.append(Sample(COLLECTIVE_LEFT, labels, left, now))
         last_t = now
     return last_t
 

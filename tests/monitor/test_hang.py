@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from datetime import datetime
 from pathlib import Path
@@ -62,7 +63,7 @@ def test_detector_scales_with_slow_steps_and_waits_for_the_run_to_have_steps() -
 
 
 def _live(tmp_path: Path, lines: list[bytes], times: list[float], total_steps: int | None,
-          writer_closes: bool, until: float) -> list[tuple[float, dict]]:
+          writer_closes: bool, until: float, resolved_config: Path | None = None) -> list[tuple[float, dict]]:
     """Write each line at its time (mtime = its time), poll every 30 s of simulated time into the default
     rules; the (time, record) of every alert transition."""
     path = tmp_path / "run.jsonl"
@@ -72,7 +73,8 @@ def _live(tmp_path: Path, lines: list[bytes], times: list[float], total_steps: i
                     on_record=lambda r: events.append((clock.now(), r)) if r.get("kind") == "alert" else None)
     closed = {"v": False}
     tail = JsonlTail(path, "gpu-1", offsets=OffsetStore(tmp_path / "offsets.json"),
-                     liveness=RunLiveness(total_steps, writer_open=lambda: not closed["v"]))
+                     liveness=RunLiveness(total_steps, writer_open=lambda: not closed["v"]),
+                     resolved_config=resolved_config)
     fh = path.open("wb")
 
     def poll(now: float) -> None:
@@ -305,3 +307,47 @@ def test_a_run_whose_steps_slow_down_is_judged_by_its_new_pace() -> None:
     det.update(t, 0.0)
     assert not det.update(t + 420.0, 420.0).active  # 2.8 of the new steps
     assert det.update(t + 460.0, 460.0).active
+
+
+def _run_of(step_s: float, steps: int, hang_at: int | None, jitter: float) -> tuple[list[bytes], list[float]]:
+    times, lines, t = [], [], T0
+    for step in range(1, steps + 1):
+        own = step_s * (1.0 + jitter * math.sin(1.7 * step))  # deterministic +-jitter
+        line = record(step, own, 1800.0 if step == hang_at else None)
+        t += json.loads(line)["data"]["timing_s/step"]
+        times.append(t)
+        lines.append(line)
+    return lines, times
+
+
+@pytest.mark.parametrize("config", [True, False])
+def test_a_hang_at_200_s_steps_pages_before_the_nccl_timeout_the_resolved_config_gives(
+        tmp_path: Path, config: bool) -> None:
+    """3 median steps of a 200-s run is 600 s: NCCL's default timeout, when a hung collective has already
+    aborted the job. With actor_rollout_ref.nccl_timeout from the run's resolved config, the page comes
+    90 s before it (the run's longest step x 1.25 ends well before); without it, at 3 steps."""
+    lines, times = _run_of(200.0, 30, hang_at=23, jitter=0.2)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("trainer: {total_training_steps: 30}\nactor_rollout_ref: {nccl_timeout: 600}\n")
+    events = _live(tmp_path, lines, times, total_steps=30, writer_closes=True, until=times[-1] + 600.0,
+                   resolved_config=cfg if config else None)
+    stalls = [(t, r) for t, s, r in _fired(events, "TrainingStalled") if s == "firing"]
+    began = times[21]  # the last record before the hung step
+    assert stalls
+    if config:
+        assert began + 510.0 < stalls[0][0] <= began + 540.0 < began + NCCL_TIMEOUT_S
+        assert "aborted by NCCL in" in stalls[0][1]["annotations"]["summary"]
+    else:
+        assert stalls[0][0] > began + NCCL_TIMEOUT_S - 30.0  # 3 median steps: when NCCL aborts the job
+
+
+@pytest.mark.parametrize(("step_s", "jitter"), [(200.0, 0.5), (450.0, 0.3)])
+def test_healthy_runs_with_the_nccl_timeout_known_page_no_hang(tmp_path: Path, step_s: float, jitter: float) -> None:
+    """+-50 % jittered 200-s steps stay clear of the timeout; 450-s steps x 1.3 (585 s) come within 90 s of
+    it, so the rule is off for them and 3 median steps judge alone."""
+    lines, times = _run_of(step_s, 40, hang_at=None, jitter=jitter)
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("actor_rollout_ref: {nccl_timeout: 600}\n")
+    events = _live(tmp_path, lines, times, total_steps=40, writer_closes=True, until=times[-1] + 600.0,
+                   resolved_config=cfg)
+    assert [e for e in events if e[1]["labels"]["severity"] in ("P0", "P1", "P2")] == []

@@ -13,6 +13,9 @@ its true time, tailed by ``JsonlTail`` into the daemon's ``Pipeline``, polled ev
   counted (goal 0), reported per 100 run-days;
 - hang: a 30-min hang inside ``update_actor`` at 30-s steps, at a training step and at a validation step:
   minutes from the hang's start to TrainingStalled (goal <= 5 at a training step);
+- before NCCL's abort (the run's resolved config giving ``actor_rollout_ref.nccl_timeout: 600``): a 30-min
+  hang at 200-s steps, minutes to TrainingStalled with and without the config (goal < 10: the abort), and
+  healthy runs of 60 s to 10 min (+-50 %) with the config: P0-P2 pages (goal 0);
 - host RAM (``actor/perf/cpu_memory_used_gb`` 189 -> 731 GB), a weight sync 2.7 -> 21.5 s
   (``timing_s/update_weights``), a log closed at step 60 of 100: the step paged (steps after the onset).
 """
@@ -71,9 +74,15 @@ def write_run(steps: int, step_s: float, rng: random.Random, *, test_freq: int =
     return lines, times, hangs
 
 
-def replay(lines: list[bytes], times: list[float], step_s: float, total: int) -> list[tuple[float, dict]]:
+def replay(lines: list[bytes], times: list[float], step_s: float, total: int,
+           config: str | None = None) -> list[tuple[float, dict]]:
     with tempfile.TemporaryDirectory(prefix="verl-gaps-") as tmp:
-        return [(t, r) for t, r in simulate(lines, times, step_s, RULES, Path(tmp), None, total_steps=total)
+        resolved = None
+        if config is not None:
+            resolved = Path(tmp) / "config.yaml"
+            resolved.write_text(config)
+        return [(t, r) for t, r in simulate(lines, times, step_s, RULES, Path(tmp), None, total_steps=total,
+                                            resolved_config=resolved)
                 if r.get("kind") == "alert" and r.get("status") == "firing"]
 
 
@@ -112,6 +121,31 @@ def hangs() -> dict:
     return {"case": "hang_30s_steps", "runs": out}
 
 
+NCCL_CONFIG = "actor_rollout_ref: {nccl_timeout: 600}\n"
+
+
+def nccl() -> dict:
+    """A hang at 200-s steps (3 median steps = NCCL's default 600 s) with and without the timeout known, and
+    healthy runs with it known."""
+    out: dict = {"case": "nccl_timeout_known", "hang_200s_steps": [], "healthy": []}
+    for config in (None, NCCL_CONFIG):
+        rng = random.Random(7)
+        lines, times, starts = write_run(60, 200.0, rng, test_freq=20, val_s=240.0, save_freq=50, save_s=20.0,
+                                         hang_at=33)
+        got = [t for t, n in pages(replay(lines, times, 200.0, 60, config)) if n == "TrainingStalled" and t >= starts[0]]
+        out["hang_200s_steps"].append({"config": config is not None,
+                                       "delay_min": round((got[0] - starts[0]) / 60.0, 2) if got else None})
+    for step_s in (60.0, 200.0, 400.0, 600.0):
+        for i, test_freq in enumerate((5, 10, 25)):
+            rng = random.Random(int(step_s) * 10 + test_freq)
+            lines, times, _ = write_run(60, step_s, rng, test_freq=test_freq, val_s=(240.0, 0.3 * step_s, step_s)[i],
+                                        save_freq=(10, 25, 50)[i], save_s=(0.2, 0.5, 1.0)[i] * step_s)
+            got = sorted({n for _, n in pages(replay(lines, times, step_s, 60, NCCL_CONFIG))})
+            out["healthy"].append({"step_s": step_s, "test_freq": test_freq, "pages": got})
+    out["healthy_false_pages"] = sum(len(r["pages"]) for r in out["healthy"])
+    return out
+
+
 def onset_cases() -> dict:
     out = []
     rng = random.Random(1)
@@ -140,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="JSON lines only")
     args = ap.parse_args(argv)
     started = time.process_time()
-    for result in (healthy(args.quick), hangs(), onset_cases()):
+    for result in (healthy(args.quick), hangs(), nccl(), onset_cases()):
         print(json.dumps(result) if args.json else json.dumps(result, indent=1), flush=True)
     print(json.dumps({"benchmark": "verl_gaps", "cpu_s": round(time.process_time() - started, 1)}))
     return 0

@@ -53,7 +53,7 @@ RATE_RE = re.compile(r"up (-?[\d.]+) MB/min")
 
 def simulate(lines: list[bytes], times: list[float], step_s: float, rules: list[Rule], workdir: Path,
              restart_at: int | None, poll_s: float = 30.0, truncate_at: int | None = None,
-             total_steps: int | None = None) -> list[tuple[float, dict]]:
+             total_steps: int | None = None, resolved_config: Path | None = None) -> list[tuple[float, dict]]:
     """(time, alert record) of every firing/resolved transition, over monitors restarted at ``restart_at``;
     ``truncate_at``: the line index where verl restarted and re-opened its log with "wb" (a resume), after
     which the lines outnumber the steps (``total_steps``, trainer.total_training_steps; default: the lines)."""
@@ -71,7 +71,8 @@ def simulate(lines: list[bytes], times: list[float], step_s: float, rules: list[
     def start() -> tuple[Pipeline, JsonlTail]:
         pipe = Pipeline(rules, clock, on_record=on_record)
         tail = JsonlTail(path, "gpu-08", offsets=offsets,
-                         liveness=RunLiveness(total_steps or len(lines), writer_open=lambda: not closed["v"]))
+                         liveness=RunLiveness(total_steps or len(lines), writer_open=lambda: not closed["v"]),
+                         resolved_config=resolved_config)
         return pipe, tail
 
     pipe, tail = start()

@@ -66,6 +66,7 @@ class ExpectedGaps:
         self.nccl_timeout_s: float | None = None  # actor_rollout_ref.nccl_timeout of the resolved config
         self.last_step: int | None = None
         self._steps: deque[float] = deque(maxlen=32)  # the run's recent step times (records' own timers)
+        self._bare: deque[float] = deque(maxlen=32)   # the same without their validation and save seconds
 
     def configure(self, test_freq: int | None, save_freq: int | None, total_steps: int | None) -> None:
         """The run's resolved config, when it is read (it wins over what the records showed)."""
@@ -82,16 +83,17 @@ class ExpectedGaps:
 
     def observe(self, step: float | None, data: dict, interval: float | None = None) -> None:
         """One record of the run (its ``step``, ``data`` and seconds since the record before, if known)."""
+        testing = finite_number(data.get("timing_s/testing"))
+        saving = finite_number(data.get("timing_s/save_checkpoint"))
         if interval is not None:
             self._steps.append(interval)
+            self._bare.append(max(0.0, interval - (testing or 0.0) - (saving or 0.0)))
         if step is None or step != int(step):
             return
         n = int(step)
         self.last_step = n
-        testing = finite_number(data.get("timing_s/testing"))
         if testing is not None or any(k.startswith(_VAL_PREFIXES) for k in data):
             self.validation.saw(n, testing)
-        saving = finite_number(data.get("timing_s/save_checkpoint"))
         if saving is not None:
             self.save.saw(n, saving)
 
@@ -123,12 +125,13 @@ class ExpectedGaps:
     def collective_left(self, elapsed: float, extra: float) -> float | None:
         """Seconds the running step (``elapsed`` in, due ``extra`` s of validation/save) has before NCCL's
         watchdog aborts a collective hung since the step began -- the job dies then, its stacks with it.
-        Only where the step time allows a page before that: the run's longest recent step x 1.25 plus
-        ``extra`` ends ``COLLECTIVE_ROOM_S`` before the timeout (a 10-min-step run cannot tell a hang
-        from a step within a 600-s timeout). None: no timeout known, or too few steps seen."""
-        if self.nccl_timeout_s is None or len(self._steps) < COLLECTIVE_MIN_STEPS:
+        Only where the step time allows a page before that: the run's longest recent step (without its
+        validation/save seconds: ``extra`` says what this one is due) x 1.25 plus ``extra`` ends
+        ``COLLECTIVE_ROOM_S`` before the timeout (a 10-min-step run cannot tell a hang from a step within
+        a 600-s timeout). None: no timeout known, or too few steps seen."""
+        if self.nccl_timeout_s is None or len(self._bare) < COLLECTIVE_MIN_STEPS:
             return None
-        if 1.25 * max(self._steps) + extra > self.nccl_timeout_s - COLLECTIVE_ROOM_S:
+        if 1.25 * max(self._bare) + extra > self.nccl_timeout_s - COLLECTIVE_ROOM_S:
             return None
         return self.nccl_timeout_s - elapsed
 

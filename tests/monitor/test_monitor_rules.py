@@ -13,6 +13,7 @@ from monitor.selectors import parse_selector
 from monitor.sources import ray_state, stragglers, verl_checkpoints
 from monitor.sources.alertmanager import CATALOGUE
 from monitor.sources.prom_text import parse_exposition
+from monitor.sources.verl_gaps import COLLECTIVE_LEFT
 from monitor.sources.verl_jsonl import IN_PROGRESS
 from monitor.sources.verl_keys import GAP_PREFIX, map_key
 from verl.metrics.catalog import BY_NAME
@@ -71,8 +72,9 @@ def test_default_selectors_name_real_series() -> None:
                     assert any(m.name == "job" and m.value == "verl_jsonl" for m in s.matchers), s.text
                     assert {m.name for m in s.matchers} <= {"job", *VALIDATION.labels}, s.text
                     continue
-                # up and the running step's seconds are the monitor's own (the verl log tail's liveness)
-                assert (s.name in BY_NAME or s.name in DCGM_FIELDS or s.name in ("up", IN_PROGRESS)
+                # up, the running step's seconds and those left before NCCL's timeout are the monitor's own
+                # (the verl log tail's liveness)
+                assert (s.name in BY_NAME or s.name in DCGM_FIELDS or s.name in ("up", IN_PROGRESS, COLLECTIVE_LEFT)
                         or s.name in PEER_SERIES or s.name in DERIVED), s.name
                 if s.name in PEER_SERIES:
                     assert {m.name for m in s.matchers} <= PEER_SERIES[s.name], s.text
@@ -80,7 +82,7 @@ def test_default_selectors_name_real_series() -> None:
                 spec = BY_NAME.get(s.name)
                 for m in s.matchers:  # label matchers only on labels the trainer exports, or the ones the
                     # verl JSONL source adds to its series (job="verl_jsonl", stat="peak" on torch peaks)
-                    assert (spec is None or m.name in spec.labels or s.name in ("up", IN_PROGRESS)
+                    assert (spec is None or m.name in spec.labels or s.name in ("up", IN_PROGRESS, COLLECTIVE_LEFT)
                             or m.name in VERL_JSONL_LABELS), (s.name, m.name)
     # both name families are covered for memory, temperature, XID and NVLink
     assert {"verl_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",

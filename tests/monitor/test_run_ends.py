@@ -1,8 +1,8 @@
 """The two ends of a verl run no record shows: a log closed by its writer below
 trainer.total_training_steps with no error (a silent completion: a resume at an epoch boundary exiting 0
-with no new step) pages TrainingEndedEarly after 10 min; a log held open with no first step for 3 h (a
-rollout server stuck creating) pages TrainingNeverStarted; a run that reaches its last step, and a slow start,
-page neither."""
+with no new step) pages TrainingEndedEarly after 30 min; a log held open with no first step for 3 h (a
+rollout server stuck creating) pages TrainingNeverStarted; a run that reaches its last step, a slow start and
+a scheduler's relaunch that re-opens the log page neither."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from monitor.rules import SERIES_NAME_LABEL, Rule
 from monitor.store import Series
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # one per (rule, series): ~45 000 at 1000 GPUs
 class Binding:
     rule: Rule
     rule_index: int

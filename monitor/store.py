@@ -22,6 +22,7 @@ CHUNK = 64  # samples per compressed chunk: a longer history is sealed chunks be
 # What a series no rule, plot or diagnosis reads keeps: its interval() (median of the last 16 gaps) and
 # last value need 17 samples; nothing else reads its history (the HTTP API serves no series data).
 UNREAD_HISTORY = 20
+TAIL = 17  # times of a sealed head kept raw: interval() reads the last 17 samples, all of them may be sealed
 YOUNG_EVICT_INTERVALS = 10.0  # a series with no cadence of its own yet lives this many of its source's intervals
 
 
@@ -42,7 +43,7 @@ class Series:
     reads the store)."""
 
     __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "_chunks", "last_t", "last_v",
-                 "_interval", "_interval_at", "source", "seen", "gone", "_capacity")
+                 "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
                  key: SeriesKey | None = None) -> None:
@@ -65,6 +66,7 @@ class Series:
         self.last_v = math.nan
         self._interval = 0.0
         self._interval_at = -math.inf
+        self._tail: bytes | None = None  # the last TAIL times of the newest sealed chunk
 
     @property
     def labels(self) -> dict[str, str]:
@@ -111,11 +113,23 @@ class Series:
         k = min(len(self), n + 1)
         if k < 4:
             return 0.0
-        t = self._raw()[0]
-        if t.size < k:  # the head just sealed: the newest chunk holds the rest
-            assert self._chunks
-            t = np.concatenate([chunks.decode(self._chunks[-1], CHUNK)[0], t])
-        self._interval = float(np.median(np.diff(t[-k:])))
+        # In Python floats: ~3 us where numpy's diff and median took ~20 (it is asked per active alert
+        # per tick, and after each new sample), with the same result (median of the sorted gaps).
+        tv, m = self._tv, self._n
+        if self._chunks is None:
+            cap = tv.shape[1]
+            times = tv[0].tolist()
+            ts = times[self._head:] + times[:self._head] if m == cap else times[:m]
+            ts = ts[-k:]
+        elif m >= k:
+            ts = tv[0, m - k: m].tolist()
+        else:  # the head sealed under k samples ago: the rest are the sealed head's last times
+            tail = self._tail if self._tail is not None and len(self._tail) >= 8 * (k - m) else \
+                chunks.decode(self._chunks[-1], CHUNK)[0].tobytes()  # type: ignore[index]
+            ts = np.frombuffer(tail, np.float64)[m - k:].tolist() + tv[0, :m].tolist()
+        gaps = sorted(b - a for a, b in zip(ts, ts[1:], strict=False))
+        h = len(gaps) // 2
+        self._interval = gaps[h] if len(gaps) % 2 else (gaps[h - 1] + gaps[h]) / 2
         self._interval_at = self.last_t
         return self._interval
 
@@ -137,6 +151,7 @@ class Series:
             n += 1
             if n == CHUNK:  # seal the head; drop the oldest chunk once the rest still holds ``capacity``
                 sealed.append(chunks.encode(tv[0], tv[1]))
+                self._tail = tv[0, CHUNK - TAIL:].tobytes()  # for interval(), not to decode the chunk
                 n = 0
                 if (len(sealed) - 1) * CHUNK >= self._capacity:
                     del sealed[0]

@@ -1,6 +1,6 @@
 """The monitor's memory over hours: resident set after N hours of 5-s scrapes at 1000 GPUs, on simulated time.
 
-    python benchmarks/monitor_memory.py [--nodes 125] [--gpus 8] [--hours 0.5,1,2] [--json]
+    python benchmarks/monitor_memory.py [--nodes 125] [--gpus 8] [--hours 0.5,1,2] [--fast-forward H] [--json]
 
 One process: the load of ``monitor_vs_prometheus.py`` (``monitor_scale.Cluster``: 2 targets per node,
 64 625 lines at 125 nodes) rebuilt every simulated 5 s, and a ``monitor.daemon.Daemon`` built from the
@@ -14,7 +14,12 @@ allow, i.e. where the rings stop growing, and the CPU per 5-s round since the pr
 round (parse, ingest, evaluation) and the evaluation tick alone (``cpu_per_round_ms``, ``tick_cpu_ms``: flat
 while history fills means the cost does not grow with it). ``--hours 0.42,1,2,4,6``: the 25-min figure of the
 wall-clock side-by-side run and the steady state of full histories (~5.7 h at 5 s) without waiting hours;
-~0.3 CPU s a round, so 6 h is ~25 CPU min. With ``--json`` one JSON line per checkpoint, each with all the
+~0.3 CPU s a round, so 6 h is ~25 CPU min. ``--fast-forward 0.5``: a checkpoint more than 1 h after the
+previous one is reached by filling the store in bulk (``fill``: every series' samples on the same 5-s grid,
+through ``Series.append``, only the last ``capacity`` of them) up to 0.5 h before it, then 0.5 h of real
+rounds, in which the detectors' windows (30 min at most at this load) fill again and the tick's CPU is
+measured (``rounds_filled`` says how many rounds were filled): ``--hours 0.25,0.42,1,6 --fast-forward 0.5``
+takes ~1080 real rounds instead of 4320. With ``--json`` one JSON line per checkpoint, each with all the
 points so far (a run stopped early keeps its figures); the last line is the whole run.
 """
 

@@ -42,3 +42,16 @@ def test_interval_after_a_seal_reads_the_kept_tail_not_the_chunk(monkeypatch: py
 
     monkeypatch.setattr(chunks, "decode", no_decode)
     assert s.interval() == float(np.median(np.diff(times[CHUNK + 3 - 17: CHUNK + 3])))
+
+
+@pytest.mark.parametrize("ring", [20, CHUNK])
+def test_a_full_ring_given_more_room_keeps_its_samples_and_takes_the_next(ring: int) -> None:
+    s = Series("x", {}, ring, 0)
+    for i in range(ring + 6):
+        s.append(float(i), float(i))
+    s.reserve(1000)
+    for i in range(ring + 6, 3 * CHUNK):
+        s.append(float(i), float(i))
+    t, v = s.window()
+    assert t.tolist() == v.tolist() == [float(i) for i in range(6, 3 * CHUNK)]
+    assert s.interval() == 1.0

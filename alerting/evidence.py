@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from scipy.stats import theilslopes
 
 MAX_TREND_POINTS = 240  # Theil-Sen is O(n^2): a long window is thinned evenly to this many samples
 
@@ -213,6 +212,8 @@ class Evidence:
             slope = lo = hi = 0.0
             intercept = float(vs[0])
         else:
+            from scipy.stats import theilslopes  # ~72 MiB: loaded by the first trend a diagnosis asks for
+
             slope, intercept, lo, hi = (float(v) for v in theilslopes(vs, x, 0.95))
         return Trend(s.name, dict(s.labels), slope, lo, hi, int(ts.size), float(ts[0]), float(ts[-1]),
                      intercept, intercept + slope * float(x[-1]))

@@ -1,6 +1,6 @@
 """The monitor's memory over hours: resident set after N hours of 5-s scrapes at 1000 GPUs, on simulated time.
 
-    python benchmarks/monitor_memory.py [--nodes 125] [--gpus 8] [--hours 0.5,1,2] [--json]
+    python benchmarks/monitor_memory.py [--nodes 125] [--gpus 8] [--hours 0.5,1,2] [--fast-forward H] [--json]
 
 One process: the load of ``monitor_vs_prometheus.py`` (``monitor_scale.Cluster``: 2 targets per node,
 64 625 lines at 125 nodes) rebuilt every simulated 5 s, and a ``monitor.daemon.Daemon`` built from the
@@ -14,7 +14,12 @@ allow, i.e. where the rings stop growing, and the CPU per 5-s round since the pr
 round (parse, ingest, evaluation) and the evaluation tick alone (``cpu_per_round_ms``, ``tick_cpu_ms``: flat
 while history fills means the cost does not grow with it). ``--hours 0.42,1,2,4,6``: the 25-min figure of the
 wall-clock side-by-side run and the steady state of full histories (~5.7 h at 5 s) without waiting hours;
-~0.3 CPU s a round, so 6 h is ~25 CPU min. With ``--json`` one JSON line per checkpoint, each with all the
+~0.3 CPU s a round, so 6 h is ~25 CPU min. ``--fast-forward 0.5``: a checkpoint more than 1 h after the
+previous one is reached by filling the store in bulk (``fill``: every series' samples on the same 5-s grid,
+through ``Series.append``, only the last ``capacity`` of them) up to 0.5 h before it, then 0.5 h of real
+rounds, in which the detectors' windows (30 min at most at this load) fill again and the tick's CPU is
+measured (``rounds_filled`` says how many rounds were filled): ``--hours 0.25,0.42,1,6 --fast-forward 0.5``
+takes ~1080 real rounds instead of 4320. With ``--json`` one JSON line per checkpoint, each with all the
 points so far (a run stopped early keeps its figures); the last line is the whole run.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import resource
 import sys
@@ -56,7 +62,49 @@ def ring_samples(store: Any) -> tuple[int, int | None]:
     return held, None if any(c is None for c in caps) else sum(caps)
 
 
-def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[str, Any]:
+def fill(store: Any, cluster: Any, last_round: int, rounds: int) -> int:
+    """Fast-forward: the store's rings as ``rounds`` more 5-s rounds after ``last_round`` would leave them,
+    without parsing, relabelling or evaluating them. Each series fed at ``last_round`` gets its samples
+    on the same 5-s grid (its own offset from the round's time kept), through ``Series.append`` as
+    ingestion would append them, and only the last ``capacity`` of them (the ring keeps no more).
+    Values: a counter (a non-decreasing held history that rose) carries on at its last step, as the load's
+    counters do (``monitor_scale.Series``: a fixed step); a gauge replays its own held history forwards
+    then backwards (the load's gauges are bounded random walks: the same values, steps and decimals, so
+    the chunks compress as the real rounds' would). The load's own counters are advanced by the same
+    rounds, so the next real round continues them. Returns the samples appended."""
+    import numpy as np
+
+    end_t = T0 + (last_round + rounds) * PERIOD_S
+    last_t = T0 + last_round * PERIOD_S
+    appended = 0
+    for s in store:
+        if not s.last_t >= last_t - PERIOD_S / 2:  # not fed in the last round: not fed on
+            continue
+        t0, v = s.window()
+        n = min(rounds, s.capacity)
+        if v.size >= 2 and np.all(np.diff(v) >= 0) and v[-1] > v[0]:
+            step = float(v[-1] - v[-2])
+            vals = [float(v[-1]) + step * (k + 1) for k in range(rounds - n, rounds)]
+        else:
+            cycle = np.concatenate([v, v[::-1]]) if v.size > 1 else v
+            vals = [float(cycle[(k + v.size) % cycle.size]) for k in range(rounds - n, rounds)]
+        off = s.last_t - last_t
+        for k, value in zip(range(rounds - n, rounds), vals, strict=True):
+            s.append(last_t + (k + 1) * PERIOD_S + off, value)
+        appended += n
+        assert s.last_t < end_t + PERIOD_S / 2
+    for _header, series in cluster.parts.values():
+        for line in series:
+            if line.counter:
+                line.value += line.step * rounds
+    return appended
+
+
+def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h: float | None = None) -> dict[str, Any]:
+    """``refill_h``: fast-forward to ``refill_h`` before each checkpoint more than twice that beyond the
+    previous one (``fill``), then run the last ``refill_h`` of rounds through the whole pipeline: the
+    detectors' windows (30 min at most in the default rules at this load) fill from real rounds, the
+    store's rings hold the whole span."""
     from alerting.clock import SimulatedClock
     from monitor.config import load_config
     from monitor.daemon import Daemon
@@ -80,7 +128,15 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[
     rounds, started = 0, time.process_time()
     last_rounds, last_cpu, tick_cpu = 0, started, 0.0
     for h in sorted(hours):
-        while rounds * PERIOD_S < h * 3600:
+        target = math.ceil(h * 3600 / PERIOD_S)
+        filled = 0
+        if refill_h is not None and target - rounds > 2 * refill_h * 3600 / PERIOD_S:
+            skip = target - rounds - math.ceil(refill_h * 3600 / PERIOD_S)
+            fill(daemon.pipeline.store, cluster, rounds - 1, skip)
+            rounds += skip
+            filled = skip
+            last_rounds, last_cpu, tick_cpu = rounds, time.process_time(), 0.0
+        while rounds < target:
             now = T0 + rounds * PERIOD_S
             clock.set(now)
             cluster.rebuild(now)
@@ -100,7 +156,7 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print) -> dict[
         held, allowed = ring_samples(daemon.pipeline.store)
         points.append({"hours": h, "rounds": rounds, "rss_bytes": rss_bytes(),
                        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                       "series": len(daemon.pipeline.store), "ring_samples_held": held,
+                       "series": len(daemon.pipeline.store), "ring_samples_held": held, "rounds_filled": filled,
                        "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1),
                        "cpu_per_round_ms": round((time.process_time() - last_cpu) * 1e3 / max(1, rounds - last_rounds), 1),
                        "tick_cpu_ms": round(tick_cpu * 1e3 / max(1, rounds - last_rounds), 2)})
@@ -126,6 +182,9 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=125)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--hours", default="0.5,1,2", help="checkpoints, comma-separated (simulated hours)")
+    ap.add_argument("--fast-forward", type=float, default=None, metavar="HOURS",
+                    help="reach a checkpoint by filling the store in bulk up to HOURS before it, then "
+                         "HOURS of real rounds (e.g. 0.5: the default rules' longest window at this load)")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args()
     try:
@@ -139,7 +198,7 @@ def main() -> int:
 
     def report(result: dict[str, Any]) -> None:
         print(json.dumps(result), file=out, flush=True)
-    run(args.nodes, args.gpus, hours, report if args.json else show)
+    run(args.nodes, args.gpus, hours, report if args.json else show, args.fast_forward)
     return 0
 
 

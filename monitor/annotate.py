@@ -19,6 +19,13 @@ from monitor.evaluator import Candidate
 from monitor.plots import render_fit
 
 log = logging.getLogger("monitor.annotate")
+# Plots in an alert storm: a PNG costs ~0.1-0.3 CPU s of matplotlib, and a fleet-wide event (a random walk
+# of GPU memory read as a leak on hundreds of GPUs, a shared file system slowing every node) starts
+# hundreds of alerts within minutes: a token bucket renders the first PLOT_BURST at once, then one per
+# PLOT_REFILL_S of monitor time; an alert past the budget carries no plot (its text, value and runbook
+# as always), and ``plots_skipped`` counts them. One alert, or a few, always gets its plot.
+PLOT_BURST = 10
+PLOT_REFILL_S = 30.0
 
 
 @dataclass
@@ -48,6 +55,9 @@ class Annotator:
         self.plot_prefix: str | None = None
         self.plot_executor: Any = None  # set by the daemon: PNGs render in a worker thread
         self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
+        self._plot_tokens = float(PLOT_BURST)
+        self._plot_at: float | None = None
+        self.plots_skipped = 0
 
     def annotate(self, starting: list[Candidate]) -> Mapping[str, Annotated]:
         return {c.fp: self._one(c) for c in starting}
@@ -64,7 +74,7 @@ class Annotator:
         if not ann.get("description"):  # Alertmanager's UIs and receivers show `description`
             ann["description"] = " ".join(x.rstrip(".") + "." for x in (ann.get("summary"), ann.get("runbook")) if x)
         plot_file = ""
-        if c.rule.plot and self.plots_dir is not None:
+        if c.rule.plot and self.plots_dir is not None and self._may_plot():
             plot = self._plot(c)
             if plot:
                 ann["plot"], plot_file = plot
@@ -75,6 +85,17 @@ class Annotator:
                 ann["description"] = (ann.get("description", "") + "\nTop anomalous prompts:\n"
                                       + "\n".join(f"{i + 1}. {x}" for i, x in enumerate(lines))).strip()
         return Annotated(ann, plot_file)
+
+    def _may_plot(self) -> bool:
+        now = self.clock.now()
+        if self._plot_at is not None:
+            self._plot_tokens = min(float(PLOT_BURST), self._plot_tokens + (now - self._plot_at) / PLOT_REFILL_S)
+        self._plot_at = now
+        if self._plot_tokens < 1.0:
+            self.plots_skipped += 1
+            return False
+        self._plot_tokens -= 1.0
+        return True
 
     def _plot(self, c: Candidate) -> tuple[str, str] | None:
         """(link, PNG path) of the alert's plot."""

@@ -24,7 +24,7 @@ from monitor.rules import SERIES_NAME_LABEL, Rule
 from monitor.store import Series
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # one per (rule, series): ~45 000 at 1000 GPUs
 class Binding:
     rule: Rule
     rule_index: int
@@ -117,9 +117,7 @@ class Evaluator:
                     continue
                 b = Binding(rule, ri, ci, series,
                             cond.new_detector(self._work_log(ri, ci, labels) if cond.explain_by else None))
-                if ci == 0:
-                    b.labels = self.alert_labels(rule, labels, series.name)
-                    b.fp = fingerprint(b.labels)
+                if ci == 0:  # its alert labels and fingerprint: when it first goes active (``_identity``)
                     b.join = rule.join_key(labels)
                 else:
                     self._helpers[(ri, ci, rule.join_key(labels))].append(b)
@@ -228,10 +226,19 @@ class Evaluator:
                 continue
             details = dict(b.finding.details) if b.finding else {}
             value = details.get("value", b.series.last_v)
+            if not b.fp:
+                self._identity(b)
             out.append(Candidate(b.fp, b.labels, b.rule, since, now - since >= self._for_s(b),
                                  None if value is None or not math.isfinite(value) else float(value),
                                  details, b, self._joined(b, now)))
         return out
+
+    def _identity(self, b: Binding) -> None:
+        """A primary binding's alert labels and fingerprint, made once, when it is first a candidate: kept
+        from the binding on, a dict of ~10 labels and a fingerprint were ~300 B for each of ~12 000
+        primary bindings at 1000 GPUs, most of which never fire."""
+        b.labels = self.alert_labels(b.rule, b.series.labels, b.series.name)
+        b.fp = fingerprint(b.labels)
 
     def _joined(self, b: Binding, now: float) -> tuple[dict, ...]:
         out = []

@@ -28,6 +28,7 @@ from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.sink import AlertSink, DiagnosisNeeds, diagnosis_needs
 from alerting.vocabulary import Vocabulary
+from monitor import heap
 from monitor.alerts import AlertBook
 from monitor.annotate import Annotator, RewardOutliers
 from monitor.evaluator import Evaluator
@@ -67,6 +68,7 @@ class Pipeline:
                                    reserve=lambda s, n: s.reserve(self.store.bounded(n)))
         self.evaluator.on_unfillable = self._unfillable
         self._evicted_at = -math.inf
+        self._trimmed_at = -math.inf
         self.book = AlertBook(db_path, restore_grace_s, health=self.health, monotonic=clock.monotonic)
         self.cluster = cluster
         self.annotator = Annotator(clock, self.vocabulary, Path(plots_dir) if plots_dir else None, outliers)
@@ -206,6 +208,9 @@ class Pipeline:
         if now - self._evicted_at >= EVICT_EVERY_S:  # the head GC: unseen series give their budget back
             self._evicted_at = now
             self.store.evict_stale(now, self.evaluator.evict_horizon)
+        if now - self._trimmed_at >= heap.TRIM_EVERY_S:
+            self._trimmed_at = now
+            heap.trim()
         candidates = self.evaluator.tick(now)
         annotations = self.annotator.annotate(self.book.starting(candidates))
         transitions = self.book.update(now, candidates, annotations)

@@ -22,6 +22,8 @@ CHUNK = 64  # samples per compressed chunk: a longer history is sealed chunks be
 # What a series no rule, plot or diagnosis reads keeps: its interval() (median of the last 16 gaps) and
 # last value need 17 samples; nothing else reads its history (the HTTP API serves no series data).
 UNREAD_HISTORY = 20
+HEAD_MIN = 16  # a new head's room; it doubles up to CHUNK
+TAIL = 17  # times of a sealed head kept raw: interval() reads the last 17 samples, all of them may be sealed
 YOUNG_EVICT_INTERVALS = 10.0  # a series with no cadence of its own yet lives this many of its source's intervals
 
 
@@ -36,13 +38,13 @@ class Series:
     capacity with ``reserve`` (monitor/README.md, "Series store").
 
     A short history (``capacity <= CHUNK``) is one raw ring of exactly that size. A longer one is a raw head
-    of ``CHUNK`` samples and the chunks sealed before it, each compressed losslessly (``monitor.chunks``,
+    of up to ``CHUNK`` samples (its buffer grows 16, 32, 64 as it fills) and the chunks sealed before it, each compressed losslessly (``monitor.chunks``,
     ~3-5 B a sample against 16): the memory of a full history is ~5x smaller, it is allocated when the
     sample comes rather than by doubling, and nothing but a plot or a diagnosis decodes it (no detector
     reads the store)."""
 
     __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "_chunks", "last_t", "last_v",
-                 "_interval", "_interval_at", "source", "seen", "gone", "_capacity")
+                 "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
                  key: SeriesKey | None = None) -> None:
@@ -56,7 +58,7 @@ class Series:
         # Times and values share one (2, n) array: one numpy object per series, not two (~130 B each).
         self._capacity = max(1, capacity)
         self._chunks: list[bytes] | None = None  # sealed chunks, oldest first (None: one raw ring)
-        self._tv = np.empty((2, min(self._capacity, CHUNK)))
+        self._tv = np.empty((2, min(self._capacity, CHUNK if self._capacity <= CHUNK else HEAD_MIN)))
         self._n = 0       # samples in the raw ring, or in the head
         self._head = 0    # the ring's next slot (ring), unused with chunks (the head fills from 0)
         if self._capacity > CHUNK:
@@ -65,6 +67,7 @@ class Series:
         self.last_v = math.nan
         self._interval = 0.0
         self._interval_at = -math.inf
+        self._tail: bytes | None = None  # the last TAIL times of the newest sealed chunk
 
     @property
     def labels(self) -> dict[str, str]:
@@ -87,7 +90,12 @@ class Series:
         if capacity > CHUNK:
             if self._chunks is None:  # the ring (<= CHUNK samples) becomes the head
                 self._chunks = []
-                self._tv = np.empty((2, CHUNK))
+                if t.size == CHUNK:  # a full ring of CHUNK samples is a chunk already (as a head it
+                    # had no room for the next sample)
+                    self._chunks.append(chunks.encode(np.ascontiguousarray(t), np.ascontiguousarray(v)))
+                    self._tail = t[CHUNK - TAIL:].tobytes()
+                    t, v = t[:0], v[:0]
+                self._tv = np.empty((2, max(HEAD_MIN, t.size)))
                 self._tv[0, : t.size], self._tv[1, : t.size] = t, v
                 self._n = t.size
         else:
@@ -111,11 +119,23 @@ class Series:
         k = min(len(self), n + 1)
         if k < 4:
             return 0.0
-        t = self._raw()[0]
-        if t.size < k:  # the head just sealed: the newest chunk holds the rest
-            assert self._chunks
-            t = np.concatenate([chunks.decode(self._chunks[-1], CHUNK)[0], t])
-        self._interval = float(np.median(np.diff(t[-k:])))
+        # In Python floats: ~3 us where numpy's diff and median took ~20 (it is asked per active alert
+        # per tick, and after each new sample), with the same result (median of the sorted gaps).
+        tv, m = self._tv, self._n
+        if self._chunks is None:
+            cap = tv.shape[1]
+            times = tv[0].tolist()
+            ts = times[self._head:] + times[:self._head] if m == cap else times[:m]
+            ts = ts[-k:]
+        elif m >= k:
+            ts = tv[0, m - k: m].tolist()
+        else:  # the head sealed under k samples ago: the rest are the sealed head's last times
+            tail = self._tail if self._tail is not None and len(self._tail) >= 8 * (k - m) else \
+                chunks.decode(self._chunks[-1], CHUNK)[0].tobytes()  # type: ignore[index]
+            ts = np.frombuffer(tail, np.float64)[m - k:].tolist() + tv[0, :m].tolist()
+        gaps = sorted(b - a for a, b in zip(ts, ts[1:], strict=False))
+        h = len(gaps) // 2
+        self._interval = gaps[h] if len(gaps) % 2 else (gaps[h - 1] + gaps[h]) / 2
         self._interval_at = self.last_t
         return self._interval
 
@@ -138,11 +158,17 @@ class Series:
                 self._n += 1
         else:
             n = self._n
+            if n == tv.shape[1]:  # the head grows as it fills (16, 32, 64): ~30 % less raw memory on average
+                grown = np.empty((2, min(CHUNK, 2 * n)))
+                grown[:, :n] = tv
+                self._tv = tv = grown
             tv[0, n] = t
             tv[1, n] = value
             n += 1
             if n == CHUNK:  # seal the head; drop the oldest chunk once the rest still holds ``capacity``
                 sealed.append(chunks.encode(tv[0], tv[1]))
+                self._tail = tv[0, CHUNK - TAIL:].tobytes()  # for interval(), not to decode the chunk
+                self._tv = np.empty((2, HEAD_MIN))
                 n = 0
                 if (len(sealed) - 1) * CHUNK >= self._capacity:
                     del sealed[0]

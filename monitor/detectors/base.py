@@ -7,6 +7,7 @@ never looks ahead, and keeps bounded state.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -54,14 +55,20 @@ class SampleWindow:
     """The samples of the last ``span`` seconds (at most ``maxlen``), for the detectors that test a
     window now and then (drift, leak, KS). Times and values live in one (2, n) float64 array used as a
     sliding buffer: 16 B a sample where two deques of Python floats took ~40, and ``arrays`` is a slice
-    copy, not an iteration. When the buffer's end is reached the live part moves to its front, and the
-    buffer doubles only if that part fills more than half of it: its size follows the window's count."""
+    copy, not an iteration. When the buffer's end is reached the live part moves to its front, into a
+    buffer sized for the whole window: the count the samples' rate so far gives for ``span`` (at most
+    4x at a time: a 360-sample window is sized at its 16th and 86th samples), or the live count once
+    the window is full, with a quarter's room (jitter; a move every quarter-window of samples).
+    Doubling instead left a 30-min window at 5 s (360 samples) in a 1024-sample buffer for good."""
 
-    __slots__ = ("span", "maxlen", "_tv", "_lo", "_hi")
+    __slots__ = ("span", "maxlen", "_sized_for", "_tv", "_lo", "_hi")
 
-    def __init__(self, span: float, maxlen: int | None = None) -> None:
+    def __init__(self, span: float, maxlen: int | None = None, sized_for: float | None = None) -> None:
+        """``sized_for``: the span to size the buffer for where ``span`` is not it (a window its owner
+        trims itself, ``drop_before``, with ``span`` infinite)."""
         self.span = span
         self.maxlen = maxlen
+        self._sized_for = span if sized_for is None else sized_for
         self._tv = np.empty((2, 16))
         self._lo = self._hi = 0
 
@@ -77,8 +84,8 @@ class SampleWindow:
         tv, lo, hi = self._tv, self._lo, self._hi
         if hi == tv.shape[1]:
             n = hi - lo
-            size = tv.shape[1] * 2 if 2 * n > tv.shape[1] else tv.shape[1]
-            moved = np.empty((2, size)) if size != tv.shape[1] else tv
+            size = self._size(n, t - tv[0, lo] if n else 0.0)
+            moved = np.empty((2, size)) if size > tv.shape[1] or 2 * size <= tv.shape[1] else tv
             moved[:, :n] = tv[:, lo:hi]
             self._tv, tv, lo, hi = moved, moved, 0, n
         tv[0, hi] = t
@@ -93,6 +100,31 @@ class SampleWindow:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._tv[0, self._lo: self._hi].copy(), self._tv[1, self._lo: self._hi].copy()
+
+    def views(self) -> tuple[np.ndarray, np.ndarray]:
+        """The times and values, oldest first, without copying: valid until the next ``add``."""
+        return self._tv[0, self._lo: self._hi], self._tv[1, self._lo: self._hi]
+
+    def drop_before(self, start: float) -> None:
+        """Forget the samples older than ``start`` (t < start)."""
+        times, lo, hi = self._tv[0], self._lo, self._hi
+        while lo < hi and times[lo] < start:
+            lo += 1
+        self._lo = lo
+
+    def drop_first(self, k: int) -> None:
+        """Forget the ``k`` oldest samples."""
+        self._lo = min(self._hi, self._lo + k)
+
+    def _size(self, n: int, covered: float) -> int:
+        """Buffer for a window of ``n`` live samples covering ``covered`` s, with the one coming."""
+        expect = n + 1
+        if 0 < covered < self._sized_for:  # still filling: what the rate so far gives for the whole span, at
+            # most 4x at a time (a burst of samples at one instant says little about the rate)
+            expect = max(expect, math.ceil((n + 1) * min(4.0, self._sized_for / covered)))
+        if self.maxlen is not None:
+            expect = min(expect, self.maxlen + 1)
+        return max(16, expect + expect // 4 + 1)
 
 
 class Every:

@@ -8,13 +8,12 @@ test can.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Literal
 
 import numpy as np
-from scipy.stats import kendalltau, mannwhitneyu
 
-from monitor.detectors.base import Detector, Finding, short_window
+from monitor.detectors.base import Detector, Finding, SampleWindow, short_window
+from monitor.detectors.lazy_scipy import kendalltau, mannwhitneyu
 
 Direction = Literal["down", "up", "both"]
 
@@ -104,7 +103,10 @@ class LevelShiftDetector(Detector):
         self.reset()
 
     def reset(self) -> None:
-        self._segment: deque[tuple[float, float]] = deque(maxlen=self.max_samples)
+        # the segment's (t, v) in a numpy buffer: its windows are slices, not rebuilt from a deque of
+        # tuples each update (~100 B a sample there, 16 here); trimmed by ``_windows`` as before
+        self._segment = SampleWindow(math.inf, maxlen=self.max_samples,
+                                     sized_for=self.baseline_s + self.confirm_s)
         self._first_t: float | None = None
         self._reference: float | None = None
         self._last_change: dict[str, float] = {}
@@ -131,10 +133,8 @@ class LevelShiftDetector(Detector):
     def _windows(self, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cut = t - self.confirm_s
         start = cut - self.baseline_s
-        while self._segment and self._segment[0][0] < start:
-            self._segment.popleft()
-        ts = np.fromiter((s[0] for s in self._segment), float, len(self._segment))
-        vs = np.fromiter((s[1] for s in self._segment), float, len(self._segment))
+        self._segment.drop_before(start)
+        ts, vs = self._segment.views()
         split = int(np.searchsorted(ts, cut, side="right"))
         return ts, vs[:split], vs[split:]
 
@@ -152,7 +152,7 @@ class LevelShiftDetector(Detector):
             self._first_t = t
         if t - self._first_t < self.warmup_s:
             return Finding(t=t, active=False)
-        self._segment.append((t, value))
+        self._segment.add(t, value)
         ts, base, recent = self._windows(t)
         if len(base) < self.min_baseline or len(recent) < self.min_recent:
             return self._status(t, recent, p_value=1.0)
@@ -170,7 +170,8 @@ class LevelShiftDetector(Detector):
 
         self._confirm(ts, np.concatenate([base, recent]), before, after, rel, p_value)
         # The segment now starts at the change: judge the level on post-change samples only.
-        recent = np.array([v for s, v in self._segment if s > t - self.confirm_s])
+        seg_t, seg_v = self._segment.views()
+        recent = seg_v[seg_t > t - self.confirm_s]
         return self._status(t, recent, p_value=p_value)
 
     def _confirm(
@@ -190,9 +191,7 @@ class LevelShiftDetector(Detector):
             "p_value": p_value,
         }
         self.change_points.append(change_t)
-        post = list(self._segment)[k:]
-        self._segment.clear()
-        self._segment.extend(post)
+        self._segment.drop_first(k)
 
     def _status(self, t: float, recent: np.ndarray, p_value: float) -> Finding:
         if self._reference is None or len(recent) == 0:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
+from monitor.detectors.lazy_scipy import norm_cdf, norm_sf
 
 Direction = Literal["up", "down", "both"]
 
@@ -174,11 +174,11 @@ class TrendDriftDetector(Detector):
         slope_per_min, intercept = float(fit.params[1]), float(fit.params[0])
         z = slope_per_min / se if se > 0 else 0.0
         if self.direction == "up":
-            p = float(stats.norm.sf(z))
+            p = norm_sf(z)
         elif self.direction == "down":
-            p = float(stats.norm.cdf(z))
+            p = norm_cdf(z)
         else:
-            p = float(2 * stats.norm.sf(abs(z)))
+            p = 2 * norm_sf(abs(z))
         p = min(1.0, p * (len(KNOTS) + len(RAMPS)))  # Bonferroni: the model was chosen by looking at the data
         change = slope_per_min * (end - knot)
         resid_sd = float(np.sqrt(denom / (n - 2)))

@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
-from scipy.stats import norm
 
 from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
+from monitor.detectors.lazy_scipy import norm_ppf
 from monitor.detectors.leak import sen_slope
 
 FAST_MIN_SAMPLES = 5
@@ -52,7 +52,7 @@ class ExhaustionDetector(Detector):
         self.empty_at = empty_at
         self.persistence, self.min_samples = persistence, min_samples
         self.fast_window_s, self.fast_horizon_s = fast_window, fast_horizon
-        self._z = float(norm.ppf(0.5 + confidence / 2.0))
+        self._z = norm_ppf(0.5 + confidence / 2.0)
         self.reset()
 
     def reset(self) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import ks_2samp
 
 from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
+from monitor.detectors.lazy_scipy import ks_2samp
 
 
 class KSShiftDetector(Detector):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import norm
 
 from monitor.detectors.base import Detector, Every, Finding, SampleWindow, short_window
+from monitor.detectors.lazy_scipy import norm_ppf
 from monitor.detectors.work import WorkLog
 
 
@@ -70,7 +70,7 @@ class LeakDetector(Detector):
         self.min_effect_sd, self.min_acf, self.max_samples = min_effect_sd, min_acf, max_samples
         self.work, self.warmup_after_restart = work, warmup_after_restart
         self.min_unexplained_share, self.min_recent_share = min_unexplained_share, min_recent_share
-        self._z = float(norm.ppf(0.5 + confidence / 2.0))
+        self._z = norm_ppf(0.5 + confidence / 2.0)
         self.reset()
 
     def reset(self) -> None:

@@ -15,3 +15,12 @@ def test_rounds_of_simulated_scrapes_fill_the_store_and_stay_within_the_ring_cap
     assert first["ring_samples_held"] < second["ring_samples_held"] <= second["ring_samples_allowed"]
     # 15 rounds: a series nothing reads holds them all (20 samples of room), so the rings hold every sample
     assert second["ring_samples_held"] == 15 * second["series"]
+
+
+def test_a_fast_forwarded_store_holds_what_the_real_rounds_would_have() -> None:
+    real = run(1, 2, [0.01, 0.2], lambda r: None)["points"][-1]
+    fast = run(1, 2, [0.01, 0.2], lambda r: None, refill_h=0.02)["points"][-1]
+    assert fast["rounds"] == real["rounds"] == 144
+    assert fast["rounds_filled"] == 144 - 8 - 15 and real["rounds_filled"] == 0  # then 15 real rounds
+    assert fast["series"] == real["series"]
+    assert fast["ring_samples_held"] == real["ring_samples_held"]  # every ring as full, at the same times

@@ -32,3 +32,14 @@ def test_the_window_holds_the_samples_of_the_last_span_seconds(span: float, maxl
         assert window.ts[0] == ts[0] and window.ts[-1] == t
         most = max(most, len(ts))
     assert window._tv.shape[1] <= max(16, 4 * most)  # sized by the most it held, not by all it saw
+
+
+def test_a_full_window_at_a_steady_cadence_is_sized_for_its_count_not_doubled_past_it() -> None:
+    window = SampleWindow(1800.0)  # a leak detector's 30 min at 5 s: 360 samples live
+    sizes = set()
+    for i in range(6 * 720):
+        window.add(5.0 * i, float(i))
+        sizes.add(window._tv.shape[1])
+    assert len(window) == 361
+    assert window._tv.shape[1] <= 1.3 * 361  # a doubling buffer ended at 1024
+    assert len(sizes) <= 4  # allocated a few times while it filled, then never again

@@ -26,3 +26,32 @@ def test_window_and_interval_are_those_of_the_last_capacity_samples(capacity: in
     if n:
         t2, _ = s.window(since=float(ts[n - 1]))
         assert list(t2) == [ts[n - 1]]
+
+
+def test_interval_after_a_seal_reads_the_kept_tail_not_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from monitor import chunks
+
+    rng = np.random.default_rng(5)
+    s = Series("x", {}, 4096, 0)
+    times = 1.7e9 + np.cumsum(rng.choice([5.0, 4.999, 5.013, 30.0], 3 * CHUNK))
+    for i, t in enumerate(times[: CHUNK + 3].tolist()):  # the head sealed 3 samples ago
+        s.append(t, float(i))
+
+    def no_decode(*args: object) -> None:
+        raise AssertionError("interval() decoded a chunk")
+
+    monkeypatch.setattr(chunks, "decode", no_decode)
+    assert s.interval() == float(np.median(np.diff(times[CHUNK + 3 - 17: CHUNK + 3])))
+
+
+@pytest.mark.parametrize("ring", [20, CHUNK])
+def test_a_full_ring_given_more_room_keeps_its_samples_and_takes_the_next(ring: int) -> None:
+    s = Series("x", {}, ring, 0)
+    for i in range(ring + 6):
+        s.append(float(i), float(i))
+    s.reserve(1000)
+    for i in range(ring + 6, 3 * CHUNK):
+        s.append(float(i), float(i))
+    t, v = s.window()
+    assert t.tolist() == v.tolist() == [float(i) for i in range(6, 3 * CHUNK)]
+    assert s.interval() == 1.0

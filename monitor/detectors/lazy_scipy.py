@@ -1,0 +1,112 @@
+"""The few scipy functions the detectors call, imported on first call rather than with the monitor.
+
+``import scipy.stats`` costs ~72 MiB of resident memory and ~0.5 s, ``scipy.special`` ~26 MiB; most
+deployments run detectors that never call them (threshold, counters, staleness, level shifts that
+never pass their effect-size floor), so a sidecar should not carry them from its first second. The
+functions are scipy's own, so every result is the same bit for bit: ``norm_ppf`` is ``norm.ppf`` with
+loc 0 and scale 1, i.e. ``scipy.special.ndtri``, and ``norm_sf``/``norm_cdf`` are ``ndtr(-z)``/``ndtr(z)``
+(what ``scipy.stats.norm`` computes after standardising).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import math
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+# ndtri of the quantiles the shipped rules use (confidence 0.95: 0.5 + 0.95 / 2), as scipy.special gives
+# them (tests/monitor/test_lazy_scipy.py checks each against ndtri): a leak detector built per series
+# would otherwise import scipy.special at start-up for one constant.
+_NDTRI = {0.975: 1.959963984540054}
+
+
+def norm_ppf(q: float) -> float:
+    known = _NDTRI.get(q)
+    if known is not None:
+        return known
+    from scipy.special import ndtri
+    return float(ndtri(q))
+
+
+def norm_sf(z: float) -> float:
+    from scipy.special import ndtr
+    return float(ndtr(-z))
+
+
+def norm_cdf(z: float) -> float:
+    from scipy.special import ndtr
+    return float(ndtr(z))
+
+
+def kendalltau(x: Any, y: Any) -> Any:
+    from scipy.stats import kendalltau as f
+    return f(x, y)
+
+
+def mannwhitneyu(x: Any, y: Any, alternative: str) -> Any:
+    from scipy.stats import mannwhitneyu as f
+    return f(x, y, alternative=alternative)
+
+
+class KSResult(NamedTuple):
+    statistic: float
+    pvalue: float
+
+
+@cache
+def _lattice_paths() -> Callable[[int, int, int, int], float] | None:
+    """scipy's compiled exact two-sample KS kernel (``scipy.stats._stats_pythran``), loaded from its file
+    without ``scipy.stats`` (that package's import is what costs the 72 MiB; this module ~0.7). None
+    where the file is not there (another scipy layout): the caller falls back to ``scipy.stats``."""
+    spec = importlib.util.find_spec("scipy")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    stats_dir = Path(next(iter(spec.submodule_search_locations))) / "stats"
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = stats_dir / f"_stats_pythran{suffix}"
+        if path.is_file():
+            name = "scipy.stats._stats_pythran"
+            loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+            module_spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+            if module_spec is None:
+                return None
+            module = importlib.util.module_from_spec(module_spec)
+            loader.exec_module(module)
+            return module._compute_outer_prob_inside_method  # type: ignore[no-any-return]
+    return None
+
+
+def ks_2samp(x: np.ndarray, y: np.ndarray) -> KSResult:
+    """``scipy.stats.ks_2samp(x, y)`` (two-sided, method 'auto'): the statistic and its exact p-value,
+    for samples of different sizes (the detector's recent and reference windows) through scipy's own
+    lattice-path kernel; any other case (equal sizes, over 10 000 samples, NaN, a kernel that failed or is
+    missing) asks ``scipy.stats`` itself. tests/monitor/test_lazy_scipy.py checks both agree bit for bit."""
+    n1, n2 = len(x), len(y)
+    kernel = _lattice_paths() if n1 != n2 and min(n1, n2) > 0 and max(n1, n2) <= 10000 else None
+    if kernel is not None and np.isfinite(x).all() and np.isfinite(y).all():  # scipy's NaN policy: its own
+        a, b = np.sort(x), np.sort(y)
+        both = np.concatenate([a, b])
+        diff = np.searchsorted(a, both, side="right") / n1 - np.searchsorted(b, both, side="right") / n2
+        low, high = float(np.clip(-diff[np.argmin(diff)], 0, 1)), float(diff[np.argmax(diff)])
+        d = low if low > high else high
+        g = math.gcd(n1, n2)
+        lcm = (n1 // g) * n2
+        h = int(np.round(d * lcm))
+        if h == 0:
+            return KSResult(h / lcm, 1.0)
+        try:
+            with np.errstate(invalid="raise", over="raise"):
+                p = float(kernel(n1, n2, g, h))
+        except (FloatingPointError, OverflowError):
+            p = math.nan
+        if 0 <= p <= 1:
+            return KSResult(h * 1.0 / lcm, p)
+    from scipy.stats import ks_2samp as f
+    res = f(x, y)
+    return KSResult(float(res.statistic), float(res.pvalue))

@@ -124,7 +124,7 @@ class SimulatedDaemon:
                     if before is not None:
                         before(self.clock.now() - self.start)
                     for src in sources:
-                        self.daemon._take(src, await src.poll(self.daemon.clock))
+                        self.daemon._file_round(src, await src.poll(self.daemon.clock))
                     with self.daemon.lock:
                         self.daemon.pipeline.tick()
                     for a in self.daemon.pipeline.book.firing():

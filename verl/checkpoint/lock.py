@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 
 LOCK_FILE = ".lock"
 log = logging.getLogger(__name__)
 
 
-class DirectoryLocked(ConfigError):
+class DirectoryLocked(TrainerConfigError):
     """Another live trainer holds the directory: ``verl-train`` prints it as one line and exits 2."""
 
 

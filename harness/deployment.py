@@ -1,4 +1,4 @@
-"""Loopback stand-ins for the rest of a verl deployment (issue 33) and a daemon driven on simulated time,
+"""Loopback stand-ins for the rest of a verl deployment and a daemon driven on simulated time,
 for tests/monitor (rollout servers, file_sd, host memory, Ray) and benchmarks/deployment_pages.py.
 
 ``Exposition``: one HTTP server on 127.0.0.1 (port 0) serving a text body the test changes between

@@ -1,4 +1,4 @@
-"""The config sections for the rest of a verl deployment (issue 33): ``file_sd`` and ``ray``.
+"""The config sections for the rest of a verl deployment: ``file_sd`` and ``ray``.
 
 ```yaml
 file_sd:                          # Prometheus file_sd_configs: JSON/YAML lists of {targets, labels}

@@ -162,7 +162,7 @@ class Pipeline:
         return series
 
     def _unfillable(self, b: Any, reason: str) -> None:
-        """A rule that would stay silent for hours says so, once per series (issue 22)."""
+        """A rule that would stay silent for hours says so, once per series."""
         log.warning("rule %s (%s) on %s%s can never test: %s; size it in steps (steps: / per_step: true)",
                     b.rule.alert, b.rule.conditions[b.cond].detector_type, b.series.name,
                     {k: v for k, v in b.series.labels.items() if k != "job"}, reason)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.verl.integration.test_it_exact_resume import ROOT, command, digest, finish, prompts, start
+from tests.verl.integration.exact_resume_chain import ROOT, command, digest, finish, prompts, start
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 

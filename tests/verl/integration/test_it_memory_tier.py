@@ -17,31 +17,21 @@ def _memory(tmp_path: Path, name: str) -> tuple[str, str]:
     return "checkpoint.memory_interval=1", f"checkpoint.memory_dir={tmp_path / name}"
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The uninterrupted run both tests compare with, run once: the same prompts file and config give the
-    same digest (a second copy cost a whole trainer run, ~7 CPU-s of the two cores)."""
-    base = tmp_path_factory.mktemp("reference")
-    data, ref_dir = prompts(base), base / "uninterrupted"
-    run = start(command(1, data, ref_dir))
-    out = finish(run)
-    assert run.returncode == 0, out[-3000:]
-    return data, ref_dir
-
-
-def _killed_at_6(tmp_path: Path, reference: tuple[Path, Path]) -> tuple[Path, Path, Path]:
-    data, ref_dir = reference
-    dir_ = tmp_path / "killed"
+def _killed_at_6(tmp_path: Path) -> tuple[Path, Path, Path]:
+    data = prompts(tmp_path)
+    ref_dir, dir_ = tmp_path / "uninterrupted", tmp_path / "killed"
+    reference = start(command(1, data, ref_dir))
     first = start(command(1, data, dir_, *_memory(tmp_path, "mem"), "faults.kill_trainer_at_step=6"))
     out = finish(first)
     assert first.returncode != 0 and "step 5/8" in out and "step 6/8" not in out, out[-2000:]
+    out_ref = finish(reference)
+    assert reference.returncode == 0, out_ref[-3000:]
     return data, ref_dir, dir_
 
 
 @pytest.mark.slow
-def test_sigkill_resumes_from_the_memory_snapshot_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                          reference: tuple[Path, Path]) -> None:
-    data, ref_dir, dir_ = _killed_at_6(tmp_path, reference)
+def test_sigkill_resumes_from_the_memory_snapshot_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, ref_dir, dir_ = _killed_at_6(tmp_path)
     snapshots = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))
     assert snapshots, "no complete in-memory snapshot"
     newest = int(snapshots[-1].parent.name.rsplit("_", 1)[1])
@@ -55,9 +45,8 @@ def test_sigkill_resumes_from_the_memory_snapshot_exactly(tmp_path: Path, capsys
 
 
 @pytest.mark.slow
-def test_tampered_memory_snapshot_falls_back_to_disk(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                     reference: tuple[Path, Path]) -> None:
-    data, ref_dir, dir_ = _killed_at_6(tmp_path, reference)
+def test_tampered_memory_snapshot_falls_back_to_disk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, ref_dir, dir_ = _killed_at_6(tmp_path)
     newest = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))[-1].parent
     target = newest / "actor.safetensors"
     blob = bytearray(target.read_bytes())

@@ -35,7 +35,7 @@ DURATION_DETECTORS = {"value_age", "staleness", "counter_stall", "exhaustion", "
 
 
 @dataclass(frozen=True)
-class Condition:
+class CatalogueCondition:
     metric: str
     detector: str
     threshold: float
@@ -48,7 +48,7 @@ class Condition:
 class CatalogueAlert:
     name: str
     severity: str
-    condition: Condition
+    condition: CatalogueCondition
     summary: str
     runbook: str
 
@@ -84,7 +84,7 @@ def load(path: Path = PATH) -> tuple[CatalogueAlert, ...]:
         where = f"{path.name}: alerts[{i}] ({a['name']})"
         out.append(CatalogueAlert(
             a["name"], a["severity"],
-            Condition(c["metric"], c["detector"], _seconds_or_number(c["threshold"], where),
+            CatalogueCondition(c["metric"], c["detector"], _seconds_or_number(c["threshold"], where),
                       parse_duration(c["window"], where) if "window" in c else None,
                       parse_duration(c.get("for", 0), where), raw=dict(c)),
             a["summary"], a["runbook"]))

@@ -25,7 +25,7 @@ import httpx
 from alerting.clock import SystemClock
 from alerting.config import AlertingConfig, ReceiverConfig, load_config
 from alerting.durations import parse_duration
-from alerting.errors import ConfigError
+from alerting.errors import AlertingConfigError
 from alerting.model import Alert, Notification, alert_from_json
 from alerting.notifiers import KINDS, build_notifier, redact
 from alerting.silence import SilenceStore
@@ -35,8 +35,8 @@ from alerting.templates import render
 _WALL = SystemClock()  # the CLI acts now, on wall time: the one clock interface, not time.time()
 
 
-class UsageError(ConfigError):
-    """A bad command line: one line naming the option and the fix (a ConfigError like every input error)."""
+class UsageError(AlertingConfigError):
+    """A bad command line: one line naming the option and the fix (a AlertingConfigError like every input error)."""
 
 
 
@@ -138,7 +138,7 @@ def cmd_silence(args: argparse.Namespace) -> int:
             raise UsageError('silence add: give at least one matcher, e.g. \'alertname="GPUOverTemperature"\'')
         try:
             duration = parse_duration(args.duration, "--duration")
-        except ConfigError as exc:
+        except AlertingConfigError as exc:
             raise UsageError(str(exc)) from None
         if args.api:
             from alerting.matchers import parse_matcher
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"test": cmd_test, "render": cmd_render, "silence": cmd_silence,
                 "serve": cmd_serve}[args.cmd](args)
-    except (ConfigError, UsageError) as exc:
+    except (AlertingConfigError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except sqlite3.Error as exc:

@@ -1,5 +1,5 @@
 """Alerting configuration: Alertmanager-shaped YAML (receivers, route tree, inhibit_rules) plus our
-correlation-rule file and outbox settings. Every error is a one-line ``ConfigError`` naming the key."""
+correlation-rule file and outbox settings. Every error is a one-line ``AlertingConfigError`` naming the key."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from alerting.durations import parse_duration, positive_duration
-from alerting.errors import ConfigError
+from alerting.errors import AlertingConfigError
 from alerting.matchers import Matcher, parse_matcher
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 
@@ -33,10 +33,10 @@ OUTBOX_KEYS = {"backoff_initial", "backoff_max", "jitter", "seed"}
 
 def _mapping(value: Any, key: str, allowed: set[str], hint: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{key}: expected a mapping ({hint}), got {short(value)}")
+        raise AlertingConfigError(f"{key}: expected a mapping ({hint}), got {short(value)}")
     bad = unknown_key(value, allowed)
     if bad:
-        raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
+        raise AlertingConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
     return value
 
 
@@ -44,7 +44,7 @@ def _num(value: Any, key: str, **bounds: Any) -> float:
     try:
         return number(value, key, **bounds)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise AlertingConfigError(str(exc)) from None
 
 
 def expand_env(value: Any, key: str) -> Any:
@@ -52,7 +52,7 @@ def expand_env(value: Any, key: str) -> Any:
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
             if m.group(1) not in os.environ:
-                raise ConfigError(f"{key}: environment variable {m.group(1)} is not set; export it or edit the value")
+                raise AlertingConfigError(f"{key}: environment variable {m.group(1)} is not set; export it or edit the value")
             return os.environ[m.group(1)]
         return _ENV.sub(sub, value)
     if isinstance(value, dict):
@@ -124,7 +124,7 @@ class AlertingConfig:
 
 def _req(d: dict[str, Any], name: str, key: str) -> Any:
     if name not in d or d[name] in (None, ""):
-        raise ConfigError(f"{key}.{name}: required key is missing")
+        raise AlertingConfigError(f"{key}.{name}: required key is missing")
     return d[name]
 
 
@@ -132,7 +132,7 @@ def _str_list(value: Any, key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-        raise ConfigError(f"{key}: expected a list of strings, got {short(value)}")
+        raise AlertingConfigError(f"{key}: expected a list of strings, got {short(value)}")
     return [str(v) for v in value]
 
 
@@ -142,7 +142,7 @@ def _matchers(value: Any, key: str) -> list[Matcher]:
         try:
             out.append(parse_matcher(text))
         except ValueError as exc:
-            raise ConfigError(f"{key}[{i}]: {short(str(exc), 120)}") from None
+            raise AlertingConfigError(f"{key}[{i}]: {short(str(exc), 120)}") from None
     return out
 
 
@@ -150,30 +150,30 @@ def _receiver(d: Any, key: str) -> ReceiverConfig:
     d = _mapping(d, key, RECEIVER_KEYS, "name, type and url")
     name, kind = str(_req(d, "name", key)), str(_req(d, "type", key))
     if kind not in RECEIVER_TYPES:
-        raise ConfigError(f"{key}.type: {short(kind)!r} is not one of {', '.join(RECEIVER_TYPES)}")
+        raise AlertingConfigError(f"{key}.type: {short(kind)!r} is not one of {', '.join(RECEIVER_TYPES)}")
     url = str(_req(d, "url", key))
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{key}.url: must start with http:// or https://")
+        raise AlertingConfigError(f"{key}.url: must start with http:// or https://")
     secret = d.get("secret")
     if "secret" in d and (not isinstance(secret, str) or not secret.strip()):
         # an empty secret would silently turn signing off
-        raise ConfigError(f"{key}.secret: empty or not a string; give the robot's secret, or remove the key")
+        raise AlertingConfigError(f"{key}.secret: empty or not a string; give the robot's secret, or remove the key")
     if "secret_env" in d:
         env = str(d["secret_env"])
         if not os.environ.get(env, "").strip():
-            raise ConfigError(f"{key}.secret_env: environment variable {short(env, 60)} is unset or empty; export it")
+            raise AlertingConfigError(f"{key}.secret_env: environment variable {short(env, 60)} is unset or empty; export it")
         secret = os.environ[env]
     lang = str(d.get("lang", "en"))
     if lang not in LANGS:
-        raise ConfigError(f"{key}.lang: {short(lang)!r} is not one of {', '.join(LANGS)}")
+        raise AlertingConfigError(f"{key}.lang: {short(lang)!r} is not one of {', '.join(LANGS)}")
     resend = None
     if kind == "alertmanager":
         resend = parse_duration(d.get("resend_interval", "1m"), f"{key}.resend_interval")
         if resend <= 0:
-            raise ConfigError(f"{key}.resend_interval: must be > 0 (Alertmanager resolves alerts that are "
+            raise AlertingConfigError(f"{key}.resend_interval: must be > 0 (Alertmanager resolves alerts that are "
                               "not re-posted); the default is 1m")
     elif "resend_interval" in d:
-        raise ConfigError(f"{key}.resend_interval: only for type alertmanager; chat receivers repeat "
+        raise AlertingConfigError(f"{key}.resend_interval: only for type alertmanager; chat receivers repeat "
                           "with route.repeat_interval")
     return ReceiverConfig(
         name=name, type=kind, url=url, secret=str(secret) if secret else None,
@@ -187,7 +187,7 @@ def _receiver(d: Any, key: str) -> ReceiverConfig:
 def _route(d: Any, key: str, parent: RouteConfig | None, path: str) -> RouteConfig:
     d = _mapping(d, key, ROUTE_KEYS, "receiver, group_by, matchers, routes, ...")
     if parent is None and not d.get("receiver"):
-        raise ConfigError(f"{key}.receiver: the root route needs a receiver")
+        raise AlertingConfigError(f"{key}.receiver: the root route needs a receiver")
 
     def inherit(name: str, default: Any) -> Any:
         return d.get(name, getattr(parent, name, default) if parent else default)
@@ -208,14 +208,14 @@ def _route(d: Any, key: str, parent: RouteConfig | None, path: str) -> RouteConf
     )
     children = d.get("routes") or []
     if not isinstance(children, list):
-        raise ConfigError(f"{key}.routes: expected a list of routes")
+        raise AlertingConfigError(f"{key}.routes: expected a list of routes")
     route.routes = [_route(c, f"{key}.routes[{i}]", route, f"{path}.{i}") for i, c in enumerate(children)]
     return route
 
 
 def _check_receivers(route: RouteConfig, receivers: dict[str, ReceiverConfig], key: str) -> None:
     if route.receiver not in receivers:
-        raise ConfigError(f"{key}.receiver: {route.receiver!r} is not a defined receiver "
+        raise AlertingConfigError(f"{key}.receiver: {route.receiver!r} is not a defined receiver "
                           f"(known: {', '.join(sorted(receivers)) or 'none'})")
     for i, child in enumerate(route.routes):
         _check_receivers(child, receivers, f"{key}.routes[{i}]")
@@ -223,26 +223,26 @@ def _check_receivers(route: RouteConfig, receivers: dict[str, ReceiverConfig], k
 
 def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = None) -> AlertingConfig:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a YAML mapping with receivers and route")
+        raise AlertingConfigError(f"{source}: expected a YAML mapping with receivers and route")
     bad = unknown_key(raw, TOP_KEYS)
     if bad:
-        raise ConfigError(f"{source}: unknown key {bad[0]!r}; {bad[1]}")
+        raise AlertingConfigError(f"{source}: unknown key {bad[0]!r}; {bad[1]}")
     raw = expand_env(raw, "")
     recv_list = raw.get("receivers")
     if not isinstance(recv_list, list) or not recv_list:
-        raise ConfigError(f"{source}: receivers: define at least one receiver (name, type, url)")
+        raise AlertingConfigError(f"{source}: receivers: define at least one receiver (name, type, url)")
     receivers: dict[str, ReceiverConfig] = {}
     for i, r in enumerate(recv_list):
         rc = _receiver(r, f"receivers[{i}]")
         if rc.name in receivers:
-            raise ConfigError(f"receivers[{i}].name: duplicate receiver name {short(rc.name)!r}")
+            raise AlertingConfigError(f"receivers[{i}].name: duplicate receiver name {short(rc.name)!r}")
         receivers[rc.name] = rc
     route = _route(raw.get("route") or {"receiver": next(iter(receivers))}, "route", None, "0")
     _check_receivers(route, receivers, "route")
     inhibit = []
     inhibit_raw = raw.get("inhibit_rules") or []
     if not isinstance(inhibit_raw, list):
-        raise ConfigError(f"inhibit_rules: expected a list of rules, got {short(inhibit_raw)}")
+        raise AlertingConfigError(f"inhibit_rules: expected a list of rules, got {short(inhibit_raw)}")
     for i, r in enumerate(inhibit_raw):
         key = f"inhibit_rules[{i}]"
         r = _mapping(r, key, INHIBIT_KEYS, "source_matchers, target_matchers, equal")
@@ -252,12 +252,12 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
     corr = _mapping(raw.get("correlation") or {}, "correlation", CORRELATION_KEYS, "rules_files, include_defaults")
     include_defaults = corr.get("include_defaults", True)
     if not isinstance(include_defaults, bool):
-        raise ConfigError(f"correlation.include_defaults: expected true or false, got {short(include_defaults)}")
+        raise AlertingConfigError(f"correlation.include_defaults: expected true or false, got {short(include_defaults)}")
     files = [DEFAULT_RULES] if include_defaults else []
     for i, f in enumerate(_str_list(corr.get("rules_files"), "correlation.rules_files")):
         p = Path(f) if Path(f).is_absolute() or base_dir is None else base_dir / f
         if not p.is_file():
-            raise ConfigError(f"correlation.rules_files[{i}]: file {short(str(p), 120)} not found")
+            raise AlertingConfigError(f"correlation.rules_files[{i}]: file {short(str(p), 120)} not found")
         files.append(p)
     ob = _mapping(raw.get("outbox") or {}, "outbox", OUTBOX_KEYS, "backoff_initial, backoff_max, jitter, seed")
     outbox = OutboxConfig(
@@ -267,13 +267,13 @@ def parse_config(raw: Any, source: str = "<config>", base_dir: Path | None = Non
         seed=int(_num(ob.get("seed", 0), "outbox.seed", integer=True, lo=0)),
     )
     if outbox.backoff_max_s < outbox.backoff_initial_s:
-        raise ConfigError(f"outbox.backoff_max: {short(ob.get('backoff_max'))} is shorter than backoff_initial")
+        raise AlertingConfigError(f"outbox.backoff_max: {short(ob.get('backoff_max'))} is shorter than backoff_initial")
     monitor_url = raw.get("monitor_url", "")
     if not isinstance(monitor_url, str):
-        raise ConfigError(f"monitor_url: expected a URL string, got {short(monitor_url)}")
+        raise AlertingConfigError(f"monitor_url: expected a URL string, got {short(monitor_url)}")
     runbook_base = raw.get("runbook_base_url") or ""
     if not isinstance(runbook_base, str) or runbook_base and not runbook_base.startswith(("http://", "https://")):
-        raise ConfigError(f"runbook_base_url: {short(runbook_base)!r} must start with http:// or https://, e.g. "
+        raise AlertingConfigError(f"runbook_base_url: {short(runbook_base)!r} must start with http:// or https://, e.g. "
                           "https://github.com/ORG/verl-ops/blob/main/")
     hosts = tuple(h.lower() for h in _str_list(raw.get("link_hosts"), "link_hosts"))
     return AlertingConfig(receivers, route, inhibit, files, outbox, monitor_url.rstrip("/"), runbook_base, hosts)
@@ -287,7 +287,7 @@ def only_receiver(raw: Any, name: str) -> Any:
     mine = [r for r in raw["receivers"] if isinstance(r, dict) and r.get("name") == name]
     if not mine:
         known = ", ".join(sorted(str(r.get("name")) for r in raw["receivers"] if isinstance(r, dict)))
-        raise ConfigError(f"--receiver: {name!r} is not in the config (known: {known or 'none'})")
+        raise AlertingConfigError(f"--receiver: {name!r} is not in the config (known: {known or 'none'})")
     return dict(raw, receivers=mine, route={"receiver": name})
 
 
@@ -297,12 +297,12 @@ def load_config(path: str | Path, receiver: str | None = None) -> AlertingConfig
     try:
         raw = load_yaml_file(p, "config")
     except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found; pass an existing --config path") from None
+        raise AlertingConfigError(f"{p}: config file not found; pass an existing --config path") from None
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot read ({exc.strerror}); check the --config path") from None
+        raise AlertingConfigError(f"{p}: cannot read ({exc.strerror}); check the --config path") from None
     except UnsafeYAML as exc:
-        raise ConfigError(str(exc)) from None
+        raise AlertingConfigError(str(exc)) from None
     try:
         return parse_config(only_receiver(raw, receiver) if receiver is not None else raw, str(p), p.parent)
-    except ConfigError as exc:
-        raise ConfigError(str(exc) if str(exc).startswith(str(p)) else f"{p}: {exc}") from None
+    except AlertingConfigError as exc:
+        raise AlertingConfigError(str(exc) if str(exc).startswith(str(p)) else f"{p}: {exc}") from None

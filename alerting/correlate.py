@@ -8,7 +8,7 @@ incident are released to routing when their window ends, but stay candidates for
 members that arrive minutes apart still correlate.
 
 A rule that names diagnosis procedures (``diagnose:``, see ``alerting/procedures.py``) gets its root cause
-and suggestion from them, read from the ``Evidence`` the monitor hands forward with the alerts (``take``),
+and suggestion from them, read from the ``Evidence`` the monitor hands forward with the alerts (``note_evidence``),
 instead of its templates; and when a procedure measured a cause, one member alert is enough to form the
 incident."""
 
@@ -154,7 +154,7 @@ class Correlator:
             del self.incidents[fp]
         return bool(gone)
 
-    def take(self, evidence: Evidence) -> bool:
+    def note_evidence(self, evidence: Evidence) -> bool:
         """The monitor's newest measurements: diagnosed against on the next flush (members still
         waiting are diagnosed again at once, as their evidence may just have arrived). True when the
         config labels changed (they are part of the saved state)."""

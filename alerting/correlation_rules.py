@@ -1,5 +1,5 @@
 """Correlation rules (``alerting/rules/correlation.yaml`` and the user's files): their shape, their
-checks at load time (one-line ``ConfigError`` naming file and key) and the sandboxed templates and
+checks at load time (one-line ``AlertingConfigError`` naming file and key) and the sandboxed templates and
 expressions they hold."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from jinja2 import TemplateError
 
 from alerting.durations import parse_duration
-from alerting.errors import ConfigError
+from alerting.errors import AlertingConfigError
 from alerting.model import SEVERITIES
 from alerting.procedures import PROCEDURES
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
@@ -61,7 +61,7 @@ def _names(value: Any, key: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{key}: expected a list of names, got {short(value)}")
+        raise AlertingConfigError(f"{key}: expected a list of names, got {short(value)}")
     return list(value)
 
 
@@ -82,43 +82,43 @@ def load_rules(paths: list[Path]) -> list[CorrelationRule]:
         try:
             raw = load_yaml_file(path, "correlation rules") or {}
         except OSError as exc:
-            raise ConfigError(f"{path}: cannot read correlation rules ({exc.strerror}); fix the path") from None
+            raise AlertingConfigError(f"{path}: cannot read correlation rules ({exc.strerror}); fix the path") from None
         except UnsafeYAML as exc:
-            raise ConfigError(str(exc)) from None
+            raise AlertingConfigError(str(exc)) from None
         if not isinstance(raw, dict) or not isinstance(raw.get("rules") or [], list):
-            raise ConfigError(f"{path}: correlation rules must be a mapping with a 'rules:' list "
+            raise AlertingConfigError(f"{path}: correlation rules must be a mapping with a 'rules:' list "
                               "(rules: [{name: ..., all_of: [...]}]), got a top-level " + type(raw).__name__)
         bad = unknown_key(raw, {"rules"})
         if bad:
-            raise ConfigError(f"{path}: unknown key {bad[0]!r}; {bad[1]}")
+            raise AlertingConfigError(f"{path}: unknown key {bad[0]!r}; {bad[1]}")
         for i, r in enumerate(raw.get("rules") or []):
             key = f"{path}: rules[{i}]"
             if not isinstance(r, dict) or not r.get("name"):
-                raise ConfigError(f"{key}.name: required key is missing")
+                raise AlertingConfigError(f"{key}.name: required key is missing")
             bad = unknown_key(r, RULE_KEYS)
             if bad:
-                raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
+                raise AlertingConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
             sev = str(r.get("severity", "P1"))
             if sev not in SEVERITIES:
-                raise ConfigError(f"{key}.severity: {short(sev)!r} is not one of {', '.join(SEVERITIES)}")
+                raise AlertingConfigError(f"{key}.severity: {short(sev)!r} is not one of {', '.join(SEVERITIES)}")
             all_of, any_of = _names(r.get("all_of"), f"{key}.all_of"), _names(r.get("any_of"), f"{key}.any_of")
             paths = _names(r.get("diagnose"), f"{key}.diagnose")
             unknown = [p for p in paths if p not in PROCEDURES]
             if unknown:
-                raise ConfigError(f"{key}.diagnose: unknown procedure {short(unknown[0])!r}; use one of "
+                raise AlertingConfigError(f"{key}.diagnose: unknown procedure {short(unknown[0])!r}; use one of "
                                   + ", ".join(sorted(PROCEDURES)))
             if not isinstance(r.get("require_cause", False), bool):
-                raise ConfigError(f"{key}.require_cause: expected true or false, got {short(r.get('require_cause'))}")
+                raise AlertingConfigError(f"{key}.require_cause: expected true or false, got {short(r.get('require_cause'))}")
             if not all_of and not any_of:
-                raise ConfigError(f"{key}: give all_of and/or any_of member alertnames")
+                raise AlertingConfigError(f"{key}: give all_of and/or any_of member alertnames")
             try:
                 min_any = int(number(r.get("min_any", 1 if any_of else 0), f"{key}.min_any", integer=True,
                                      lo=0, hi=len(any_of)))
             except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+                raise AlertingConfigError(str(exc)) from None
             window_s = parse_duration(r.get("window", "2m"), f"{key}.window")
             if not 0 < window_s < float("inf"):
-                raise ConfigError(f"{key}.window: must be a duration > 0, got {short(r.get('window'))}")
+                raise AlertingConfigError(f"{key}.window: must be a duration > 0, got {short(r.get('window'))}")
             rule = CorrelationRule(
                 name=str(r["name"]), severity=sev, window_s=window_s,
                 all_of=all_of, any_of=any_of, min_any=min_any,
@@ -130,6 +130,6 @@ def load_rules(paths: list[Path]) -> list[CorrelationRule]:
                 try:
                     _ENV.from_string(getattr(rule, k))
                 except TemplateError as exc:
-                    raise ConfigError(f"{key}.{k}: template error: {short(str(exc), 120)}") from None
+                    raise AlertingConfigError(f"{key}.{k}: template error: {short(str(exc), 120)}") from None
             rules[rule.name] = rule  # a later file overrides a default rule of the same name
     return list(rules.values())

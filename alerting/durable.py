@@ -8,7 +8,7 @@
 - ``committed`` runs the crash-point hook after each commit of the alert path: with
   ``VERL_CRASH_AFTER_COMMIT=N`` in the environment the process dies (``os._exit``, as abrupt as kill -9)
   right after its N-th commit; ``tests/monitor/test_crash_points.py`` kills the monitor at every boundary.
-- State files are never reached through a symbolic link (issue 36): ``refuse_link`` refuses a path that
+- State files are never reached through a symbolic link: ``refuse_link`` refuses a path that
   is one (a state_db or lock linked to a file elsewhere would have it overwritten), and ``write_replace``
   writes a temporary file opened ``O_CREAT|O_EXCL|O_NOFOLLOW`` (a planted link or hard link at the
   temporary name is removed, never written through) before renaming it over the target.
@@ -258,7 +258,7 @@ def open_sqlite(path: str | Path, schema: str, health: StorageHealth | None = No
 
 
 class HeldInMemory:
-    """A state database held in memory while its filesystem is read-only (issue 36): the open file is
+    """A state database held in memory while its filesystem is read-only: the open file is
     copied here and closed, so the disk holds no file of ours and can be unmounted, fsck'd and mounted
     again without stopping the monitor. Reads answer from the copy; every write fails as on the
     read-only disk (nothing counts as written, the callers keep their held writes and retry), until

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from alerting.errors import ConfigError
+from alerting.errors import AlertingConfigError
 from alerting.safe_config import short
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -21,18 +21,18 @@ def is_duration(text: str) -> bool:
 
 
 def parse_duration(value: Any, key: str) -> float:
-    """Seconds from a Prometheus-style duration or a plain number; ConfigError naming ``key`` otherwise."""
+    """Seconds from a Prometheus-style duration or a plain number; AlertingConfigError naming ``key`` otherwise."""
     if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 1h30m, got {value!r}")
+        raise AlertingConfigError(f"{key}: expected a duration like 30s, 5m or 1h30m, got {value!r}")
     if isinstance(value, int | float):
         if not 0 <= value < float("inf"):
-            raise ConfigError(f"{key}: duration must be finite and not negative, got {short(value)}")
+            raise AlertingConfigError(f"{key}: duration must be finite and not negative, got {short(value)}")
         return float(value)
     if not isinstance(value, str) or not is_duration(value):
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m or 1h30m, got {short(value)}")
+        raise AlertingConfigError(f"{key}: expected a duration like 30s, 5m or 1h30m, got {short(value)}")
     total = sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(value.strip()))
     if total == float("inf"):
-        raise ConfigError(f"{key}: duration too large, got {short(value)}")
+        raise AlertingConfigError(f"{key}: duration too large, got {short(value)}")
     return total
 
 
@@ -40,5 +40,5 @@ def positive_duration(value: Any, key: str) -> float:
     """A duration > 0: a zero interval makes a loop spin."""
     seconds = parse_duration(value, key)
     if seconds <= 0:
-        raise ConfigError(f"{key}: must be a duration > 0 (e.g. 30s), got {short(value)}")
+        raise AlertingConfigError(f"{key}: must be a duration > 0 (e.g. 30s), got {short(value)}")
     return seconds

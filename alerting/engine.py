@@ -1,7 +1,7 @@
 """The alerting pipeline behind one object, built once from config: correlate (+ diagnose) -> route /
 group -> inhibit -> silence -> dedup (notification log, repeat) -> outbox -> per-receiver notify workers,
 durable in SQLite. Alert transitions come from a transition log (``alerting.translog``): the monitor's
-(``follow``), or the engine's own that ``submit`` appends to; ``take(evidence)`` reads what is new past
+(``follow``), or the engine's own that ``submit`` appends to; ``catch_up(evidence)`` reads what is new past
 the engine's cursor, with the evidence measured for it, and commits the cursor in the same transaction
 as what it did with those transitions. The engine keeps only what is its own: groups, notification log,
 silences, outbox, incidents. ``alerting.sink.AlertSink`` is the part of it the monitor calls.
@@ -34,7 +34,7 @@ from alerting.correlate import Correlator, load_rules
 from alerting.dispatch import Dispatcher
 from alerting.durable import STORAGE_ERRORS, StorageHealth, StorageUnavailable, committed, reappear
 from alerting.engine_views import EngineViews
-from alerting.errors import ConfigError
+from alerting.errors import AlertingConfigError
 from alerting.evidence import Evidence
 from alerting.inhibit import Inhibitor
 from alerting.loghealth import TransitionLogHealth
@@ -83,7 +83,7 @@ class AlertEngine(EngineViews):
         try:
             self.conn = open_db(db_path, self.health)
         except (sqlite3.Error, OSError) as exc:
-            raise ConfigError(f"{db_path}: cannot open the alerting state database ({exc}); "
+            raise AlertingConfigError(f"{db_path}: cannot open the alerting state database ({exc}); "
                               "pass a writable path") from None
         self._rules = load_rules(config.correlation_files)
         self.correlator = Correlator(self._rules)
@@ -184,25 +184,25 @@ class AlertEngine(EngineViews):
     def needs(self) -> DiagnosisNeeds:
         return diagnosis_needs()
 
-    def take(self, evidence: Evidence | None = None) -> int:
+    def catch_up(self, evidence: Evidence | None = None) -> int:
         """Take what the log holds past the cursor (``alerting.translog.Cursor.accept``), with the evidence
         measured for their diagnosis and its ``verl_config_info`` labels (kept until newer evidence comes).
         Raises StorageUnavailable when the write failed: nothing was taken, the next call reads them again."""
-        return self._take(evidence, ())
+        return self._catch_up(evidence, ())
 
     def submit(self, alerts: Sequence[Alert], evidence: Evidence | None = None) -> None:
         """The engine on its own (Alertmanager-style alerts in, tests): ``alerts`` appended to its own log
         and taken, in one transaction. Raises StorageUnavailable: nothing was appended, submit them again."""
         if alerts and self.log is not self.own_log:
             raise RuntimeError("this engine follows another transition log: append there")
-        self._take(evidence, alerts)
+        self._catch_up(evidence, alerts)
 
-    def _take(self, evidence: Evidence | None, alerts: Sequence[Alert]) -> int:
+    def _catch_up(self, evidence: Evidence | None, alerts: Sequence[Alert]) -> int:
         with self.lock:
             rows = [] if alerts else self.cursor.due()  # read before the write lock: most ticks bring nothing
             if not rows and not alerts and evidence is None:
                 return 0
-            with self._transaction("take"):
+            with self._transaction("catch_up"):
                 now = self.clock.now()
                 if alerts:  # a fresh cursor catches up on the log as it was, then takes these
                     rows = self.cursor.due() if self.cursor.at is None else []
@@ -210,7 +210,7 @@ class AlertEngine(EngineViews):
                         log_append(self.conn, a, now, again=True)
                     rows += self.cursor.due()
                 if evidence is not None:
-                    self.correlator.take(evidence)
+                    self.correlator.note_evidence(evidence)
                 taken = 0
                 while True:  # a backlog longer than a read is taken whole, in bounded reads
                     n = self.cursor.accept(rows, lambda fp: self._page_pending(fp, now),

@@ -1,9 +1,9 @@
 """The one error base of ``alerting``: every bad config file, key, duration or command line raises a
-``ConfigError`` (or a subclass) whose message is one line naming the file/key and the fix; callers catch
+``AlertingConfigError`` (or a subclass) whose message is one line naming the file/key and the fix; callers catch
 this one class and exit 2."""
 
 from __future__ import annotations
 
 
-class ConfigError(ValueError):
+class AlertingConfigError(ValueError):
     """One line: which file/key is wrong and how to fix it."""

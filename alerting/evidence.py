@@ -1,5 +1,5 @@
 """The measured evidence a diagnosis reads, as data: captured by the monitor where the series are and
-handed forward with the alert transitions (``AlertSink.take(evidence)``, ``alerting.sink``), so alerting
+handed forward with the alert transitions (``AlertSink.catch_up(evidence)``, ``alerting.sink``), so alerting
 never reads the monitor's store or its API.
 
 ``Evidence`` holds copies of the recent windows of the series the diagnosis procedures name

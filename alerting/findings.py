@@ -1,10 +1,10 @@
-"""Diagnosis records (``Case``, ``Finding``, ``Diagnosis``) and the helpers the decision procedures in
+"""Diagnosis records (``Case``, ``PathFinding``, ``Diagnosis``) and the helpers the decision procedures in
 ``alerting/procedures.py`` share.
 
 A correlation rule names its procedures (``diagnose: [reward_model, kl_coef, ...]``). When alerts that
 belong to the rule fire, each procedure whose trigger alert is present reads what it needs through an
 ``EvidenceReader`` (the ``Evidence`` the monitor captured and handed forward) and the live ``verl_config_info`` labels, and returns a
-``Finding``: whether it *measured* a cause, root-cause and suggestion sentences that each cite the value
+``PathFinding``: whether it *measured* a cause, root-cause and suggestion sentences that each cite the value
 and its source ("kl_coef = 0.0 since step 1200 (verl_kl_coef; config says 0.2)"), the facts it checked
 that rule a cause out, and what evidence was missing. A cause that was not measured is never stated.
 
@@ -113,7 +113,7 @@ class Case:
 
 
 @dataclass
-class Finding:
+class PathFinding:
     path: str
     cause: bool  # a cause was measured (not merely suspected)
     summary: str = ""
@@ -125,14 +125,14 @@ class Finding:
 
 @dataclass
 class Diagnosis:
-    findings: list[Finding]
+    findings: list[PathFinding]
 
     @property
     def cause(self) -> bool:
         return any(f.cause for f in self.findings)
 
     @property
-    def causes(self) -> list[Finding]:
+    def causes(self) -> list[PathFinding]:
         return [f for f in self.findings if f.cause]
 
     @property

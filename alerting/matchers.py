@@ -4,7 +4,7 @@ silences and the monitor's rule selectors. Regexes are anchored, as in Alertmana
 Regexes are compiled once, with RE2 (``google-re2``): Alertmanager and Prometheus use Go's ``regexp``,
 which is RE2, so the syntax is theirs (no backreferences or lookarounds: a pattern Alertmanager would
 refuse is refused here too) and matching is linear in the label's length. Python's ``re`` backtracks:
-one silence like ``alertname=~"(a+)+b"`` cost seconds per alert and halved the scrape rate (issue 36).
+one silence like ``alertname=~"(a+)+b"`` cost seconds per alert and halved the scrape rate.
 A pattern is also bounded in length (``MAX_REGEX_LEN``) and in the memory RE2 may give its automaton
 (``REGEX_MAX_MEM``), so a hostile matcher costs a refusal, never the monitor.
 """

@@ -151,7 +151,7 @@ class Notification:
         return {
             "receiver": self.receiver, "group_key": self.group_key, "group_labels": dict(self.group_labels),
             # ``to_state``, not ``to_json``: the outbox stores this and the notifier reads it back, so the
-            # plot's path (``plotFile``) must survive the round trip or WeCom gets no image (issue 34).
+            # plot's path (``plotFile``) must survive the round trip or WeCom gets no image.
             "status": self.status, "alerts": [a.to_state() for a in self.alerts],
             "fingerprints": list(self.fingerprints), "created_at": self.created_at,
         }

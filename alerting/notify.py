@@ -106,7 +106,7 @@ class NotifyStage:
             self.metrics.template_failures.labels(cfg.name).inc()
             log.warning("receiver %s: template failed, used the built-in one: %s", cfg.name, rendered.error)
         if limiter:
-            limiter.take(now, notifier.cost(notes, digest))
+            limiter.spend(now, notifier.cost(notes, digest))
         return Job(notifier, rows, rendered, digest, limiter, rerender)
 
     def send(self, job: Job) -> Delivery:

@@ -2,11 +2,11 @@
 rollout backlog, memory growth, data loading), each over the evidence the monitor handed forward.
 
 Each procedure runs when one of its trigger alerts is among a case's members, reads the series it needs
-from the case's ``Evidence`` plus the ``verl_config_info`` labels, and returns a ``Finding``
+from the case's ``Evidence`` plus the ``verl_config_info`` labels, and returns a ``PathFinding``
 (``alerting/findings.py``): a cause only when it *measured* one, every sentence citing its value and
 source, and otherwise the facts that rule a cause out and the evidence that was missing.
 
-Adding a path: write ``def my_path(case: Case) -> Finding | None`` (None when its trigger is absent),
+Adding a path: write ``def my_path(case: Case) -> PathFinding | None`` (None when its trigger is absent),
 decorate it with ``@procedure(triggers=...)``, add the series it reads to ``EVIDENCE_SERIES`` and list it
 under ``diagnose:`` of a correlation rule (alerting/README.md). ``TRIGGERS`` and ``EXPLAINS`` are derived
 from the decorations, so the table cannot disagree with the procedures.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, Finding, coef, fmt, when
+from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, PathFinding, coef, fmt, when
 
 # Thresholds of the failure paths, named once.
 REWARD_NEAR_ZERO = 0.05   # |reward mean| at or below this is "~0"
@@ -44,7 +44,7 @@ EVIDENCE_SERIES = frozenset({
 
 @dataclass(frozen=True)
 class Procedure:
-    run: Callable[[Case], Finding | None]
+    run: Callable[[Case], PathFinding | None]
     triggers: frozenset[str]  # it runs when one of these alerts is among the members
     explains: frozenset[str]  # the alerts its measured cause accounts for: its triggers and the ones it reads
 
@@ -53,9 +53,9 @@ PROCEDURES: dict[str, Procedure] = {}
 
 
 def procedure(triggers: tuple[str, ...], also_explains: tuple[str, ...] = ()) -> Callable[
-        [Callable[[Case], Finding | None]], Callable[[Case], Finding | None]]:
+        [Callable[[Case], PathFinding | None]], Callable[[Case], PathFinding | None]]:
     """Register a decision procedure under its function name with the alerts that trigger it."""
-    def register(fn: Callable[[Case], Finding | None]) -> Callable[[Case], Finding | None]:
+    def register(fn: Callable[[Case], PathFinding | None]) -> Callable[[Case], PathFinding | None]:
         PROCEDURES[fn.__name__] = Procedure(fn, frozenset(triggers), frozenset(triggers) | frozenset(also_explains))
         return fn
     return register
@@ -74,14 +74,14 @@ def _before(case: Case, name: str, node: str | None, match: dict[str, str] | Non
 # ---- loss diverges / reward cliff -------------------------------------------------------------------
 
 @procedure(triggers=("NonFiniteGradients", "RewardDistributionDrift", "RewardVarianceSpike"))
-def reward_model(case: Case) -> Finding | None:
+def reward_model(case: Case) -> PathFinding | None:
     """Reward mean ~0 or NaN -> the reward model's loading or input format."""
     trig = case.names & PROCEDURES["reward_model"].triggers
     if not trig:
         return None
     node = case.node(sorted(trig)[0])
     ev = case.evidence
-    f = Finding("reward_model", False)
+    f = PathFinding("reward_model", False)
     mean = ev.latest("verl_reward_mean", node)
     nan = ev.nonfinite("verl_reward_mean", case.since - LOOKBACK_S, node)
     before = _before(case, "verl_reward_mean", node)
@@ -137,13 +137,13 @@ def reward_model(case: Case) -> Finding | None:
 
 
 @procedure(triggers=("KLDriftDetected",))
-def kl_coef(case: Case) -> Finding | None:
+def kl_coef(case: Case) -> PathFinding | None:
     """KL rising with the live kl_coef at 0 or outside 0.1-0.5 -> kl_coef."""
     if "KLDriftDetected" not in case.names:
         return None
     node = case.node("KLDriftDetected")
     ev = case.evidence
-    f = Finding("kl_coef", False)
+    f = PathFinding("kl_coef", False)
     live = ev.latest("verl_kl_coef", node)
     conf = case.cfg("kl_coef")
     kl_now = ev.latest("verl_kl_divergence", node)
@@ -185,14 +185,14 @@ def kl_coef(case: Case) -> Finding | None:
 
 
 @procedure(triggers=("RolloutBacklog",))
-def rollout_backlog(case: Case) -> Finding | None:
+def rollout_backlog(case: Case) -> PathFinding | None:
     """Buffer age > 30 min -> rollout_worker_num."""
     alert = case.member("RolloutBacklog")
     if alert is None:
         return None
     node = case.node("RolloutBacklog")
     ev = case.evidence
-    f = Finding("rollout_backlog", False)
+    f = PathFinding("rollout_backlog", False)
     age = ev.latest("verl_rollout_buffer_age_seconds", node)
     src = "verl_rollout_buffer_age_seconds"
     value = age.value if age is not None else alert.value
@@ -223,14 +223,14 @@ def rollout_backlog(case: Case) -> Finding | None:
 # ---- GPU memory keeps rising -----------------------------------------------------------------------
 
 @procedure(triggers=("MemoryLeakSuspected",))
-def memory_growth(case: Case) -> Finding | None:
+def memory_growth(case: Case) -> PathFinding | None:
     """Buffer growing with rollout_buffer_max_size unbounded -> bound it; otherwise a leak with its slope."""
     alert = case.member("MemoryLeakSuspected")
     if alert is None:
         return None
     node = case.node("MemoryLeakSuspected")
     ev = case.evidence
-    f = Finding("memory_growth", False)
+    f = PathFinding("memory_growth", False)
     where = f"GPU {alert.labels['gpu']} " if alert.labels.get("gpu") else ""
     mem = (f"{where}memory rising {fmt(round(alert.value / 1e6, 1))} MB/min (MemoryLeakSuspected, Theil-Sen slope "
            "of the memory floor)" if alert.value is not None else f"{where}memory rising (MemoryLeakSuspected)")
@@ -291,13 +291,13 @@ LOADER_SERIES = (("verl_dataloader_wait_seconds", None), ("verl_stage_seconds", 
 
 
 @procedure(triggers=("ThroughputDrop",), also_explains=("CPUBoundBottleneck",))
-def data_loading(case: Case) -> Finding | None:
+def data_loading(case: Case) -> PathFinding | None:
     """Throughput down with the dataloader's time up (or num_workers 0 / CPU-bound) -> data loading."""
     if "ThroughputDrop" not in case.names:
         return None
     node = case.node("ThroughputDrop")
     ev = case.evidence
-    f = Finding("data_loading", False)
+    f = PathFinding("data_loading", False)
     tok, tok_before = ev.latest("verl_actor_tokens_per_second", node), _before(case, "verl_actor_tokens_per_second", node)
     drop = (f"tokens/s fell {fmt(round(tok_before.value))} -> {fmt(round(tok.value))} (verl_actor_tokens_per_second)"
             if tok is not None and tok_before is not None else "throughput dropped (ThroughputDrop)")

@@ -27,7 +27,7 @@ class RobotLimiter:
         self._trim(now)
         return min((n - sum(1 for t in self.sent if t > now - w) for n, w in self.limits), default=1 << 30)
 
-    def take(self, now: float, n: int = 1) -> None:
+    def spend(self, now: float, n: int = 1) -> None:
         self.sent.extend([now] * n)
 
     def overrun(self, now: float) -> float:

@@ -21,14 +21,14 @@ from typing import Any
 
 import yaml
 
-from alerting.errors import ConfigError
+from alerting.errors import AlertingConfigError
 
 MAX_CONFIG_BYTES = 8 * 1024**2  # configs are kilobytes; a bigger file is a mistake or an attack
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 80
 
 
-class UnsafeYAML(ConfigError):
+class UnsafeYAML(AlertingConfigError):
     """The file cannot be read as config; the message is one line naming the file and the fix."""
 
 

@@ -10,7 +10,7 @@ silence``, the snapshot): as Alertmanager's ``silence.validateSilence``, times m
 after the start; beyond Alertmanager, a silence lasts at most ``MAX_SILENCE_S`` (366 days: a mute of "a
 billion hours" is an outage of the alerting nobody would notice) and starts within that much of now, so
 every stored time has an RFC 3339 form. Rows stored before that check (``Infinity``, ``1e308``) are
-skipped when read, each named once in the log, so listing never fails (issue 36). Regex matchers are
+skipped when read, each named once in the log, so listing never fails. Regex matchers are
 RE2 (``alerting/matchers.py``).
 
 Cost is independent of the number of silences: matching goes through ``SilenceIndex`` and each label

@@ -3,7 +3,7 @@
 diagnoses, handed to the monitor as data when it is built.
 
 Alert transitions do not cross this seam as calls: the monitor appends them to the transition log
-(``alerting.translog``) and ``take`` makes the engine read what is new there, from its own cursor."""
+(``alerting.translog``) and ``catch_up`` makes the engine read what is new there, from its own cursor."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class AlertSink(Protocol):
     def follow(self, log: TransitionLog) -> None:
         """Read transitions from ``log`` from now on (its cursor into that log as last committed)."""
 
-    def take(self, evidence: Evidence | None = None) -> int:
+    def catch_up(self, evidence: Evidence | None = None) -> int:
         """Act on the transitions committed in the log since the cursor (and ``evidence``, the series
         measured for their diagnosis); returns how many were taken. Raises StorageUnavailable when the
         engine could not commit: nothing was taken, the same ones are read again on the next call."""

@@ -43,11 +43,11 @@ log.conn.execute("VACUUM INTO ?", (str(d / "old.db"),))
 for i in range(3):
     translog.append(log.conn, alert(f"Mid{i}"), T0); translog.append(log.conn, alert(f"Mid{i}", status="resolved"), T0)
 cfg = make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}])
-e = AlertEngine(cfg, d / "alerting.db", clock); e.follow(log); e.take(); e.close(); log.conn.close()
+e = AlertEngine(cfg, d / "alerting.db", clock); e.follow(log); e.catch_up(); e.close(); log.conn.close()
 old = open_log(d / "old.db")
 e = AlertEngine(cfg, d / "alerting.db", clock); e.follow(old)
 translog.append(old.conn, alert("New"), T0 + 10)
-e.take(); clock.advance(31.0); e.tick()
+e.catch_up(); clock.advance(31.0); e.tick()
 queued = {a.name for r in e.outbox.heads_due(clock.now() + 1e9) for a in r.notification.alerts}
 events = getattr(e.health, "events", lambda: [])()
 RESULT = {"new_alert_taken": "New" in {a["labels"]["alertname"] for a in e.alerts()}, "paged": "New" in queued,
@@ -67,14 +67,14 @@ d = Path(tempfile.mkdtemp()); clock = SimulatedClock(T0)
 c = sqlite3.connect(str(d / "state.db"), isolation_level=None, check_same_thread=False); translog.create(c)
 log = TransitionLog(c)
 e = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]), d / "a.db", clock)
-e.follow(log); e.take()
+e.follow(log); e.catch_up()
 translog.append(c, alert("Before"), T0)
 c.execute("INSERT INTO alert_events (fingerprint, status, starts_at, at, record) VALUES ('x','firing',1,1,'{oops')")
 translog.append(c, alert("After"), T0)
 failed = 0
 for _ in range(5):
     try:
-        e.take()
+        e.catch_up()
     except Exception as exc:
         failed += 1; err = type(exc).__name__
 RESULT = {"takes_failed_of_5": failed, "taken": sorted(a["labels"]["alertname"] for a in e.alerts())}

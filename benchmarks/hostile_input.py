@@ -43,13 +43,13 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from a checkout
 
 import torch  # noqa: E402
 
-from alerting.config import ConfigError as AlertingConfigError  # noqa: E402
+from alerting.config import AlertingConfigError  # noqa: E402
 from alerting.config import load_config as load_alerting  # noqa: E402
-from monitor.config import ConfigError as MonitorConfigError  # noqa: E402
+from monitor.config import MonitorConfigError  # noqa: E402
 from monitor.config import load_config as load_monitor  # noqa: E402
 from verl.checkpoint import CheckpointManager, verify  # noqa: E402
 from verl.checkpoint.safe_load import load_metadata  # noqa: E402
-from verl.config import ConfigError, load_config  # noqa: E402
+from verl.config import TrainerConfigError, load_config  # noqa: E402
 
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
@@ -118,7 +118,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         bomb = Path(d) / "bomb.yaml"
         bomb.write_text(BOMB)
-        for name, loader, error in (("verl", load_config, ConfigError), ("monitor", load_monitor, MonitorConfigError),
+        for name, loader, error in (("verl", load_config, TrainerConfigError), ("monitor", load_monitor, MonitorConfigError),
                                     ("alerting", load_alerting, AlertingConfigError)):
             out[f"bomb_refused_{name}_s"] = timed(refuse(loader, error, bomb), args.repeats)
 

@@ -66,7 +66,7 @@ DEMO_PLAN: tuple[Injection, ...] = (
               # with no KL penalty the toy policy runs away: its reward saturates at 1.0 and its entropy
               # collapses, then (~90 steps on) it jumps off and its scores fall to ~0.5 at once; the trainer's
               # reward guard pauses those batches (extreme_ratio) and RewardVarianceSpike reports the pauses --
-              # a true alert the injected fault caused, seen whenever the demo runs long enough (issue 32); the
+              # a true alert the injected fault caused, seen whenever the demo runs long enough; the
               # jump off the collapsed policy is also a gradient-norm burst against the collapse's near-zero
               # median (x1308 in a 160 s run on a 16-core GPU machine, ~900 steps)
               consequences=("RewardVarianceSpike", "GradientNormBurst")),

@@ -1,4 +1,4 @@
-"""Loopback stand-ins for the rest of a verl deployment (issue 33) and a daemon driven on simulated time,
+"""Loopback stand-ins for the rest of a verl deployment and a daemon driven on simulated time,
 for tests/monitor (rollout servers, file_sd, host memory, Ray) and benchmarks/deployment_pages.py.
 
 ``Exposition``: one HTTP server on 127.0.0.1 (port 0) serving a text body the test changes between
@@ -124,7 +124,7 @@ class SimulatedDaemon:
                     if before is not None:
                         before(self.clock.now() - self.start)
                     for src in sources:
-                        self.daemon._take(src, await src.poll(self.daemon.clock))
+                        self.daemon._file_round(src, await src.poll(self.daemon.clock))
                     with self.daemon.lock:
                         self.daemon.pipeline.tick()
                     for a in self.daemon.pipeline.book.firing():

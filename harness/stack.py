@@ -371,12 +371,12 @@ def _leak_on_gpu(trainer_args: Sequence[str] | None) -> bool:
     if trainer_args is None:
         return _has_gpu()
     from verl.cli.train import build_parser
-    from verl.config import ConfigError, load_config
+    from verl.config import TrainerConfigError, load_config
 
     args, _ = build_parser().parse_known_args(list(trainer_args))  # verl-train's own reading, default config too
     try:
         device = load_config(args.config, args.overrides).actor.device
-    except ConfigError:
+    except TrainerConfigError:
         return _has_gpu()  # the trainer itself says what is wrong with its arguments
     if device == "auto":  # the trainer's own answer (torch's CUDA, not NVML: a CPU wheel on a GPU box is cpu)
         from verl.trainer.distributed import DistContext, resolve_device

@@ -1,7 +1,7 @@
 """The monitor's last stage, wired once: the alerting engine built from ``--notify-config`` (or none), the
 reward-outlier value the annotate stage reads, and, when the daemon starts, signed plot links and the
 engine's own timer and delivery threads. The daemon calls ``build_engine`` and ``start``. The engine is
-an ``alerting.sink.AlertSink``: it follows the alert book's transition log and is told to ``take`` what
+an ``alerting.sink.AlertSink``: it follows the alert book's transition log and is told to ``catch_up`` on what
 is new with its evidence; what its diagnoses read (``DiagnosisNeeds``) comes from it as data."""
 
 from __future__ import annotations

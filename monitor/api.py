@@ -42,7 +42,7 @@ _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-class BodyTooLarge(Exception):
+class RequestTooLarge(Exception):
     pass
 
 
@@ -103,7 +103,7 @@ class MonitorAPI:
         if request.method in _BODY_METHODS and scope["path"].startswith("/api/") and self._authorized(h):
             try:
                 h.raw = await self._receive(request)
-            except (BodyTooLarge, TimeoutError, ConnectionError) as exc:
+            except (RequestTooLarge, TimeoutError, ConnectionError) as exc:
                 h.error = exc
         await run_in_threadpool(self.handle, h, request.method)
         if h.status is None:  # the client was too slow or went away: nothing to say, close
@@ -117,7 +117,7 @@ class MonitorAPI:
         per-read timeout alone lets a client dripping a byte every few seconds hold on for ever)."""
         length = request.headers.get("content-length")
         if length is not None and int(length) > MAX_BODY:  # h11 has refused non-digits (413 there)
-            raise BodyTooLarge(f"body of {int(length)} bytes exceeds {MAX_BODY}")
+            raise RequestTooLarge(f"body of {int(length)} bytes exceeds {MAX_BODY}")
         parts, size = [], 0
         with anyio.fail_after(READ_DEADLINE_S):
             while True:
@@ -125,11 +125,11 @@ class MonitorAPI:
                 if msg["type"] == "http.disconnect":
                     raise ConnectionError("client closed the connection mid-body")
                 if request.scope.get(OVERSIZE):
-                    raise BodyTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
+                    raise RequestTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
                 chunk = msg.get("body", b"")
                 size += len(chunk)
                 if size > MAX_BODY:
-                    raise BodyTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
+                    raise RequestTooLarge(f"chunked body exceeds {MAX_BODY} bytes")
                 parts.append(chunk)
                 if not msg.get("more_body", False):
                     return b"".join(parts)
@@ -142,7 +142,7 @@ class MonitorAPI:
         self._send(h, code, json.dumps(doc).encode())
 
     def _read(self, h: Exchange) -> bytes:
-        """The request body as ``endpoint`` read it; BodyTooLarge, TimeoutError or ConnectionError when
+        """The request body as ``endpoint`` read it; RequestTooLarge, TimeoutError or ConnectionError when
         reading it failed (over MAX_BODY, a length that is not a byte count, the read deadline)."""
         if h.error is not None:
             raise h.error
@@ -199,7 +199,7 @@ class MonitorAPI:
         except PayloadError as exc:
             self._count(path, "bad_payload")
             self._json(h, 400, {"error": str(exc)})
-        except BodyTooLarge as exc:
+        except RequestTooLarge as exc:
             self._count(path, "body_too_large")
             h.close_connection = True  # the rest of the body is never read
             self._json(h, 413, {"error": str(exc)})

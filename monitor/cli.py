@@ -17,7 +17,7 @@ def _fail(msg: str) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from alerting.config import ConfigError as AlertingConfigError
+    from alerting.config import AlertingConfigError
     from monitor.replay import replay
     from monitor.rules import RuleError, load_rule_files
     from monitor.sources.recorded import InputError
@@ -64,7 +64,7 @@ rollout workers, KL drift, memory leaks, reward distribution shifts, throughput 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from monitor.config import ConfigError, load_config, parse_listen
+    from monitor.config import MonitorConfigError, load_config, parse_listen
     from monitor.ha import add_peer
     from monitor.run_flags import default_config, label_and_rules, target_from_url
 
@@ -84,13 +84,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   args.rules)
         if args.replica is not None:  # one config file for both monitors of an HA pair
             if not args.replica.strip():
-                raise ConfigError("--replica: give a name like a or b (empty given)")
+                raise MonitorConfigError("--replica: give a name like a or b (empty given)")
             cfg.replica = args.replica.strip()
         if args.state_db:
             cfg.state_db = Path(args.state_db)
         for raw in args.peer or []:
             cfg.rules = add_peer(cfg.targets, cfg.rules, target_from_url(raw, "--peer").url)
-    except ConfigError as exc:
+    except MonitorConfigError as exc:
         return _fail(str(exc))
     print(first_line(cfg, bool(args.config)), file=sys.stderr)
     from monitor.serve import serve  # heavy imports only once the config is known to be good

@@ -52,7 +52,7 @@ from typing import Any
 from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
 from monitor import config_discovery
 from monitor.durations import DurationError, parse_duration
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.heartbeat import HeartbeatConfig, parse_heartbeat
 from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
@@ -163,18 +163,18 @@ def _dur(raw: Any, key: str) -> float:
     try:
         seconds = parse_duration(raw, key)
     except DurationError as exc:
-        raise ConfigError(f"{key}: expected a duration like 30s, 5m, 1h, got {short(raw)}") from exc
+        raise MonitorConfigError(f"{key}: expected a duration like 30s, 5m, 1h, got {short(raw)}") from exc
     if not 0 < seconds < float("inf"):
-        raise ConfigError(f"{key}: must be a duration > 0 (e.g. 500ms, 5s), got {short(raw)}")
+        raise MonitorConfigError(f"{key}: must be a duration > 0 (e.g. 500ms, 5s), got {short(raw)}")
     return seconds
 
 
 def _section(raw: Any, key: str, hint: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{key}: expected a mapping like {hint}, got {short(raw)}")
+        raise MonitorConfigError(f"{key}: expected a mapping like {hint}, got {short(raw)}")
     bad = unknown_key(raw, SECTION_KEYS[key.split("[")[0]])
     if bad:
-        raise ConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
+        raise MonitorConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
     return raw
 
 
@@ -182,19 +182,19 @@ def _list(raw: Any, key: str) -> list[Any]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise ConfigError(f"{key}: expected a list, got {short(raw)}")
+        raise MonitorConfigError(f"{key}: expected a list, got {short(raw)}")
     return raw
 
 
 def _text(raw: Any, key: str) -> str:
     if not isinstance(raw, (str, int, float)) or isinstance(raw, bool) or raw == "":
-        raise ConfigError(f"{key}: expected a non-empty string, got {short(raw)}")
+        raise MonitorConfigError(f"{key}: expected a non-empty string, got {short(raw)}")
     return str(raw)
 
 
 def _flag(raw: Any, key: str) -> bool:
     if not isinstance(raw, bool):
-        raise ConfigError(f"{key}: expected true or false, got {short(raw)}")
+        raise MonitorConfigError(f"{key}: expected true or false, got {short(raw)}")
     return raw
 
 
@@ -202,7 +202,7 @@ def _int(raw: Any, key: str, lo: int = 1) -> int:
     try:
         return int(number(raw, key, integer=True, lo=lo))
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise MonitorConfigError(str(exc)) from None
 
 
 def _token(doc: dict[str, Any], key: str) -> str | None:
@@ -213,17 +213,17 @@ def _token(doc: dict[str, Any], key: str) -> str | None:
                           ("api_token", "api_token_env"))
     prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
     if value_key in doc and env_key in doc:
-        raise ConfigError(f"{prefix}{value_key}/{env_key}: give one of them, not both")
+        raise MonitorConfigError(f"{prefix}{value_key}/{env_key}: give one of them, not both")
     if env_key in doc:
         env = _text(doc[env_key], f"{prefix}{env_key}")
         token = os.environ.get(env, "").strip()
         if not token:
-            raise ConfigError(f"{prefix}{env_key}: environment variable {short(env, 60)} is unset or empty; export it")
+            raise MonitorConfigError(f"{prefix}{env_key}: environment variable {short(env, 60)} is unset or empty; export it")
         return token
     if value_key in doc:
         raw = doc[value_key]
         if not isinstance(raw, str) or not raw.strip():
-            raise ConfigError(f"{prefix}{value_key}: empty or not a string; give a token, or remove the key to "
+            raise MonitorConfigError(f"{prefix}{value_key}: empty or not a string; give a token, or remove the key to "
                               "turn authentication off")
         return raw.strip()
     return None
@@ -232,44 +232,44 @@ def _token(doc: dict[str, Any], key: str) -> str | None:
 def _check_notify_config(path: Path, key: str = "notify_config") -> None:
     """Parse the alerting config now, before the daemon's heavy imports: a bad notify config (an alias
     bomb, a typo) then fails in a second like this file does. The engine parses it again when it starts."""
-    from alerting.config import ConfigError as AlertingConfigError
+    from alerting.config import AlertingConfigError
     from alerting.config import load_config as load_alerting_config
     from alerting.correlate import load_rules
 
     try:
         load_rules(load_alerting_config(path).correlation_files)
     except AlertingConfigError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
+        raise MonitorConfigError(f"{key}: {exc}") from None
 
 
 def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
     if not isinstance(raw, str) or not raw:
-        raise ConfigError(f"{key}: expected a file path string, got {short(raw)}")
+        raise MonitorConfigError(f"{key}: expected a file path string, got {short(raw)}")
     p = Path(raw) if Path(raw).is_absolute() else base / raw
     if must_exist and not p.is_file():
-        raise ConfigError(f"{key}: file {short(str(p), 120)} does not exist; fix the path")
+        raise MonitorConfigError(f"{key}: file {short(str(p), 120)} does not exist; fix the path")
     return p
 
 
 def _size(raw: Any, key: str) -> int:
     """Bytes: an integer or a number with B/KB/MB/GB/KiB/MiB/GiB (Prometheus' body_size_limit units)."""
     if isinstance(raw, bool):
-        raise ConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}")
+        raise MonitorConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}")
     text = str(raw).strip()
     num = text.rstrip("BbKkMmGgIi")
     unit = text[len(num):].upper()
     try:
         value = float(num) * _SIZE_UNITS[unit]
     except (KeyError, ValueError):
-        raise ConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}") from None
+        raise MonitorConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}") from None
     if value < 0 or value != value or value > 2**40:
-        raise ConfigError(f"{key}: must be between 0 (no limit) and 1TiB, got {raw!r}")
+        raise MonitorConfigError(f"{key}: must be between 0 (no limit) and 1TiB, got {raw!r}")
     return int(value)
 
 
 def _count(raw: Any, key: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        raise ConfigError(f"{key}: expected a whole number >= 0 (0 = no limit), got {raw!r}")
+        raise MonitorConfigError(f"{key}: expected a whole number >= 0 (0 = no limit), got {raw!r}")
     return raw
 
 
@@ -277,29 +277,29 @@ def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
     text = str(raw) if isinstance(raw, (str, int)) else ""
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or len(port) > 5 or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{key}: expected host:port like 127.0.0.1:9105 (port 0-65535), got {short(raw)}")
+        raise MonitorConfigError(f"{key}: expected host:port like 127.0.0.1:9105 (port 0-65535), got {short(raw)}")
     return host.strip("[]"), int(port)
 
 
 def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> None:
     extra = set(raw) - _JSONL_KEYS
     if extra:
-        raise ConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: {', '.join(sorted(_JSONL_KEYS))}")
+        raise MonitorConfigError(f"{key}.{sorted(extra)[0]}: unknown key; allowed: {', '.join(sorted(_JSONL_KEYS))}")
     total = raw.get("total_steps")
     if total is not None and (isinstance(total, bool) or not isinstance(total, int) or total < 1):
-        raise ConfigError(f"{key}.total_steps: expected the run's trainer.total_training_steps (an integer >= 1), "
+        raise MonitorConfigError(f"{key}.total_steps: expected the run's trainer.total_training_steps (an integer >= 1), "
                           f"got {total!r}")
     src.total_steps = total
     src.down_after = _dur(raw.get("down_after", 600), f"{key}.down_after")
     if src.down_after <= 0:
-        raise ConfigError(f"{key}.down_after: must be > 0 (e.g. 10m)")
+        raise MonitorConfigError(f"{key}.down_after: must be > 0 (e.g. 10m)")
     steps = raw.get("down_after_steps", 3)
     if isinstance(steps, bool) or not isinstance(steps, int | float) or not 1 <= steps <= 1000:
-        raise ConfigError(f"{key}.down_after_steps: expected a number of steps in [1, 1000], got {steps!r}")
+        raise MonitorConfigError(f"{key}.down_after_steps: expected a number of steps in [1, 1000], got {steps!r}")
     src.down_after_steps = float(steps)
     export = raw.get("export", False)
     if not isinstance(export, bool):
-        raise ConfigError(f"{key}.export: expected true or false, got {export!r}")
+        raise MonitorConfigError(f"{key}.export: expected true or false, got {export!r}")
     src.export = export
     if raw.get("resolved_config") is not None:
         src.resolved_config = str(_path(base, raw["resolved_config"], f"{key}.resolved_config"))
@@ -312,19 +312,19 @@ def load_config(path: str | Path) -> MonitorConfig:
     try:
         doc = load_yaml_file(path)
     except OSError as exc:
-        raise ConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from exc
+        raise MonitorConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from exc
     except UnsafeYAML as exc:
-        raise ConfigError(str(exc)) from None
+        raise MonitorConfigError(str(exc)) from None
     doc = {} if doc is None else doc
     if not isinstance(doc, dict):
-        raise ConfigError(f"config {path}: expected a mapping of settings at the top level")
+        raise MonitorConfigError(f"config {path}: expected a mapping of settings at the top level")
     bad = unknown_key(doc, TOP_KEYS)
     if bad:
-        raise ConfigError(f"config {path}: unknown key {bad[0]!r}; {bad[1]}")
+        raise MonitorConfigError(f"config {path}: unknown key {bad[0]!r}; {bad[1]}")
     try:
         return _parse(doc, path)
-    except ConfigError as exc:
-        raise ConfigError(f"config {path}: {exc}") from None
+    except MonitorConfigError as exc:
+        raise MonitorConfigError(f"config {path}: {exc}") from None
 
 
 def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
@@ -356,12 +356,12 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         key = f"targets[{i}]"
         raw = _section(raw, key, "{url: http://host:port/metrics, ...}")
         if not isinstance(raw.get("url"), str):
-            raise ConfigError(f"{key}.url: expected {{url: http://host:port/metrics, ...}}")
+            raise MonitorConfigError(f"{key}.url: expected {{url: http://host:port/metrics, ...}}")
         if not raw["url"].startswith(("http://", "https://")):
-            raise ConfigError(f"{key}.url: {short(raw['url'])!r} must start with http:// or https://")
+            raise MonitorConfigError(f"{key}.url: {short(raw['url'])!r} must start with http:// or https://")
         name = _text(raw.get("name") or raw["url"], f"{key}.name")
         if name in names:
-            raise ConfigError(f"{key}.name: duplicate target name {short(name)!r}; names must be unique")
+            raise MonitorConfigError(f"{key}.name: duplicate target name {short(name)!r}; names must be unique")
         names.add(name)
         interval = _dur(raw.get("interval", 5), f"{key}.interval")
         timeout = _dur(raw.get("timeout", min(interval, 3.0)), f"{key}.timeout")
@@ -378,7 +378,7 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     if doc.get("prometheus"):
         p = _section(doc["prometheus"], "prometheus", "{url: http://host:9090, queries: [...]}")
         if not isinstance(p.get("url"), str) or not p["url"].startswith(("http://", "https://")):
-            raise ConfigError("prometheus.url: expected {url: http://host:9090, queries: [...]}")
+            raise MonitorConfigError("prometheus.url: expected {url: http://host:9090, queries: [...]}")
         queries = _list(p.get("queries"), "prometheus.queries") or ['{__name__=~"verl_.*|DCGM_FI_.*|up"}']
         cfg.prometheus = PromAPIConfig(
             p["url"].rstrip("/"), [_text(q, f"prometheus.queries[{i}]") for i, q in enumerate(queries)],
@@ -386,13 +386,13 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
             _dur(p.get("interval", 60), "prometheus.interval"), _dur(p.get("chunk", 3600), "prometheus.chunk"),
             _dur(p.get("lookback", 600), "prometheus.lookback"), _dur(p.get("timeout", 10), "prometheus.timeout"))
         if cfg.prometheus.chunk / cfg.prometheus.step > MAX_POINTS_PER_QUERY:
-            raise ConfigError(f"prometheus.step: {short(p.get('step'))} over a chunk of {cfg.prometheus.chunk:g}s is "
+            raise MonitorConfigError(f"prometheus.step: {short(p.get('step'))} over a chunk of {cfg.prometheus.chunk:g}s is "
                               f"more than {MAX_POINTS_PER_QUERY} points per series; raise step or lower chunk")
     for key in ("jsonl", "dmon"):
         for i, raw in enumerate(_list(doc.get(key), key)):
             raw = _section(raw, f"{key}[{i}]", "{path: FILE, node: NAME}")
             if not (raw.get("path") or (key == "dmon" and raw.get("command"))):
-                raise ConfigError(f"{key}[{i}].path: expected {{path: FILE, node: NAME}}")
+                raise MonitorConfigError(f"{key}[{i}].path: expected {{path: FILE, node: NAME}}")
             command = [_text(c, f"{key}[{i}].command") for c in _list(raw.get("command"), f"{key}[{i}].command")]
             src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
                                    command or None,
@@ -401,7 +401,7 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
                 _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
     if "file_sd" in doc and "file_sd_configs" in doc:
-        raise ConfigError("file_sd/file_sd_configs: give one of them (the same section, Prometheus' spelling too)")
+        raise MonitorConfigError("file_sd/file_sd_configs: give one of them (the same section, Prometheus' spelling too)")
     raw_sd = doc.get("file_sd", doc.get("file_sd_configs"))
     cfg.file_sd = config_discovery.file_sd(raw_sd, _section, _dur, _text, base)
     cfg.ray = config_discovery.ray(doc.get("ray"), _section, _dur, _text)
@@ -410,7 +410,7 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")
     cfg.retention = _dur(doc.get("retention", "24h"), "retention")
     if cfg.retention <= 0:
-        raise ConfigError("retention: must be > 0, e.g. 24h")
+        raise MonitorConfigError("retention: must be > 0, e.g. 24h")
     cfg.replica = _text(doc["replica"], "replica") if "replica" in doc else ""
     cfg.heartbeat = None if doc.get("heartbeat") is None else parse_heartbeat(doc["heartbeat"], _section, _dur, _text)
     lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")

@@ -1,4 +1,4 @@
-"""The config sections for the rest of a verl deployment (issue 33): ``file_sd`` and ``ray``.
+"""The config sections for the rest of a verl deployment: ``file_sd`` and ``ray``.
 
 ```yaml
 file_sd:                          # Prometheus file_sd_configs: JSON/YAML lists of {targets, labels}
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.sources.file_sd import MAX_TARGETS_PER_FILE, FileSDConfig
 from monitor.sources.ray_state import RayConfig
 
@@ -42,7 +42,7 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = 
     if isinstance(raw, (str, dict)):
         raw = [raw]
     if not isinstance(raw, list):
-        raise ConfigError("file_sd: expected a list like [{files: [targets.json], job: vllm}]")
+        raise MonitorConfigError("file_sd: expected a list like [{files: [targets.json], job: vllm}]")
     if raw and all(isinstance(e, str) for e in raw):
         raw = [{"files": raw}]
     out = []
@@ -55,7 +55,7 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = 
         if isinstance(files, str):
             files = [files]
         if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
-            raise ConfigError(f"{key}.files: expected a list of file paths or globs, e.g. "
+            raise MonitorConfigError(f"{key}.files: expected a list of file paths or globs, e.g. "
                               "[/tmp/ray/prom_metrics_service_discovery.json]")
         interval = dur(entry.get("interval", 5), f"{key}.interval")
         files = [f if Path(f).is_absolute() else str(base / f) for f in files]  # relative: to the config file
@@ -69,7 +69,7 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = 
 
 def _limit(raw: Any, key: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise ConfigError(f"{key}: expected a whole number of targets >= 1 (default {MAX_TARGETS_PER_FILE})")
+        raise MonitorConfigError(f"{key}: expected a whole number of targets >= 1 (default {MAX_TARGETS_PER_FILE})")
     return raw
 
 
@@ -79,12 +79,12 @@ def ray(raw: Any, section: Section, dur: Duration, text: Text) -> RayConfig | No
     entry = section(raw, "ray", "{dashboard_url: http://127.0.0.1:8265}")
     url = entry.get("dashboard_url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ConfigError("ray.dashboard_url: expected the Ray dashboard's URL, e.g. http://127.0.0.1:8265")
+        raise MonitorConfigError("ray.dashboard_url: expected the Ray dashboard's URL, e.g. http://127.0.0.1:8265")
     if "token" in entry and "token_env" in entry:
-        raise ConfigError("ray.token/token_env: give one of them, not both")
+        raise MonitorConfigError("ray.token/token_env: give one of them, not both")
     token = entry.get("token")
     if token is not None and (not isinstance(token, str) or not token.strip()):
-        raise ConfigError("ray.token: empty or not a string; give the cluster's token, or remove the key to read "
+        raise MonitorConfigError("ray.token: empty or not a string; give the cluster's token, or remove the key to read "
                           "it as Ray does (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)")
     return RayConfig(url.rstrip("/"), token.strip() if token else None,
                      text(entry["token_env"], "ray.token_env") if entry.get("token_env") else None,

@@ -100,7 +100,7 @@ class Daemon:
 
     # -- the one source loop -----------------------------------------------------------------------
 
-    def _take(self, src: Source, got: Round) -> None:
+    def _file_round(self, src: Source, got: Round) -> None:
         """File one round's results: its batches ingested, its failures counted, its gauges set."""
         self.pipeline.verl_nodes |= got.verl_nodes  # before ingest: new series of those nodes speak verl
         for name in got.gone:  # a target taken out of service discovery is gone, not down
@@ -129,7 +129,7 @@ class Daemon:
             await self._sleep(due - time.monotonic())
             while not self._stop.is_set():
                 try:
-                    self._take(src, await src.poll(self.clock))
+                    self._file_round(src, await src.poll(self.clock))
                     self._freeze_if_grown()
                 except Exception as exc:  # any input, any bug: this round is lost, the loop is not
                     self.intake.mark_down(src.metric, exc, src.down)

@@ -1,19 +1,19 @@
 """The monitor reads durations with alerting's parser (``alerting/durations.py``, the project's one):
 ``1h30m`` means the same in a monitor rule as in a correlation rule. ``DurationError`` is the error the
-monitor's callers catch (a ``ConfigError``: one line naming the key)."""
+monitor's callers catch (a ``MonitorConfigError``: one line naming the key)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from alerting import durations
-from alerting.errors import ConfigError as AlertingConfigError
-from monitor.errors import ConfigError
+from alerting.errors import AlertingConfigError
+from monitor.errors import MonitorConfigError
 
 is_duration = durations.is_duration
 
 
-class DurationError(ConfigError):
+class DurationError(MonitorConfigError):
     pass
 
 

@@ -40,7 +40,7 @@ class Binding:
     finding: Finding | None = None
     hold_until: float = -math.inf  # keep_firing_for_steps: held active until this sample time
     samples: int = 0
-    unfillable: str | None = None  # why its window cannot fill (said once, issue 22)
+    unfillable: str | None = None  # why its window cannot fill (said once)
     join: tuple[str, ...] = ()  # a primary's values of its rule's join_on labels (node by default)
 
     def record(self, f: Finding, t: float, at: float | None = None) -> None:
@@ -68,7 +68,7 @@ class Candidate:
     details: dict[str, float]
     binding: Binding
     # the ``when:`` conditions' evidence, one per extra condition: the series that holds it (its name,
-    # value and its detector's details), so a page can quote both sides of a join (issue 32)
+    # value and its detector's details), so a page can quote both sides of a join
     joined: tuple[dict, ...] = ()
 
 
@@ -206,7 +206,7 @@ class Evaluator:
         """How long a series may go unseen before the store evicts it (and its detectors' memory): its
         freshness horizon, or ``EVICT_INTERVALS`` of its own intervals -- verl 0.6/0.7 write through an
         8 KB buffer, so a PPO run at 24-min steps delivers four records every ~1.6 h, and evicting its
-        series between two bursts lost every window (ThroughputDrop never confirmed, issue 22)."""
+        series between two bursts lost every window (ThroughputDrop never confirmed)."""
         return max(self.horizon(series), EVICT_INTERVALS * series.interval())
 
     def horizon(self, series: Series) -> float:
@@ -278,7 +278,7 @@ class Evaluator:
         # for 3 of its own intervals (a 12-min step must not resolve the alert between two records) -- or as
         # long as its rule holds a cleared condition (keep_firing_for_steps): verl 0.6/0.7 write through an
         # 8 KB buffer, so a PPO log delivers ~3 records at once, and an alert held in steps resolved and
-        # paged again at every burst (issue 32)
+        # paged again at every burst
         horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval())
         return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
 

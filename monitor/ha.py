@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.sources.prom_text import Target
 
 log = logging.getLogger("monitor.daemon")
@@ -29,7 +29,7 @@ def add_peer(targets: list[Target], rules: list[Path], url: str) -> list[Path]:
 
     name = f"peer:{url}"
     if any(t.name == name for t in targets):
-        raise ConfigError(f"--peer {url}: given twice")
+        raise MonitorConfigError(f"--peer {url}: given twice")
     targets.append(Target(name, url, None, PEER_JOB, 5.0, 3.0))
     return rules if HA_RULES in rules else [*(rules or [DEFAULT_RULES]), HA_RULES]
 

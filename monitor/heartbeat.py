@@ -24,7 +24,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Gauge
 
 from alerting.notifiers.base import redact
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 
 if TYPE_CHECKING:
     from monitor.health import Progress
@@ -122,18 +122,18 @@ def parse_heartbeat(raw: Any, section: Callable[..., dict[str, Any]], dur: Calla
     the config module's (one error style), passed in so that it can import this module."""
     hb = section(raw, "heartbeat", "{url_env: HEARTBEAT_URL, interval: 1m}")
     if ("url" in hb) == ("url_env" in hb):
-        raise ConfigError("heartbeat: give exactly one of url or url_env (an environment variable holding it)")
+        raise MonitorConfigError("heartbeat: give exactly one of url or url_env (an environment variable holding it)")
     if "url_env" in hb:
         env = text(hb["url_env"], "heartbeat.url_env")
         url = os.environ.get(env, "").strip()
         if not url:
-            raise ConfigError(f"heartbeat.url_env: environment variable {env[:60]} is unset or empty; export it")
+            raise MonitorConfigError(f"heartbeat.url_env: environment variable {env[:60]} is unset or empty; export it")
     else:
         url = text(hb["url"], "heartbeat.url")
     if not url.startswith(("http://", "https://")):
-        raise ConfigError("heartbeat.url: must start with http:// or https://")
+        raise MonitorConfigError("heartbeat.url: must start with http:// or https://")
     method = str(hb.get("method", "GET")).upper()
     if method not in ("GET", "POST", "HEAD"):
-        raise ConfigError(f"heartbeat.method: expected GET, POST or HEAD, got {method[:20]!r}")
+        raise MonitorConfigError(f"heartbeat.method: expected GET, POST or HEAD, got {method[:20]!r}")
     return HeartbeatConfig(url, dur(hb.get("interval", 60), "heartbeat.interval"), method,
                            dur(hb.get("timeout", 10), "heartbeat.timeout"))

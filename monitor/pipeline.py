@@ -1,10 +1,10 @@
 """The monitor's pipeline, shared by the daemon and replay, forward only:
 
 samples -> SeriesStore -> Evaluator (detectors per rule binding) -> annotate (templates, plots, prompts)
-        -> AlertBook (state machine + transition log, SQLite) -> records + AlertSink.take(evidence)
+        -> AlertBook (state machine + transition log, SQLite) -> records + AlertSink.catch_up(evidence)
 
 The book commits each transition once, into the transition log (``alerting.translog``); the alerting
-engine (an ``alerting.sink.AlertSink``) follows that log from a cursor of its own, so ``take`` only tells
+engine (an ``alerting.sink.AlertSink``) follows that log from a cursor of its own, so ``catch_up`` only tells
 it to read what is new, with the evidence a diagnosis needs. That evidence is captured here, where the
 series are (``monitor.evidence``): on every transition, and every ``needs.rediagnose_s`` while an alert
 that a diagnosis procedure explains (``needs.trigger_alerts``) is firing (its cause may be scraped a few
@@ -164,7 +164,7 @@ class Pipeline:
         return series
 
     def _unfillable(self, b: Any, reason: str) -> None:
-        """A rule that would stay silent for hours says so, once per series (issue 22)."""
+        """A rule that would stay silent for hours says so, once per series."""
         log.warning("rule %s (%s) on %s%s can never test: %s; size it in steps (steps: / per_step: true)",
                     b.rule.alert, b.rule.conditions[b.cond].detector_type, b.series.name,
                     {k: v for k, v in b.series.labels.items() if k != "job"}, reason)
@@ -223,7 +223,7 @@ class Pipeline:
         elif self.engine is not None and now >= self._evidence_due:
             self._refresh_evidence(now)
         else:
-            self._take(None)  # what it could not take before (its database failed), or held back
+            self._catch_up_engine(None)  # what it could not catch up on before (its database failed), or held back
         return transitions
 
     def _diagnosable_nodes(self, alerts: list[Alert]) -> set[str] | None:
@@ -245,7 +245,7 @@ class Pipeline:
     def _refresh_evidence(self, now: float) -> None:
         """While a diagnosable alert fires, its evidence is measured again and handed forward."""
         self._evidence_due = now + self.needs.rediagnose_s
-        self._take(None if self._diagnosable_nodes(self.book.firing()) == set() else self._capture([]))
+        self._catch_up_engine(None if self._diagnosable_nodes(self.book.firing()) == set() else self._capture([]))
 
     def set_base_url(self, base: str) -> None:
         """Where the monitor's API is reachable: plot links and each alert's generatorURL point there."""
@@ -265,14 +265,14 @@ class Pipeline:
             for a in alerts:
                 self.on_record({"kind": "alert", **a.to_json()})
         if self.engine is not None:
-            self._take(self._capture(alerts))
+            self._catch_up_engine(self._capture(alerts))
 
-    def _take(self, evidence: Evidence | None) -> None:
+    def _catch_up_engine(self, evidence: Evidence | None) -> None:
         """The engine reads what the book committed since its cursor. When it cannot commit, it took
         nothing: the log keeps the transitions and the next tick offers them again."""
         if self.engine is not None:
             with contextlib.suppress(StorageUnavailable):  # counted and logged by the engine
-                self.engine.take(evidence)
+                self.engine.catch_up(evidence)
 
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from monitor.config import (
     DEFAULT_TARGET,
-    ConfigError,
     MonitorConfig,
+    MonitorConfigError,
     _check_notify_config,
     _path,
     _text,
@@ -26,11 +26,11 @@ def target_from_url(raw: str, key: str = "--target") -> Target:
     """A scrape target from a URL; ``host:port`` alone means ``http://host:port/metrics``."""
     url = raw if "://" in raw else f"http://{raw}"
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{key}: {raw!r} must start with http:// or https:// (or be host:port)")
+        raise MonitorConfigError(f"{key}: {raw!r} must start with http:// or https:// (or be host:port)")
     scheme, _, rest = url.partition("://")
     host, _, path = rest.partition("/")
     if not host:
-        raise ConfigError(f"{key}: {raw!r} has no host; pass e.g. 127.0.0.1:8000")
+        raise MonitorConfigError(f"{key}: {raw!r} has no host; pass e.g. 127.0.0.1:8000")
     if not path:
         url = f"{scheme}://{host}/metrics"
     return Target(url, url)
@@ -45,7 +45,7 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
     for raw in targets or [DEFAULT_TARGET]:
         tg = target_from_url(raw)
         if tg.name in names:
-            raise ConfigError(f"--target {raw}: given twice")
+            raise MonitorConfigError(f"--target {raw}: given twice")
         names.add(tg.name)
         cfg.targets.append(tg)
     if notify_config is not None:

@@ -10,13 +10,13 @@ import re
 from dataclasses import dataclass
 
 from alerting.matchers import Matcher  # the same four PromQL matchers silences and routes use
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 
 _SELECTOR_RE = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)?\s*(?:\{(.*)\})?\s*$", re.S)
 _MATCHER_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
 
 
-class SelectorError(ConfigError):
+class SelectorError(MonitorConfigError):
     """A selector that is not PromQL's ``name{label="value", ...}``."""
 
 

@@ -11,7 +11,7 @@ import sqlite3
 import sys
 import threading
 
-from alerting.config import ConfigError as AlertingConfigError
+from alerting.config import AlertingConfigError
 from alerting.logsafe import setup_logging
 from monitor.config import MonitorConfig
 from monitor.daemon import Daemon

@@ -1,5 +1,5 @@
 """What ``/targets`` shows: every source's health, last round, last error and series, like Prometheus'
-targets page. The daemon files each round here as it files it into the pipeline (``Daemon._take``)."""
+targets page. The daemon files each round here as it files it into the pipeline (``Daemon._file_round``)."""
 
 from __future__ import annotations
 

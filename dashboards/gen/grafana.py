@@ -16,7 +16,7 @@ WIDTH = 24  # Grafana's grid is 24 columns wide
 
 
 @dataclass(frozen=True)
-class Target:
+class PanelQuery:
     """One PromQL query of a panel."""
 
     expr: str
@@ -44,7 +44,7 @@ class Panel:
     title: str
     description: str
     unit: str
-    targets: list[Target]
+    targets: list[PanelQuery]
     width: int = 12
     height: int = 8
     thresholds: list[tuple[float | None, str]] = field(default_factory=lambda: [(None, "green")])

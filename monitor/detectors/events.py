@@ -44,7 +44,7 @@ class CounterIncreaseDetector(Detector):
 class WindowDropDetector(Detector):
     """The value fell by at least ``min_relative_drop`` below its maximum of the last ``window`` s.
 
-    For "rollout buffer lost >= 50 % within minutes". Tested by test_detectors.py::test_window_drop.
+    For "rollout buffer lost >= 50 % within minutes". Tested by test_monitor_detectors.py::test_window_drop.
     """
 
     def __init__(self, window: float = 300.0, min_relative_drop: float = 0.5, min_peak: float = 1.0) -> None:

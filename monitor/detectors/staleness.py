@@ -34,7 +34,7 @@ class ValueAgeDetector(Detector):
 
 class StalenessDetector(Detector):
     """No sample for ``max_gap`` seconds. Evaluated on the clock (``tick``), not only on samples,
-    because the point is that samples stopped. Tested by test_detectors.py::test_staleness_tick.
+    because the point is that samples stopped. Tested by test_monitor_detectors.py::test_staleness_tick.
     """
 
     ticks = True

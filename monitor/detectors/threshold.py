@@ -108,7 +108,7 @@ class BaselineRatioDetector(Detector):
     every few seconds on healthy soaks; a reward model gone noisy raises the level of every batch.
     ``min_delta``: the level must also be this much above the baseline (a 0.1-s stage timer tripling
     is no slowdown anyone waits for).
-    Tested by test_detectors.py::test_baseline_ratio.
+    Tested by test_monitor_detectors.py::test_baseline_ratio.
     """
 
     def __init__(self, window: float = 1800.0, ratio: float = 3.0, power: float = 1.0,

@@ -82,7 +82,7 @@ class ReadDeadline(Exception):
 
 class ThreadedRead:
     """Runs a source's blocking file read in a worker thread with a deadline, so that no read can hold
-    the event loop every source shares (issue 36). A read past its deadline raises ``ReadDeadline`` (the
+    the event loop every source shares. A read past its deadline raises ``ReadDeadline`` (the
     daemon marks the source down, /healthz names it) and goes on in its thread; the next call waits for
     that same read, and its result is used once it comes: one read in flight per source, never a pile."""
 

@@ -82,7 +82,7 @@ class DmonParser:
 
 class DmonFileSource:
     """A dmon log some other process writes: what was appended since the last round, every second. Read
-    in a worker thread with a deadline, opened non-blocking, a regular file only (issue 36)."""
+    in a worker thread with a deadline, opened non-blocking, a regular file only."""
 
     def __init__(self, path: str, node: str | None, index: int) -> None:
         self.path, self.parser, self.position = path, DmonParser(node, f"dmon{index}"), 0

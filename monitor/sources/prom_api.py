@@ -1,7 +1,7 @@
 """Query a Prometheus server's HTTP API: ``/api/v1/query_range``, split into chunks of at most
 ``chunk`` seconds (Prometheus refuses more than 11000 points per series in one query).
 
-Bounded (issue 36): each request has a total deadline (``timeout``: the whole answer, not each read: a
+Bounded: each request has a total deadline (``timeout``: the whole answer, not each read: a
 Prometheus dripping its answer a byte at a time is cut there, where httpx's per-operation timeouts
 would wait ~50 s), and an answer is streamed and refused past ``BODY_LIMIT`` bytes (as Prometheus'
 own ``body_size_limit``: a 300 MB answer cost 1.16 GB of memory). A request that fails (timeout,

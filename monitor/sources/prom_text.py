@@ -20,7 +20,7 @@ from monitor.model import Sample, SourceBatch, resolve_node, with_node
 from monitor.sources.scrape_cache import ScrapeCache
 from monitor.sources.scrape_http import ScrapeFailed, fetch
 
-# our trainer's global rank 0 exports every rank's times, each labelled with that rank's host (issue 33.6)
+# our trainer's global rank 0 exports every rank's times, each labelled with that rank's host
 PER_RANK_PREFIX = "verl_rank_"
 
 
@@ -45,7 +45,7 @@ class Target:
 # Prometheus-like bounds for stamps a target writes (honor_timestamps): a sample stamped further back
 # than PAST_S or further ahead than FUTURE_S is refused (counted per target, logged once a minute);
 # liveness (``up``, absence rules) comes from the scrape's success. PAST_S is the 5-min lookback delta
-# (``stale_after_s``), not the TSDB head's bound (issue 36): a sample stamped 5-10 min late used to be
+# (``stale_after_s``), not the TSDB head's bound: a sample stamped 5-10 min late used to be
 # stored, yet was already past every rule's freshness horizon, so its alert never fired and nothing
 # said so. Refused and counted (``too_old_timestamp``), the loss is visible and has a named fix.
 PAST_S = 300.0

@@ -53,7 +53,7 @@ def _value(text: object) -> float:
 def load_recording(path: str | Path, node: str | None = None) -> Recording:
     """``node``: the node label of every series (``replay --node``; a verl JSONL file names none)."""
     path = Path(path)
-    try:  # non-blocking, a regular file only: a FIFO nobody writes would hang the replay (issue 36)
+    try:  # non-blocking, a regular file only: a FIFO nobody writes would hang the replay
         with open_regular(path) as fh:
             head = fh.read(1)
     except NotRegularFile as exc:

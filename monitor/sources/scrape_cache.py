@@ -11,7 +11,7 @@ comment lines and on which samples fall outside the open family; so an entry rec
 sat under and whether it was inside that family, both are checked on every hit (the family state moves
 exactly as parsing the line would), and a scrape whose comment lines differ from the learnt ones is
 parsed whole and learnt again. Lines with their own timestamp are never cached, nor samples the slow path
-did not store. An evicted series (issue 24: staleness, fair share) is ``gone``: its line takes the slow
+did not store. An evicted series (staleness, fair share) is ``gone``: its line takes the slow
 path again and is re-created through the store's budget rules.
 """
 

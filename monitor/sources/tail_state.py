@@ -2,7 +2,7 @@
 that survive restarts, whether a writer still holds the file, and
 how a tailed file is opened.
 
-``open_regular`` opens non-blocking and refuses anything but a regular file (issue 36): a FIFO nobody
+``open_regular`` opens non-blocking and refuses anything but a regular file: a FIFO nobody
 writes made ``open()`` wait for a writer and froze the event loop every source shares. Symbolic links
 are followed (a ``latest.jsonl`` link is ordinary); the monitor only reads through them.
 """

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from alerting.config import ConfigError, load_config, parse_config, parse_duration
+from alerting.config import AlertingConfigError, load_config, parse_config, parse_duration
 
 BASE = {"receivers": [{"name": "ops", "type": "webhook", "url": "http://127.0.0.1:1/hook"}]}
 
@@ -15,7 +15,7 @@ def test_durations() -> None:
     assert parse_duration("30s", "k") == 30
     assert parse_duration("1h30m", "k") == 5400
     assert parse_duration(12, "k") == 12
-    with pytest.raises(ConfigError, match="route.group_wait"):
+    with pytest.raises(AlertingConfigError, match="route.group_wait"):
         parse_duration("5 minutes", "route.group_wait")
 
 
@@ -50,18 +50,18 @@ def test_env_expansion_and_secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
     ({"receivers": [{"name": "x", "type": "webhook", "url": "http://a/${NOPE_NOT_SET}"}]}, "NOPE_NOT_SET"),
 ])
 def test_errors_name_the_key(raw: dict, key: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(AlertingConfigError) as info:
         parse_config(raw)
     msg = str(info.value)
     assert key in msg and "\n" not in msg
 
 
 def test_load_config_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(AlertingConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("receivers: [\n")
-    with pytest.raises(ConfigError, match="bad.yaml.*not valid YAML"):
+    with pytest.raises(AlertingConfigError, match="bad.yaml.*not valid YAML"):
         load_config(bad)
 
 
@@ -92,7 +92,7 @@ BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".jo
     ({"monitor_url": [1]}, "monitor_url: expected a URL string"),
 ])
 def test_bad_values_name_the_key(extra: dict, needle: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(AlertingConfigError) as info:
         parse_config({**BASE, **extra})
     assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
 
@@ -104,7 +104,7 @@ def test_bad_values_name_the_key(extra: dict, needle: str) -> None:
     ({"mention": ["1"]}, "receivers[0].mention: unknown key; did you mean 'mentions'?"),
 ])
 def test_receiver_values(receiver: dict, needle: str) -> None:
-    with pytest.raises(ConfigError, match=None) as info:
+    with pytest.raises(AlertingConfigError, match=None) as info:
         parse_config({"receivers": [{**BASE["receivers"][0], **receiver}]})
     assert needle in str(info.value), str(info.value)
 
@@ -138,7 +138,7 @@ def test_correlation_rules_file_shape(tmp_path: Path, text: str, needle: str) ->
     from alerting.correlate import load_rules
 
     (tmp_path / "rules.yaml").write_text(text)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(AlertingConfigError) as info:
         load_rules([tmp_path / "rules.yaml"])
     assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
 
@@ -158,7 +158,7 @@ _DOC = st.recursive(_LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictio
 def test_fuzz_parse_config(doc: dict) -> None:
     try:
         parse_config({**BASE, **doc} if "receivers" not in doc else doc)
-    except ConfigError as exc:
+    except AlertingConfigError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 500
 
 
@@ -166,7 +166,7 @@ def test_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
     import os
 
     os.mkfifo(tmp_path / "fifo.yaml")
-    with pytest.raises(ConfigError, match="not a regular file"):
+    with pytest.raises(AlertingConfigError, match="not a regular file"):
         load_config(tmp_path / "fifo.yaml")
 
 

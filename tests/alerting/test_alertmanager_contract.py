@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from alerting.clock import SimulatedClock
-from alerting.config import ConfigError, parse_config
+from alerting.config import AlertingConfigError, parse_config
 from alerting.model import Alert, Notification, parse_rfc3339
 from alerting.notifiers import build_notifier
 from alerting.templates import render, runbook_link
@@ -35,9 +35,9 @@ def _am(cfg_extra: dict[str, Any] | None = None) -> Any:
 def test_resend_interval_defaults_and_checks() -> None:
     assert _am().resend_interval_s == 60.0
     assert _am({"resend_interval": "15s"}).resend_interval_s == 15.0
-    with pytest.raises(ConfigError, match=r"receivers\[0\].resend_interval: must be > 0"):
+    with pytest.raises(AlertingConfigError, match=r"receivers\[0\].resend_interval: must be > 0"):
         _am({"resend_interval": 0})
-    with pytest.raises(ConfigError, match="only for type alertmanager"):
+    with pytest.raises(AlertingConfigError, match="only for type alertmanager"):
         parse_config({"receivers": [{"name": "w", "type": "webhook", "url": "http://x", "resend_interval": "1m"}]})
 
 
@@ -120,6 +120,6 @@ def test_repo_relative_runbooks_become_links() -> None:
               {"summary": "down", "runbook": "prometheus/README.md#trainerdown"}, starts_at=T0)
     text = render([Notification("r", "g", {}, "firing", [a], [a.fingerprint], T0)], runbook_base=base).text
     assert f"Runbook: {base}prometheus/README.md#trainerdown" in text
-    with pytest.raises(ConfigError, match="runbook_base_url"):
+    with pytest.raises(AlertingConfigError, match="runbook_base_url"):
         parse_config({"receivers": [{"name": "w", "type": "webhook", "url": "http://x"}],
                       "runbook_base_url": "git.example.com"})

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from alerting.config import DEFAULT_RULES, ConfigError
+from alerting.config import DEFAULT_RULES, AlertingConfigError
 from alerting.correlate import Correlator, load_rules
 from tests.alerting.helpers import alert
 
@@ -128,7 +128,7 @@ def test_user_rules_extend_and_override(tmp_path: Path) -> None:
 def test_bad_rule_file_is_one_line_error(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text("rules:\n  - name: X\n    severity: P9\n    all_of: [A]\n")
-    with pytest.raises(ConfigError, match=r"rules\[0\]\.severity"):
+    with pytest.raises(AlertingConfigError, match=r"rules\[0\]\.severity"):
         load_rules([f])
 
 

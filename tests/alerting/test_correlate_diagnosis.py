@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alerting.config import DEFAULT_RULES, ConfigError
+from alerting.config import DEFAULT_RULES, AlertingConfigError
 from alerting.correlate import REDIAGNOSE_S, Correlator, load_rules
 from alerting.evidence import Evidence, SeriesWindow
 from tests.alerting.helpers import T0, alert
@@ -40,7 +40,7 @@ def test_members_six_minutes_apart_still_form_the_incident_and_resolution_is_rou
 
 def test_one_alert_with_a_measured_cause_forms_the_incident_at_once() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
-    c.take(kl_coef_gauge(0.0))
+    c.note_evidence(kl_coef_gauge(0.0))
     c.config_info["trainer"] = {"kl_coef": "0.2"}
     routed, incs = c.observe(alert("KLDriftDetected", severity="P2"), 0)
     assert [i.rule for i in incs] == ["TrainingDivergence"] and routed == [incs[0].alert] and not c.held
@@ -51,19 +51,19 @@ def test_one_alert_with_a_measured_cause_forms_the_incident_at_once() -> None:
 
 def test_evidence_arriving_after_the_alert_still_pages_by_rediagnosis() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
-    c.take(Evidence(T0))  # nothing measured yet
+    c.note_evidence(Evidence(T0))  # nothing measured yet
     assert c.observe(alert("KLDriftDetected", severity="P2"), 0) == ([], [])  # gauge not scraped yet
     assert c.rediagnose(1) == []
     assert c.rediagnose(2) == []  # no new evidence: at most every REDIAGNOSE_S
     assert c.rediagnose(1 + REDIAGNOSE_S) == []  # again, still nothing measured
-    c.take(kl_coef_gauge(0.0))  # the next scrape brings verl_kl_coef, handed forward by the monitor
+    c.note_evidence(kl_coef_gauge(0.0))  # the next scrape brings verl_kl_coef, handed forward by the monitor
     incs = c.rediagnose(2 + REDIAGNOSE_S)  # diagnosed again as soon as it arrived
     assert [i.rule for i in incs] == ["TrainingDivergence"] and not c.live and not c.held
 
 
 def test_live_value_in_range_claims_nothing_and_alert_goes_alone() -> None:
     c = Correlator(load_rules([DEFAULT_RULES]))
-    c.take(kl_coef_gauge(0.2))
+    c.note_evidence(kl_coef_gauge(0.2))
     c.config_info["trainer"] = {"kl_coef": "0.0"}  # a stale config label must not win over the live gauge
     assert c.observe(alert("KLDriftDetected", severity="P2"), 0) == ([], [])
     assert c.rediagnose(10) == [] and [a.name for a in c.expire(120)] == ["KLDriftDetected"]
@@ -84,7 +84,7 @@ def test_candidates_survive_a_restart() -> None:
 def test_unknown_diagnosis_procedure_is_a_one_line_config_error(tmp_path: Path) -> None:
     f = tmp_path / "r.yaml"
     f.write_text("rules:\n  - name: X\n    all_of: [A]\n    diagnose: [tea_leaves]\n")
-    with pytest.raises(ConfigError, match=r"rules\[0\]\.diagnose: unknown procedure 'tea_leaves'"):
+    with pytest.raises(AlertingConfigError, match=r"rules\[0\]\.diagnose: unknown procedure 'tea_leaves'"):
         load_rules([f])
 
 

@@ -55,7 +55,7 @@ def test_limiter_sliding_window_and_throttle() -> None:
     lim = RobotLimiter([(20, 60.0)], throttle_s=600)
     for i in range(20):
         assert lim.available(i) > 0
-        lim.take(i)
+        lim.spend(i)
     assert lim.available(19.5) == 0 and lim.next_free(19.5) == 60.0
     assert lim.available(60.0) == 1
     lim.overrun(61)
@@ -68,6 +68,6 @@ def test_limiter_sliding_window_and_throttle() -> None:
 def test_limiter_with_two_windows_like_feishu() -> None:
     lim = RobotLimiter([(100, 60.0), (5, 1.0)])
     for _ in range(5):
-        lim.take(10.0)
+        lim.spend(10.0)
     assert lim.available(10.5) == 0 and lim.next_free(10.5) == 11.0
     assert lim.available(11.0) == 5

@@ -77,7 +77,7 @@ def test_a_backlog_longer_than_one_read_is_taken_in_one_take(tmp_path: Path) -> 
     try:
         engine.follow(log)
         write(log, *(alert("A", node=f"n{i}") for i in range(translog.READ_BATCH * 2 + 5)))
-        assert engine.take() == translog.READ_BATCH * 2 + 5 and engine.problems() == []
+        assert engine.catch_up() == translog.READ_BATCH * 2 + 5 and engine.problems() == []
         assert len(engine.alerts()) == translog.READ_BATCH * 2 + 5
     finally:
         engine.close()
@@ -107,7 +107,7 @@ def test_a_state_db_restored_from_an_older_copy_is_noticed_at_start_and_new_aler
     config = make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}])
     engine = AlertEngine(config, tmp_path / "alerting.db", clock)
     engine.follow(log)
-    engine.take()
+    engine.catch_up()
     assert engine.cursor.at == 9 and _paged(engine, clock) == {"Still"}
     sent = engine.outbox.heads_due(clock.now() + 1e9)
     engine.outbox.claim(sent)
@@ -121,7 +121,7 @@ def test_a_state_db_restored_from_an_older_copy_is_noticed_at_start_and_new_aler
         assert engine.cursor.at is None and engine.cursor.rewinds == 1  # noticed before the first tick
         assert any(e.startswith("transition log: rewound") for e in engine.health.events())
         write(restored, alert("New"))  # row 4: below the old place, never read without the check
-        engine.take()
+        engine.catch_up()
         assert "New" in {a["labels"]["alertname"] for a in engine.alerts()}
         assert _paged(engine, clock) == {"New"}  # Still fires, taken again, but was paged already
     finally:
@@ -136,12 +136,12 @@ def test_a_log_pruned_and_its_ids_reset_while_running_is_noticed_and_nothing_is_
     try:
         engine.follow(log)
         write(log, alert("A"), alert("A", status="resolved"), alert("B"), alert("B", status="resolved"))
-        engine.take()
+        engine.catch_up()
         assert engine.cursor.at == 4
         log.conn.execute("DELETE FROM alert_events")
         log.conn.execute("DELETE FROM sqlite_sequence")
         write(log, *(alert(f"N{i}") for i in range(5)))  # ids 1-5: past the place again, row 4 another
-        engine.take()
+        engine.catch_up()
         assert engine.cursor.rewinds == 1
         assert {f"N{i}" for i in range(5)} <= {a["labels"]["alertname"] for a in engine.alerts()}
         assert _paged(engine, clock) >= {f"N{i}" for i in range(5)}
@@ -156,16 +156,16 @@ def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it
                          tmp_path / "alerting.db", clock)
     try:
         engine.follow(log)
-        assert engine.take() == 0 and engine.cursor.at == 0
+        assert engine.catch_up() == 0 and engine.cursor.at == 0
         write(log, alert("Before"))
         log.conn.execute("INSERT INTO alert_events (fingerprint, status, starts_at, at, record) "
                          "VALUES ('x', 'firing', 1, 1, '{not json')")
         log.conn.execute("INSERT INTO alert_events (fingerprint, status, starts_at, at, record) "
                          "VALUES ('y', 'firing', 1, 1, 'null')")
         write(log, alert("After"))
-        assert engine.take() == 4 and engine.cursor.at == 4
+        assert engine.catch_up() == 4 and engine.cursor.at == 4
         assert {a["labels"]["alertname"] for a in engine.alerts()} == {"Before", "After"}
-        assert engine.take() == 0  # passed over, not read again every tick
+        assert engine.catch_up() == 0  # passed over, not read again every tick
         assert log.bad_rows == 2
         assert engine.metrics.log_problems.labels("bad_row")._value.get() == 2
         assert any(e.startswith("transition log: row 3 does not parse") for e in engine.health.events())

@@ -23,7 +23,7 @@ class RecordingSink:
     def needs(self) -> DiagnosisNeeds:
         return diagnosis_needs()
 
-    def take(self, evidence: Evidence | None = None) -> int:
+    def catch_up(self, evidence: Evidence | None = None) -> int:
         assert self.log is not None, "take before follow: the pipeline wires follow at construction"
         rows = self.log.after(self.at)
         if rows:

@@ -12,7 +12,7 @@ import yaml
 
 from harness.deployment import Exposition, SimulatedDaemon, write_sd
 from monitor.config import load_config
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.sources.file_sd import FileSDConfig, FileSDError, FileSDSource, parse_groups
 from monitor.sources.scrape_http import ScrapeClient
 
@@ -107,11 +107,11 @@ def test_config_keys_are_checked(tmp_path: Path) -> None:
 
     cfg = load([{"files": ["/tmp/ray/prom_metrics_service_discovery.json"], "job": "ray", "refresh_interval": "1m"}])
     assert cfg.file_sd[0].refresh_interval == 60 and cfg.file_sd[0].job == "ray"  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=r"file_sd\[0\]\.fiels: unknown key"):
+    with pytest.raises(MonitorConfigError, match=r"file_sd\[0\]\.fiels: unknown key"):
         load([{"fiels": ["x.json"]}])
-    with pytest.raises(ConfigError, match=r"file_sd\[0\]\.files: expected a list"):
+    with pytest.raises(MonitorConfigError, match=r"file_sd\[0\]\.files: expected a list"):
         load([{"files": []}])
-    with pytest.raises(ConfigError, match=r"file_sd\[0\]\.interval"):
+    with pytest.raises(MonitorConfigError, match=r"file_sd\[0\]\.interval"):
         load([{"files": ["x.json"], "interval": 0}])
 
 
@@ -133,7 +133,7 @@ def test_prometheus_spelling_of_the_section(tmp_path: Path) -> None:
     (cfg,) = load_config(tmp_path / "m.yaml").file_sd
     assert cfg.files == (str(tmp_path / "sd.json"),) and cfg.job == "vllm"  # relative to the config file
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd_configs": ["a.json"], "file_sd": ["b.json"]}))
-    with pytest.raises(ConfigError, match="give one of them"):
+    with pytest.raises(MonitorConfigError, match="give one of them"):
         load_config(tmp_path / "m.yaml")
 
 
@@ -178,7 +178,7 @@ def test_a_file_over_its_target_limit_keeps_the_first_targets_and_counts_the_res
     small.refresh()
     assert len(small.targets) == 10
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"file_sd": [{"files": [str(sd)], "target_limit": 0}]}))
-    with pytest.raises(ConfigError, match=r"file_sd\[0\]\.target_limit"):
+    with pytest.raises(MonitorConfigError, match=r"file_sd\[0\]\.target_limit"):
         load_config(tmp_path / "m.yaml")
 
 

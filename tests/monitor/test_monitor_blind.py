@@ -22,7 +22,7 @@ import monitor.daemon as daemon_mod
 import monitor.sources.scrape as scrape_mod
 from alerting.logsafe import RedactingFilter, setup_logging
 from alerting.notifiers.base import redact
-from monitor.config import ConfigError, load_config
+from monitor.config import MonitorConfigError, load_config
 from monitor.model import Sample, SourceBatch
 from monitor.sources import prom_api
 from monitor.sources.prom_text import Target, parse_exposition, scrape
@@ -216,9 +216,9 @@ def test_limits_and_retention_are_validated(tmp_path: Path) -> None:
     assert (ok.targets[0].body_size_limit, ok.targets[0].sample_limit, ok.retention) == (1024**2, 500, 7200.0)
     for bad in ({"body_size_limit": "lots"}, {"body_size_limit": -1}, {"sample_limit": -3},
                 {"sample_limit": "x"}):
-        with pytest.raises(ConfigError, match=next(iter(bad))):
+        with pytest.raises(MonitorConfigError, match=next(iter(bad))):
             load_config(config(tmp_path, [{"url": "http://127.0.0.1:1/metrics", **bad}]))
-    with pytest.raises(ConfigError, match="retention"):
+    with pytest.raises(MonitorConfigError, match="retention"):
         load_config(config(tmp_path, [], retention="0s"))
 
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from monitor.cli import main as monitor_main
-from monitor.config import SECTION_KEYS, TOP_KEYS, ConfigError, load_config
+from monitor.config import SECTION_KEYS, TOP_KEYS, MonitorConfigError, load_config
 
 BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
@@ -54,7 +54,7 @@ def write(tmp_path: Path, text: str | bytes, name: str = "monitor.yaml") -> Path
     ("cluster: " + "x" * 5000 + "\neval_interval: " + "y" * 5000, "eval_interval: expected a duration"),
 ])
 def test_bad_values_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(MonitorConfigError) as info:
         load_config(write(tmp_path, BASE + text + "\n"))
     msg = str(info.value)
     assert needle in msg and "\n" not in msg and len(msg) < 400, msg
@@ -92,7 +92,7 @@ def test_target_token_is_kept_per_target(tmp_path: Path, monkeypatch: pytest.Mon
     assert "t0k" not in repr(cfg)
 
 
-# -- fuzz: any YAML document is a config or one ConfigError line ---------------------------------------
+# -- fuzz: any YAML document is a config or one MonitorConfigError line ---------------------------------------
 
 _SCALARS = st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats() | st.text(max_size=10) | st.sampled_from(
     ["0", "5s", "-1s", "1ms", "http://127.0.0.1:1/metrics", "127.0.0.1:0", ""])
@@ -109,7 +109,7 @@ def test_fuzz_config_documents(tmp_path: Path, doc: dict) -> None:
     path.write_text(yaml.safe_dump(doc))
     try:
         load_config(path)
-    except ConfigError as exc:
+    except MonitorConfigError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 500
 
 
@@ -117,7 +117,7 @@ def test_a_fifo_as_config_does_not_hang(tmp_path: Path) -> None:
     import os
 
     os.mkfifo(tmp_path / "fifo.yaml")
-    with pytest.raises(ConfigError, match="not a regular file"):
+    with pytest.raises(MonitorConfigError, match="not a regular file"):
         load_config(tmp_path / "fifo.yaml")
 
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from monitor.config import ConfigError, load_config
+from monitor.config import MonitorConfigError, load_config
 from monitor.ha import HA_RULES, PEER_JOB, add_peer, set_aside_state
 from monitor.heartbeat import HeartbeatConfig, HeartbeatPinger, LivenessMetrics
 
@@ -74,10 +74,10 @@ def test_heartbeat_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert got.replica == "a" and got.heartbeat == HeartbeatConfig(URL, 30.0, "POST", 10.0)
     assert "s3cret" not in repr(got)
     monkeypatch.delenv("HB_URL")
-    with pytest.raises(ConfigError, match=r"heartbeat.url_env: environment variable HB_URL is unset"):
+    with pytest.raises(MonitorConfigError, match=r"heartbeat.url_env: environment variable HB_URL is unset"):
         load_config(cfg)
     cfg.write_text("heartbeat: {url: 'ftp://x'}\n")
-    with pytest.raises(ConfigError, match=r"heartbeat.url: must start with http"):
+    with pytest.raises(MonitorConfigError, match=r"heartbeat.url: must start with http"):
         load_config(cfg)
 
 
@@ -89,7 +89,7 @@ def test_peer_adds_the_other_replica_and_the_ha_rules(tmp_path: Path) -> None:
     peer = got.targets[-1]
     assert (peer.job, peer.url) == (PEER_JOB, "http://127.0.0.1:9106/metrics")
     assert got.rules[-1] == HA_RULES and got.rules[0].name == "default.yaml"
-    with pytest.raises(ConfigError, match="given twice"):
+    with pytest.raises(MonitorConfigError, match="given twice"):
         got.rules = add_peer(got.targets, got.rules, "http://127.0.0.1:9106/metrics")
 
 

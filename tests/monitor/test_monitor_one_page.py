@@ -20,7 +20,7 @@ import pytest
 from alerting.clock import SimulatedClock
 from alerting.model import Alert
 from monitor.cli import main
-from monitor.config import DEFAULT_TARGET, ConfigError
+from monitor.config import DEFAULT_TARGET, MonitorConfigError
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
 from monitor.run_flags import default_config, target_from_url
@@ -163,9 +163,9 @@ def test_default_config_watches_the_local_trainer() -> None:
         None, socket.gethostname().split(".")[0]]
     named = label_and_rules(default_config(["127.0.0.1:8000"]), node="gpu-08", cluster="llama3")
     assert named.targets[0].node == "gpu-08" and named.cluster == "llama3"
-    with pytest.raises(ConfigError, match="--target"):
+    with pytest.raises(MonitorConfigError, match="--target"):
         default_config(["ftp://x"])
-    with pytest.raises(ConfigError, match="--notify-config"):
+    with pytest.raises(MonitorConfigError, match="--notify-config"):
         default_config(notify_config="/nonexistent/alerting.yaml")
 
 
@@ -235,7 +235,7 @@ def test_run_flag_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert "Traceback" not in "".join(err)
     bad = tmp_path / "monitor.yaml"
     bad.write_text("console: yes please\n")
-    with pytest.raises(ConfigError, match="console: expected true or false"):
+    with pytest.raises(MonitorConfigError, match="console: expected true or false"):
         load_config(bad)
     assert default_config().fix("listen") == "pass --listen HOST:PORT"
 

@@ -18,7 +18,7 @@ from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.staleness import StalenessDetector
 from monitor.replay import replay
 from monitor.rules import RuleError, load_rule_files, load_rules
-from verl.config import ConfigError, load_config
+from verl.config import TrainerConfigError, load_config
 
 RULES = load_rule_files(None)
 
@@ -142,7 +142,7 @@ def test_verl_train_accepts_verl_spellings(tmp_path: Path) -> None:
     c = load_config(y)
     assert (c.algorithm.kl_ctrl, c.kl_coef, c.data.num_workers) == ("adaptive", 0.02, 2)
     y.write_text("kl_coef: 0.1\nalgorithm:\n  kl_ctrl:\n    kl_coef: 0.02\n")
-    with pytest.raises(ConfigError, match="algorithm.kl_ctrl.kl_coef.*kl_coef.*disagree"):
+    with pytest.raises(TrainerConfigError, match="algorithm.kl_ctrl.kl_coef.*kl_coef.*disagree"):
         load_config(y)
 
 

@@ -16,7 +16,7 @@ import yaml
 from monitor_http import RunningDaemon, metric, wait_for
 
 from benchmarks.verl_runs import LiveWriter, RunSpec, generate
-from monitor.config import ConfigError, load_config
+from monitor.config import MonitorConfigError, load_config
 from monitor.model import Sample, SourceBatch
 from monitor.sources import verl_checkpoints as vc
 from monitor.sources.verl_checkpoints import CheckpointWatch, finish_time, scan_dir
@@ -172,7 +172,7 @@ def test_checkpoint_dir_is_a_jsonl_option(tmp_path: Path) -> None:
     cfg = load_config(_config(tmp_path, tmp_path / "x.jsonl", tmp_path / "ckpt"))
     assert cfg.jsonl[0].checkpoint_dir == str(tmp_path / "ckpt")
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"jsonl": [{"path": "x.jsonl", "checkpoint_dir": 3}]}))
-    with pytest.raises(ConfigError, match=r"jsonl\[0\]\.checkpoint_dir"):
+    with pytest.raises(MonitorConfigError, match=r"jsonl\[0\]\.checkpoint_dir"):
         load_config(tmp_path / "bad.yaml")
 
 

@@ -14,7 +14,7 @@ from monitor_http import RunningDaemon, metric, wait_for
 
 from alerting.clock import SimulatedClock
 from benchmarks.verl_runs import RunSpec, encode, generate
-from monitor.config import ConfigError, load_config
+from monitor.config import MonitorConfigError, load_config
 from monitor.model import Sample, SourceBatch
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
@@ -66,7 +66,7 @@ def test_daemon_reexports_verl_series_and_keeps_its_offset(tmp_path: Path) -> No
     ({"total_steps": 0}, "total_steps"), ({"down_after": "soon"}, "down_after"),
     ({"down_after_steps": 0}, "down_after_steps"), ({"export": "yes"}, "export"), ({"bogus": 1}, "bogus")])
 def test_jsonl_options_are_validated(tmp_path: Path, option: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(MonitorConfigError, match=message):
         load_config(_config(tmp_path, tmp_path / "x.jsonl", **option))
 
 
@@ -102,7 +102,7 @@ def test_a_scraped_rl_insight_gauge_arrives_renamed_and_its_node_speaks_verl(tmp
     async def one_round() -> None:
         async with httpx.AsyncClient(transport=transport) as client:
             src = ScrapeSource(Target("trainer", "http://127.0.0.1:9/metrics", node="gpu-01"), client)
-            d._take(src, await src.poll(d.clock))
+            d._file_round(src, await src.poll(d.clock))
     try:
         asyncio.run(one_round())
         assert {s.name for s in d.pipeline.store} == {"verl_kl_divergence", "up"}

@@ -14,7 +14,7 @@ import yaml
 
 import monitor.daemon as daemon_mod
 from alerting.clock import SimulatedClock
-from monitor.config import ConfigError, load_config
+from monitor.config import MonitorConfigError, load_config
 from monitor.model import Sample
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
@@ -106,7 +106,7 @@ def test_limits_and_honor_timestamps_are_configurable(tmp_path: Path) -> None:
     t = load_config(path).targets[0]
     assert (t.label_limit, t.label_value_length_limit, t.honor_timestamps) == (30, 200, False)
     path.write_text(yaml.safe_dump({"targets": [dict(target, label_limit=-1)]}))
-    with pytest.raises(ConfigError, match="label_limit"):
+    with pytest.raises(MonitorConfigError, match="label_limit"):
         load_config(path)
 
 

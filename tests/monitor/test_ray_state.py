@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from monitor.config import load_config
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.sources.ray_state import RECENT_S, RayConfig, RayStateSource, classify, find_token
 
 FIX = json.loads((Path(__file__).resolve().parents[1] / "fixtures/ray-2.60-state-api-dead.json").read_text())
@@ -81,11 +81,11 @@ def test_ray_config_section(tmp_path: Path) -> None:
 
     assert load({"dashboard_url": "http://127.0.0.1:8265/", "interval": "30s"}).ray == RayConfig(  # type: ignore[attr-defined]
         "http://127.0.0.1:8265", None, None, 30.0, 5.0)
-    with pytest.raises(ConfigError, match="ray.dashboard_url"):
+    with pytest.raises(MonitorConfigError, match="ray.dashboard_url"):
         load({"dashboard_url": "127.0.0.1:8265"})
-    with pytest.raises(ConfigError, match="ray.token: empty"):
+    with pytest.raises(MonitorConfigError, match="ray.token: empty"):
         load({"dashboard_url": "http://h:1", "token": " "})
-    with pytest.raises(ConfigError, match=r"ray\.tokn: unknown key"):
+    with pytest.raises(MonitorConfigError, match=r"ray\.tokn: unknown key"):
         load({"dashboard_url": "http://h:1", "tokn": "x"})
 
 

@@ -230,7 +230,7 @@ def test_a_restart_resumes_the_engine_at_its_cursor(tmp_path: Path, robot: Webho
     m = Monitor(tmp_path / "state", robot, clock)  # the cursor was committed with the page: nothing to take again
     try:
         assert [a.name for a in m.pipe.book.firing()] == ["CrashPointHot"]
-        assert m.engine.problems() == [] and m.engine.take() == 0
+        assert m.engine.problems() == [] and m.engine.catch_up() == 0
         m.step(hot=True, n=2)
         assert m.pages() == ["firing"]
         m.step(hot=False, n=2)

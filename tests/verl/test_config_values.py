@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from verl.cli.train import build_parser
 from verl.cli.train import main as train_main
-from verl.config import ConfigError, load_config
+from verl.config import TrainerConfigError, load_config
 from verl.config.checks import RANGES
 from verl.config.schema import Config
 from verl.metrics.server import MetricsServer
@@ -70,14 +70,14 @@ def test_every_numeric_key_has_a_range_row() -> None:
     ("trainer.experiment_name=" + "&a [1, *a]", "not valid YAML"),
 ])
 def test_bad_values_are_one_line_naming_the_key(override: str, needle: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(TrainerConfigError) as info:
         load_config("ppo_tiny", [override])
     text = str(info.value)
     assert needle in text and "\n" not in text and len(text) < 300, text
 
 
 def test_long_values_are_quoted_short() -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(TrainerConfigError) as info:
         load_config("ppo_tiny", ["rollout.engine=" + "z" * 10000])
     assert len(str(info.value)) < 200
 
@@ -95,7 +95,7 @@ def test_hostile_files_fail_fast_with_one_line(tmp_path: Path, name: str, data: 
     path = tmp_path / name
     path.write_bytes(data)
     t0 = time.perf_counter()
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(TrainerConfigError) as info:
         load_config(str(path))
     assert time.perf_counter() - t0 < 5  # a generous bound for a shared CI core; expansion would take hours
     assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
@@ -114,7 +114,7 @@ def test_api_token_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("I13_TRAINER_TOKEN", " s3cret ")
     cfg = load_config("ppo_tiny", ["metrics.api_token_env=I13_TRAINER_TOKEN"])
     assert cfg.metrics.api_token == "s3cret"
-    with pytest.raises(ConfigError, match="exclusive"):
+    with pytest.raises(TrainerConfigError, match="exclusive"):
         load_config("ppo_tiny", ["metrics.api_token_env=I13_TRAINER_TOKEN", "metrics.api_token=x"])
 
 
@@ -155,7 +155,7 @@ _VALUES = st.one_of(st.text(max_size=20), st.sampled_from(
 def test_fuzz_overrides(key: str, value: str) -> None:
     try:
         load_config("ppo_tiny", [f"{key}={value}"])
-    except ConfigError as exc:
+    except TrainerConfigError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 400
 
 
@@ -175,16 +175,16 @@ def test_every_bad_input_error_is_a_config_error() -> None:
     """One base: verl-train reports each as one line with exit code 2, whichever component raised it."""
     from verl.checkpoint.lock import DirectoryLocked
     from verl.checkpoint.trainer_hook import FinalSaveFailed, ResumeError
-    from verl.config import ConfigError, load_config
+    from verl.config import TrainerConfigError, load_config
     from verl.config.aliases import apply_aliases
     from verl.data.reward_guard import RewardGuard
     from verl.metrics.server import PortInUseError
 
     for error in (DirectoryLocked, ResumeError, FinalSaveFailed, PortInUseError):
-        assert issubclass(error, ConfigError), error
-    with pytest.raises(ConfigError, match="guard.variance_jump"):  # raised by the guard itself, not re-wrapped
+        assert issubclass(error, TrainerConfigError), error
+    with pytest.raises(TrainerConfigError, match="guard.variance_jump"):  # raised by the guard itself, not re-wrapped
         RewardGuard(variance_jump=0.5)
-    with pytest.raises(ConfigError, match="disagree"):  # an alias conflict, straight from the alias table
+    with pytest.raises(TrainerConfigError, match="disagree"):  # an alias conflict, straight from the alias table
         apply_aliases({"data": {"train_batch_size": 8, "batch_size": 16}})
-    with pytest.raises(ConfigError, match="not valid YAML"):  # a YAML error, straight from the safe loader
+    with pytest.raises(TrainerConfigError, match="not valid YAML"):  # a YAML error, straight from the safe loader
         load_config("ppo_tiny", ["trainer.total_steps=[1"])

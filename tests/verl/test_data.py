@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 from verl.data import PromptDataset, RLDataLoader, Rollout, RolloutBuffer
 
 
@@ -31,7 +31,7 @@ def test_fsspec_url(tmp_path: Path) -> None:
 def test_bad_records_name_the_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
-    with pytest.raises(ConfigError, match="line 2"):
+    with pytest.raises(TrainerConfigError, match="line 2"):
         PromptDataset(str(bad))
 
 

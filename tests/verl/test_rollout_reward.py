@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 from verl.config.schema import TinyModelConfig
 from verl.data.loader import PromptItem
 from verl.models.loading import load_causal_lm
@@ -83,5 +83,5 @@ def test_function_reward(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     ("rule:nope", "unknown rule"), ("no_such_module_xyz:f", "cannot import"), ("/no/such/dir", "fix the path"),
 ])
 def test_bad_reward_paths(path: str, needle: str) -> None:
-    with pytest.raises(ConfigError, match=needle):
+    with pytest.raises(TrainerConfigError, match=needle):
         load_reward_model(path)

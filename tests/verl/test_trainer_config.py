@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from verl.cli.train import main as train_main
-from verl.config import ConfigError, load_config
+from verl.config import TrainerConfigError, load_config
 
 
 def test_bundled_configs_validate() -> None:
@@ -53,7 +53,7 @@ def test_dotted_overrides_are_typed() -> None:
     (["novalue"], "is not key=value"),
 ])
 def test_bad_overrides_name_the_key(overrides: list[str], needle: str) -> None:
-    with pytest.raises(ConfigError, match=None) as info:
+    with pytest.raises(TrainerConfigError, match=None) as info:
         load_config("ppo_tiny", overrides)
     assert needle in str(info.value) and "\n" not in str(info.value)
 
@@ -63,7 +63,7 @@ def test_article_config_path_resolves_to_bundled_file() -> None:
 
 
 def test_unknown_config_name() -> None:
-    with pytest.raises(ConfigError, match="ppo_tiny"):
+    with pytest.raises(TrainerConfigError, match="ppo_tiny"):
         load_config("nope_not_here")
 
 

@@ -5,7 +5,7 @@ stale; the file's content (host, pid, run id, start time) is only information: f
 of a second trainer, and to say "taken over from a dead pid" when a killed run's file is found. A lock
 on NFS is only as good as the server's ``flock`` support (local disks and Lustre/GPFS honour it).
 
-The file is opened ``O_NOFOLLOW`` and must be a regular file with one link (issue 36): a ``.lock``
+The file is opened ``O_NOFOLLOW`` and must be a regular file with one link: a ``.lock``
 planted as a symbolic or hard link to a file elsewhere would otherwise have that file truncated when
 the holder's line is written. It is refused with one line naming the path (``verl-train`` exits 2).
 """
@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 
 LOCK_FILE = ".lock"
 log = logging.getLogger(__name__)
 
 
-class DirectoryLocked(ConfigError):
+class DirectoryLocked(TrainerConfigError):
     """Another live trainer holds the directory: ``verl-train`` prints it as one line and exits 2."""
 
 

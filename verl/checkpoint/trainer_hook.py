@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 
 from .errors import CheckpointError
 from .layout import step_of
@@ -65,12 +65,12 @@ def _buffer_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**{k: r[k] for k in _BUFFER_KEYS}, "extra": json.loads(r["extra"])} for r in rows]
 
 
-class ResumeError(CheckpointError, ConfigError):
-    """A checkpoint the trainer cannot resume from. Also a ``ConfigError``, so ``verl-train --resume``
+class ResumeError(CheckpointError, TrainerConfigError):
+    """A checkpoint the trainer cannot resume from. Also a ``TrainerConfigError``, so ``verl-train --resume``
     reports it like any bad input: one line, exit code 2, no traceback."""
 
 
-class FinalSaveFailed(CheckpointError, ConfigError):
+class FinalSaveFailed(CheckpointError, TrainerConfigError):
     """The run's last checkpoint could not be written (a full disk): one line, exit 2, no traceback; the
     failed save's files are already removed and the newest complete checkpoint is still good."""
 
@@ -100,7 +100,7 @@ class TrainerCheckpointer:
         where = memory_tier_dir(checkpoint_dir, getattr(ck, "memory_dir", None)) if self.memory_interval > 0 else None
         world = getattr(ctx, "world_size", 1) or 1
         if self.memory_interval > 0 and strategy_of(config) == "fsdp":
-            raise ConfigError("checkpoint.memory_interval needs actor.strategy=ddp and critic.strategy=ddp: the "
+            raise TrainerConfigError("checkpoint.memory_interval needs actor.strategy=ddp and critic.strategy=ddp: the "
                               "in-memory tier stores whole tensors, not FSDP shards (set checkpoint.memory_interval=0; "
                               "disk checkpoints are sharded and async)")
         if self.memory_interval > 0 and world > 1:

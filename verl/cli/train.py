@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from verl.cli.hot_standby import STANDBY_FLAG, HotStandbySupervisor, wait_for_takeover
-from verl.config import ConfigError, TrainingStopped, load_config
+from verl.config import TrainerConfigError, TrainingStopped, load_config
 from verl.metrics.server import PortInUseError, check_port_free
 
 TAKEOVER_BIND_S = 5.0  # a standby taking over retries the port this long (the dead process's socket may linger)
@@ -52,7 +52,7 @@ def _require_checkpoint(checkpoint_dir: str) -> None:
     if not any((d / "COMPLETE").is_file() for d in steps):
         hint = (f"{len(steps)} global_step_* dir(s) there lack the COMPLETE marker; check them with verl-ckpt list"
                 if steps else "check --checkpoint-dir")
-        raise ConfigError(f"--resume: no complete checkpoint in '{checkpoint_dir}' ({hint}); "
+        raise TrainerConfigError(f"--resume: no complete checkpoint in '{checkpoint_dir}' ({hint}); "
                           "pass --resume-or-start to start from step 0 instead")
 
 
@@ -67,7 +67,7 @@ def _precheck_checkpoint(checkpoint_dir: str) -> None:
         try:
             verify(newest, check_checksums=False)
         except CheckpointError as exc:
-            raise ConfigError(f"cannot resume from {checkpoint_dir}: {exc}") from None
+            raise TrainerConfigError(f"cannot resume from {checkpoint_dir}: {exc}") from None
 
 
 def _start_metrics(trainer: object, standby: bool) -> str | None:
@@ -107,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     trainer = None
     try:
         if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-            raise ConfigError(f"--metrics-port {args.metrics_port} is not a port; use 0-65535")
+            raise TrainerConfigError(f"--metrics-port {args.metrics_port} is not a port; use 0-65535")
         if (args.resume or args.resume_or_start) and not args.checkpoint_dir:
-            raise ConfigError("--resume needs --checkpoint-dir DIR (the directory holding global_step_<N>/)")
+            raise TrainerConfigError("--resume needs --checkpoint-dir DIR (the directory holding global_step_<N>/)")
         config = load_config(args.config, overrides)
         if config.metrics.port is not None and not args.standby:  # a standby binds when it takes over
             check_port_free(config.metrics.host, config.metrics.port)
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         # connection refused is the truth instead: the trainer was restarting.
         trainer.train(resume_from_checkpoint=resuming, resume_or_start=args.resume_or_start,
                       after_first_step=serve if resuming else None)
-    except ConfigError as exc:  # every bad input, a taken metrics port included
+    except TrainerConfigError as exc:  # every bad input, a taken metrics port included
         print(f"verl-train: error: {exc}", file=sys.stderr)
         return 2
     except TrainingStopped as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 
 # verl key -> our key (critic.ppo_epochs and critic.ppo_mini_batch_size are spelt the same in verl, so no entry;
 # verl's defaults interpolate the actor's values, ours are fixed: 1 and 16)
@@ -43,7 +43,7 @@ VERL_ALIASES: dict[str, str] = {
 }
 
 
-class AliasConflict(ConfigError):
+class AliasConflict(TrainerConfigError):
     pass
 
 

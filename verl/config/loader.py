@@ -17,7 +17,7 @@ from typing import Any, Union
 
 from verl.config.aliases import alias_key, apply_aliases
 from verl.config.checks import CHOICES, RANGES
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 from verl.config.safe_yaml import did_you_mean, load_yaml_file, load_yaml_text, short
 from verl.config.schema import Config
 
@@ -39,7 +39,7 @@ def resolve_config_path(name_or_path: str) -> Path:
     # The article writes config="configs/ppo_llama3.yaml": accept a bundled file named by its path too.
     if path.suffix in (".yaml", ".yml") and (BUNDLED_DIR / path.name).is_file():
         return BUNDLED_DIR / path.name
-    raise ConfigError(
+    raise TrainerConfigError(
         f"config '{name_or_path}' not found: give a YAML file path or one of {', '.join(bundled_names())}"
     )
 
@@ -51,15 +51,15 @@ def load_config(name_or_path: str | Path | None = None, overrides: typing.Sequen
         try:
             loaded = load_yaml_file(path)
         except OSError as exc:
-            raise ConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from None
+            raise TrainerConfigError(f"config {path}: cannot read ({exc.strerror}); check the --config path") from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: top level must be a mapping of sections and keys")
+            raise TrainerConfigError(f"{path}: top level must be a mapping of sections and keys")
         raw = loaded or {}
     apply_aliases(raw)  # volcengine verl's spellings of shared keys (verl/config/aliases.py)
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"override {short(item)!r} is not key=value (e.g. trainer.total_steps=40)")
+            raise TrainerConfigError(f"override {short(item)!r} is not key=value (e.g. trainer.total_steps=40)")
         parsed = load_yaml_text(value, f"override {short(key.strip(), 60)}") if value.strip() else None
         _set_dotted(raw, alias_key(key.strip()), parsed)
     config = _build(Config, raw, prefix="")
@@ -73,24 +73,24 @@ def _set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override '{short(key, 60)}': '{short(part, 40)}' is a value, not a section")
+            raise TrainerConfigError(f"override '{short(key, 60)}': '{short(part, 40)}' is a value, not a section")
         node = child
     node[parts[-1]] = value
 
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"config key '{prefix.rstrip('.')}' must be a section (mapping), got {short(raw)}")
+        raise TrainerConfigError(f"config key '{prefix.rstrip('.')}' must be a section (mapping), got {short(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
         if key not in fields:
-            raise ConfigError(f"unknown config key '{short(str(dotted), 80)}'; {did_you_mean(str(key), fields)}")
+            raise TrainerConfigError(f"unknown config key '{short(str(dotted), 80)}'; {did_you_mean(str(key), fields)}")
         if dotted in SECRETS and (value is None or isinstance(value, str) and not value.strip()):
             # leaving a token empty must not read as "authentication off": remove the key for that
-            raise ConfigError(f"config key '{dotted}' is empty; give a value, or remove the key")
+            raise TrainerConfigError(f"config key '{dotted}' is empty; give a value, or remove the key")
         kwargs[key] = _coerce(hints[key], value, dotted)
     return cls(**kwargs)
 
@@ -108,7 +108,7 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
     if origin is list:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
-            raise ConfigError(f"config key '{key}' must be a list, got {short(value)}")
+            raise TrainerConfigError(f"config key '{key}' must be a list, got {short(value)}")
         return [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if hint is bool:
         if isinstance(value, bool):
@@ -128,13 +128,13 @@ def _coerce(hint: Any, value: Any, key: str) -> Any:
         if number is not None and math.isfinite(number):
             return number
         if number is not None or isinstance(value, (int, float)) and not isinstance(value, bool):
-            raise ConfigError(f"config key '{key}' must be a finite number, got {short(value)}")
+            raise TrainerConfigError(f"config key '{key}' must be a finite number, got {short(value)}")
     elif hint is str:
         if isinstance(value, str):
             return value
     else:  # pragma: no cover - schema uses only the types above
-        raise ConfigError(f"config key '{key}' has an unsupported type {hint}")
-    raise ConfigError(f"config key '{key}' must be {hint.__name__}, got {short(value)}")
+        raise TrainerConfigError(f"config key '{key}' has an unsupported type {hint}")
+    raise TrainerConfigError(f"config key '{key}' must be {hint.__name__}, got {short(value)}")
 
 
 def get_dotted(config: Config, key: str) -> Any:
@@ -149,27 +149,27 @@ def validate(config: Config) -> None:
     the few rules that relate two keys."""
     for key, choices in CHOICES.items():
         if get_dotted(config, key) not in choices:
-            raise ConfigError(f"config key '{key}' must be one of {', '.join(choices)}, got {short(get_dotted(config, key))}")
+            raise TrainerConfigError(f"config key '{key}' must be one of {', '.join(choices)}, got {short(get_dotted(config, key))}")
     for key, allowed in RANGES.items():
         value = get_dotted(config, key)
         for i, item in enumerate(value if isinstance(value, list) else [value]):
             if item is not None and not allowed.admits(item):
                 where = f"{key}[{i}]" if isinstance(value, list) else key
-                raise ConfigError(f"config key '{where}' must be {allowed.describe()}, got {short(item)}")
+                raise TrainerConfigError(f"config key '{where}' must be {allowed.describe()}, got {short(item)}")
     if config.rollout_buffer_max_size == 0:
-        raise ConfigError("config key 'rollout_buffer_max_size' must be > 0, or -1 for unbounded")
+        raise TrainerConfigError("config key 'rollout_buffer_max_size' must be > 0, or -1 for unbounded")
     if config.data.persistent_workers and config.data.num_workers == 0:
-        raise ConfigError("config key 'data.persistent_workers' needs data.num_workers > 0")
+        raise TrainerConfigError("config key 'data.persistent_workers' needs data.num_workers > 0")
     if config.metrics.api_token_env is not None:
         if config.metrics.api_token is not None:
-            raise ConfigError("config keys 'metrics.api_token' and 'metrics.api_token_env' are exclusive; keep one")
+            raise TrainerConfigError("config keys 'metrics.api_token' and 'metrics.api_token_env' are exclusive; keep one")
         env = config.metrics.api_token_env
         if not os.environ.get(env, "").strip():
-            raise ConfigError(f"config key 'metrics.api_token_env': environment variable {short(env, 60)} is unset "
+            raise TrainerConfigError(f"config key 'metrics.api_token_env': environment variable {short(env, 60)} is unset "
                               "or empty; export the token")
         config.metrics.api_token = os.environ[env].strip()
     if config.metrics.api_token is not None and not config.metrics.api_token.strip():
-        raise ConfigError("config key 'metrics.api_token' is empty; give a token, or remove the key to leave "
+        raise TrainerConfigError("config key 'metrics.api_token' is empty; give a token, or remove the key to leave "
                           "/api/v1/reward_outliers open")
 
 

@@ -16,18 +16,18 @@ from typing import Any
 
 import yaml
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 
 MAX_CONFIG_BYTES = 8 * 1024**2
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 80
 
 
-class UnsafeYAML(ConfigError):
+class UnsafeTrainerYAML(TrainerConfigError):
     """The text cannot be read as config; one line naming the source and the fix."""
 
 
-class _NoAliasLoader(yaml.SafeLoader):
+class _TrainerYAMLLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.get_event()
@@ -50,29 +50,29 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
 
 def load_yaml_text(text: str, source: str) -> Any:
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_TrainerYAMLLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UnsafeYAML(f"{source}{where}: not valid YAML ({short(str(problem), 120)}); fix the syntax") from None
+        raise UnsafeTrainerYAML(f"{source}{where}: not valid YAML ({short(str(problem), 120)}); fix the syntax") from None
     except RecursionError:
-        raise UnsafeYAML(f"{source}: YAML nested too deep; flatten the file") from None
+        raise UnsafeTrainerYAML(f"{source}: YAML nested too deep; flatten the file") from None
     except (ValueError, OverflowError) as exc:  # constructors: a 5000-digit int, a 13th month in a date
-        raise UnsafeYAML(f"{source}: invalid YAML value ({short(str(exc), 120)})") from None
+        raise UnsafeTrainerYAML(f"{source}: invalid YAML value ({short(str(exc), 120)})") from None
 
 
 def load_yaml_file(path: Path) -> Any:
     if path.exists() and not path.is_file():  # a FIFO or a device would block the read or never end
-        raise UnsafeYAML(f"{path}: not a regular file; pass a YAML file")
+        raise UnsafeTrainerYAML(f"{path}: not a regular file; pass a YAML file")
     with open(path, "rb") as f:
         data = f.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
-        raise UnsafeYAML(f"{path}: more than {MAX_CONFIG_BYTES} bytes; is this the right file?")
+        raise UnsafeTrainerYAML(f"{path}: more than {MAX_CONFIG_BYTES} bytes; is this the right file?")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise UnsafeYAML(f"{path} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+        raise UnsafeTrainerYAML(f"{path} line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start}); save the file as UTF-8") from None
     return load_yaml_text(text, str(path))

@@ -30,7 +30,7 @@ DIM = 384  # all-MiniLM-L6-v2's sentence vector
 MAX_TOKENS = 128  # the model was trained on 128-token inputs; prompts past that are truncated
 # Characters of a prompt handed to the tokenizer: far more than 128 WordPiece tokens ever span (a token is
 # at least one character; 64 per token leaves room for long whitespace runs), so the vector is the one
-# the whole prompt would get, while a 100 MB prompt no longer costs minutes and GBs to tokenize (issue 36).
+# the whole prompt would get, while a 100 MB prompt no longer costs minutes and GBs to tokenize.
 MAX_CHARS = MAX_TOKENS * 64
 
 

@@ -22,12 +22,12 @@ from typing import Any
 import jsonschema
 from datasketch import MinHashLSH
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 from verl.fault.similarity import NUM_PERM, minhashes
 from verl.utils.clock import Clock, SystemClock
 
 
-class GuardConfigError(ConfigError):
+class GuardConfigError(TrainerConfigError):
     """Bad guard configuration; the message is one line naming the key or file and the fix."""
 
 

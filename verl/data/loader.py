@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 from verl.data.semantic_clusters import prompt_clusters
 
 
@@ -35,7 +35,7 @@ class PromptDataset(Dataset):
         self.source = source
         self.prompts = [str(r[prompt_key]) for r in _read_records(source, prompt_key)]
         if not self.prompts:
-            raise ConfigError(f"data.prompt_dataset '{source}' holds no prompts; give a non-empty JSONL/Parquet file")
+            raise TrainerConfigError(f"data.prompt_dataset '{source}' holds no prompts; give a non-empty JSONL/Parquet file")
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -52,7 +52,7 @@ def _read_records(source: str, prompt_key: str) -> list[dict[str, Any]]:
 
         table = pq.read_table(io.BytesIO(data))
         if prompt_key not in table.column_names:
-            raise ConfigError(f"data.prompt_dataset '{source}': no column '{prompt_key}'; set data.prompt_key")
+            raise TrainerConfigError(f"data.prompt_dataset '{source}': no column '{prompt_key}'; set data.prompt_key")
         return table.select([prompt_key]).to_pylist()
     records = []
     for lineno, line in enumerate(data.decode("utf-8").splitlines(), 1):
@@ -61,9 +61,9 @@ def _read_records(source: str, prompt_key: str) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            raise ConfigError(f"data.prompt_dataset '{source}' line {lineno}: not JSON; one object per line") from None
+            raise TrainerConfigError(f"data.prompt_dataset '{source}' line {lineno}: not JSON; one object per line") from None
         if not isinstance(record, dict) or prompt_key not in record:
-            raise ConfigError(f"data.prompt_dataset '{source}' line {lineno}: no '{prompt_key}' field; set data.prompt_key")
+            raise TrainerConfigError(f"data.prompt_dataset '{source}' line {lineno}: no '{prompt_key}' field; set data.prompt_key")
         records.append(record)
     return records
 
@@ -73,7 +73,7 @@ def _read_bytes(source: str) -> bytes:
         name = source.removeprefix("builtin:")
         ref = resources.files("verl.data").joinpath(f"{name}.jsonl")
         if not ref.is_file():
-            raise ConfigError(f"data.prompt_dataset '{source}': no such bundled dataset; try builtin:toy_prompts")
+            raise TrainerConfigError(f"data.prompt_dataset '{source}': no such bundled dataset; try builtin:toy_prompts")
         return ref.read_bytes()
     if "://" in source:
         import fsspec
@@ -82,10 +82,10 @@ def _read_bytes(source: str) -> bytes:
             with fsspec.open(source, "rb") as fh:
                 return fh.read()
         except (FileNotFoundError, ImportError, ValueError, OSError) as exc:
-            raise ConfigError(f"data.prompt_dataset '{source}': cannot open ({exc}); check the URL and fsspec backend") from None
+            raise TrainerConfigError(f"data.prompt_dataset '{source}': cannot open ({exc}); check the URL and fsspec backend") from None
     path = Path(source)
     if not path.is_file():
-        raise ConfigError(f"data.prompt_dataset file '{source}' not found; give a JSONL or Parquet path")
+        raise TrainerConfigError(f"data.prompt_dataset file '{source}' not found; give a JSONL or Parquet path")
     return path.read_bytes()
 
 
@@ -95,7 +95,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
     def __init__(self, n_items: int, batch_size: int, seed: int, shuffle: bool, rank: int, world_size: int,
                  start: int = 0) -> None:
         if batch_size % world_size:
-            raise ConfigError(f"data.batch_size {batch_size} must be divisible by the world size {world_size}")
+            raise TrainerConfigError(f"data.batch_size {batch_size} must be divisible by the world size {world_size}")
         self.n_items, self.batch_size, self.seed, self.shuffle = n_items, batch_size, seed, shuffle
         self.rank, self.world_size, self.start = rank, world_size, start
 
@@ -184,7 +184,7 @@ class RLDataLoader:
         self.batch_size = batch_size
         self.seed, self.shuffle, self.rank, self.world_size = seed, shuffle, rank, world_size
         if batch_size % world_size:
-            raise ConfigError(f"data.batch_size {batch_size} must be divisible by the world size {world_size}")
+            raise TrainerConfigError(f"data.batch_size {batch_size} must be divisible by the world size {world_size}")
         self.per_rank = batch_size // world_size
         self.loader_kwargs = {"num_workers": num_workers, "pin_memory": pin_memory,
                               "persistent_workers": persistent_workers and num_workers > 0}

@@ -35,11 +35,12 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
+from verl.models.reward import RewardModel
 from verl.utils.clock import Clock, SystemClock
 
 from .similarity import NUM_PERM, signatures
@@ -50,10 +51,6 @@ MIN_LATENCY_SAMPLES = 5
 """Ok calls seen before the deadline is derived from their latency (the first calls wait ``timeout_s``)."""
 LATENCY_WINDOW = 100
 """Ok calls whose latency the p95 is taken over."""
-
-
-class RewardModel(Protocol):
-    def score(self, texts: list[str]) -> list[float]: ...
 
 
 class CircuitState(IntEnum):

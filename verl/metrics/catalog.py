@@ -190,7 +190,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "verl_buffer_sample_age_seconds", "gauge", "Mean age of samples drawn from the rollout buffer.", (), _D,
         "seconds",
     ),
-    # --- issue 33: per-rank times (global rank 0 exports every rank's, gathered each step) ---
+    # --- per-rank times (global rank 0 exports every rank's, gathered each step) ---
     MetricSpec(
         "verl_rank_step_seconds", "gauge", "Wall time of the last step on each torchrun rank (node: its host).",
         ("rank", "node"), _F, "seconds",

@@ -20,10 +20,10 @@ from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 
 
-class PortInUseError(ConfigError):
+class PortInUseError(TrainerConfigError):
     """The metrics port is taken (or cannot be bound); the message names it and the fix."""
 
 

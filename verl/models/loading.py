@@ -19,7 +19,7 @@ from transformers import (
     GPT2Model,
 )
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 from verl.config.schema import TinyModelConfig
 from verl.models.tokenizer import ByteTokenizer
 from verl.utils.seeding import derive_seed
@@ -110,5 +110,5 @@ def model_label(model: str) -> str:
 
 def _local_dir(path: str, key: str) -> str:
     if not Path(path).is_dir():
-        raise ConfigError(f"{key}: model directory '{path}' not found; give a local HF model directory or 'tiny'")
+        raise TrainerConfigError(f"{key}: model directory '{path}' not found; give a local HF model directory or 'tiny'")
     return path

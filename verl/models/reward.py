@@ -16,7 +16,7 @@ from typing import Protocol
 
 import torch
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 
 
 class Scores(list):
@@ -49,7 +49,7 @@ RULES: dict[str, Callable[[str], float]] = {"lowercase": _lowercase_ratio, "leng
 class RuleReward:
     def __init__(self, name: str) -> None:
         if name not in RULES:
-            raise ConfigError(f"reward.path 'rule:{name}': unknown rule; use one of {', '.join(sorted(RULES))}")
+            raise TrainerConfigError(f"reward.path 'rule:{name}': unknown rule; use one of {', '.join(sorted(RULES))}")
         self.name = name
         self._rule = RULES[name]
 
@@ -69,7 +69,7 @@ class FunctionReward:
         try:
             func = getattr(importlib.import_module(module_name), func_name)
         except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"reward.path '{spec}': cannot import ({exc}); give module:function") from None
+            raise TrainerConfigError(f"reward.path '{spec}': cannot import ({exc}); give module:function") from None
         self._func = func
 
     def score(self, texts: Sequence[str]) -> list[float]:
@@ -108,6 +108,6 @@ def load_reward_model(path: str, device: str = "cpu", batch_size: int = 64) -> R
         return HFReward(path, device=device, batch_size=batch_size)
     if ":" in path and not path.startswith(("/", ".")):
         return FunctionReward(path)
-    raise ConfigError(
+    raise TrainerConfigError(
         f"reward.path '{path}': not a directory, rule:NAME or module:function; fix the path"
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 from verl.data.buffer import Rollout
 from verl.data.loader import PromptItem
 from verl.utils.clock import Clock
@@ -27,9 +27,9 @@ class VLLMRolloutEngine:
     def __init__(self, model_path: str, tokenizer: Any, response_length: int, max_prompt_length: int,
                  temperature: float, seed: int, clock: Clock) -> None:
         if vllm is None:
-            raise ConfigError("rollout.engine=vllm needs vLLM: pip install 'verl-ops[vllm]', or set rollout.engine=hf")
+            raise TrainerConfigError("rollout.engine=vllm needs vLLM: pip install 'verl-ops[vllm]', or set rollout.engine=hf")
         if model_path == "tiny":
-            raise ConfigError("rollout.engine=vllm needs actor.model to be a local HF directory, not 'tiny'")
+            raise TrainerConfigError("rollout.engine=vllm needs actor.model to be a local HF directory, not 'tiny'")
         self.llm = vllm.LLM(model=model_path, seed=seed)
         self.tokenizer = tokenizer
         self.response_length, self.max_prompt_length = response_length, max_prompt_length

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from verl.config import Config, ConfigError
+from verl.config import Config, TrainerConfigError
 from verl.models.loading import load_causal_lm, load_critic, load_tokenizer
 from verl.rollout import make_rollout_engine
 from verl.trainer import core_algos
@@ -107,7 +107,7 @@ def build_rollout(cfg: Config, models: PPOModels, clock: Clock, registry: Any) -
     """The in-process engine, or supervised worker processes when ``rollout_worker_num > 0`` (hf)."""
     if cfg.actor.strategy == "fsdp" and (cfg.rollout_worker_num > 0 or cfg.rollout.engine != "hf"):
         # both copy whole weights out of the actor, which an FSDP rank does not hold
-        raise ConfigError("actor.strategy=fsdp generates in-process with the hf engine only: set "
+        raise TrainerConfigError("actor.strategy=fsdp generates in-process with the hf engine only: set "
                           "rollout_worker_num=0 and rollout.engine=hf, or actor.strategy=ddp")
     if cfg.rollout_worker_num <= 0 or cfg.rollout.engine != "hf":
         engine = make_rollout_engine(cfg, models.actor, models.tokenizer, clock)

@@ -7,7 +7,7 @@ import hashlib
 import logging
 from typing import Any
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 from verl.trainer.build import PPOModels
 from verl.trainer.distributed import gather_objects
 from verl.trainer.fsdp import full
@@ -39,11 +39,11 @@ def load_trainer_state(parts: StepParts, state: dict[str, Any]) -> int:
     elif "fsdp" in (cfg.actor.strategy, cfg.critic.strategy):
         saved = state.get("batch_size", cfg.data.batch_size)
         if saved != cfg.data.batch_size:
-            raise ConfigError(f"data.batch_size {cfg.data.batch_size} differs from the checkpoint's {saved}: a "
+            raise TrainerConfigError(f"data.batch_size {cfg.data.batch_size} differs from the checkpoint's {saved}: a "
                               f"resharded resume keeps the global batch; set data.batch_size={saved}")
         local = resharded_rank_state(per_rank, ctx.rank, ctx.world_size, cfg.data.batch_size)
     else:
-        raise ConfigError(f"checkpoint state mismatch: saved by {len(per_rank)} ranks, this run has "
+        raise TrainerConfigError(f"checkpoint state mismatch: saved by {len(per_rank)} ranks, this run has "
                           f"{ctx.world_size}; relaunch with the same number of ranks (resharding a resume "
                           "needs actor.strategy=fsdp)")
     step = int(state["global_step"])

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl.config.errors import ConfigError
+from verl.config.errors import TrainerConfigError
 
 
 class CollectiveWaits:
@@ -89,13 +89,13 @@ def resolve_device(spec: str, ctx: DistContext, key: str) -> torch.device:
     if spec == "auto":
         return torch.device(f"cuda:{ctx.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"config key '{key}' is '{spec}' but no CUDA device is available; use cpu or auto")
+        raise TrainerConfigError(f"config key '{key}' is '{spec}' but no CUDA device is available; use cpu or auto")
     if spec == "cuda":
         return torch.device(f"cuda:{ctx.local_rank}")
     try:
         return torch.device(spec)
     except RuntimeError:
-        raise ConfigError(f"config key '{key}': '{spec}' is not a device; use auto, cpu, cuda or cuda:N") from None
+        raise TrainerConfigError(f"config key '{key}': '{spec}' is not a device; use auto, cpu, cuda or cuda:N") from None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from verl.config import ConfigError
+from verl.config import TrainerConfigError
 
 BLOCK_LISTS = ("h", "layers", "blocks")  # GPT-2 transformer.h; Llama/Qwen/Mistral model.layers
 
@@ -55,7 +55,7 @@ def shard(model: nn.Module, mesh: DeviceMesh, precision: MixedPrecisionPolicy, k
     """``fully_shard`` each transformer block, then the root; returns the same (now FSDP) module."""
     blocks = transformer_blocks(model)
     if not blocks:
-        raise ConfigError(f"{key}=fsdp: the model has no transformer block list ({'/'.join(BLOCK_LISTS)}) to "
+        raise TrainerConfigError(f"{key}=fsdp: the model has no transformer block list ({'/'.join(BLOCK_LISTS)}) to "
                           "shard; use ddp for it")
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=precision)

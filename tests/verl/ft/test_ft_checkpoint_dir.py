@@ -179,11 +179,11 @@ def test_a_really_full_disk_leaves_no_partial_files_and_a_save_succeeds_once_spa
 
 def test_the_in_memory_tier_refuses_fsdp_with_one_line(tmp_path: Path) -> None:
     from verl.checkpoint import make_checkpointer
-    from verl.config import ConfigError, load_config
+    from verl.config import TrainerConfigError, load_config
     from verl.utils.clock import SystemClock
 
     cfg = load_config("ppo_tiny", ["actor.strategy=fsdp", "checkpoint.memory_interval=1"])
-    with pytest.raises(ConfigError, match="checkpoint.memory_interval needs actor.strategy=ddp") as refused:
+    with pytest.raises(TrainerConfigError, match="checkpoint.memory_interval needs actor.strategy=ddp") as refused:
         make_checkpointer(cfg, tmp_path, SystemClock())
     assert "\n" not in str(refused.value)
     ddp = make_checkpointer(load_config("ppo_tiny", []), tmp_path, SystemClock())

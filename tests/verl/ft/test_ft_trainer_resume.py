@@ -1,5 +1,5 @@
 """The checkpoint hook inside the real trainer: SIGKILL + resume ends bit-identical to an uninterrupted
-run, and a tampered checkpoint refuses the resume with a one-line ``ConfigError`` (exit 2 in the CLI)."""
+run, and a tampered checkpoint refuses the resume with a one-line ``TrainerConfigError`` (exit 2 in the CLI)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from verl.checkpoint import CheckpointError, make_checkpointer
 from verl.cli.ckpt import main as ckpt_main
-from verl.config import ConfigError, load_config
+from verl.config import TrainerConfigError, load_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 ARGS = ["--config", "ppo_tiny", "trainer.total_steps=8", "checkpoint.interval=3"]
@@ -55,7 +55,7 @@ def test_sigkill_resume_is_exact_and_tampering_is_refused(tmp_path: Path, capsys
     meta_path.write_text(json.dumps(meta))
     hook = make_checkpointer(load_config("ppo_tiny", []), tmp_path / "killed", clock=None)
     trainer = SimpleNamespace(actor=None, critic=None, actor_optim=None, critic_optim=None)  # refused before use
-    with pytest.raises(ConfigError, match="mismatch") as info:
+    with pytest.raises(TrainerConfigError, match="mismatch") as info:
         hook.resume(trainer)
     assert isinstance(info.value, CheckpointError) and "global_step_8/meta.json" in str(info.value)
     assert "\n" not in str(info.value)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl.integration.test_it_exact_resume import ROOT, kill_when, start
+from tests.verl.integration.exact_resume_chain import ROOT, kill_when, start
 from verl.checkpoint import layout, verify
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl.integration.test_it_exact_resume import ROOT, command, digest, finish, prompts, start
+from tests.verl.integration.exact_resume_chain import ROOT, command, digest, finish, prompts, start
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distributed is disabled")]
 

@@ -101,11 +101,11 @@ def test_trainer_api_resume_is_strict_unless_resume_or_start(tmp_path: Path) -> 
     """``RLTrainer.train(resume_from_checkpoint=True)`` itself refuses to start over (not only the CLI)."""
     from types import SimpleNamespace
 
-    from verl.config import ConfigError
+    from verl.config import TrainerConfigError
     from verl.trainer.ppo_trainer import RLTrainer
 
     (tmp_path / "global_step_4").mkdir()  # a dir without its marker
     fake = SimpleNamespace(checkpointer=SimpleNamespace(resume=lambda trainer: None), checkpoint_dir=tmp_path)
-    with pytest.raises(ConfigError, match=r"no complete checkpoint in .*1 global_step_\* dir\(s\) there lack"):
+    with pytest.raises(TrainerConfigError, match=r"no complete checkpoint in .*1 global_step_\* dir\(s\) there lack"):
         RLTrainer._resume(fake)
     RLTrainer._resume(fake, start_if_missing=True)  # a fresh start, logged

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verl.integration.test_it_exact_resume import command, digest, finish, prompts, start
+from tests.verl.integration.exact_resume_chain import command, digest, finish, prompts, start
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 

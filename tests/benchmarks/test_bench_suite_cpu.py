@@ -1,0 +1,56 @@
+"""benchmarks/suite_cpu.py: the plugin counts a test's own CPU and its reaped children's, and the summary
+ranks files by CPU; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.suite_cpu import main, summarise
+
+ROOT = Path(__file__).resolve().parents[2]
+BUSY_CHILD = """
+import subprocess, sys
+
+
+def test_spends_in_a_child():
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+
+
+def test_idles():
+    pass
+"""
+
+
+def test_the_plugin_counts_a_reaped_child_and_the_summary_ranks_files(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "test_busy.py").write_text(BUSY_CHILD)
+    profile = tmp_path / "cpu.jsonl"
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "benchmarks.suite_cpu", "-p", "no:cacheprovider",
+                          str(tmp_path / "test_busy.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "CPU_PROFILE": str(profile), "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {r["id"].split("::")[1]: r for r in map(json.loads, profile.read_text().splitlines())}
+    assert rows["test_spends_in_a_child"]["children"] > 0.05 > rows["test_idles"]["children"]
+    assert main([str(profile), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["tests"] == 2 and summary["files"][0]["children_s"] >= 0.1
+
+
+def test_summary_ranks_by_cpu_and_bad_input_is_one_line_exit_2(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{"id": "a.py::t1", "self": 1.0, "children": 0.0, "wall": 5.0},
+            {"id": "b.py::t1", "self": 0.5, "children": 3.0, "wall": 9.0},
+            {"id": "a.py::t2", "self": 1.0, "children": 0.0, "wall": 1.0}]
+    assert [f["file"] for f in summarise(rows)["files"]] == ["b.py", "a.py"]
+    assert summarise(rows)["cpu_s"] == 5.5
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"no": "id"}\n')
+    assert main([str(bad)]) == 2 and main([str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "not this plugin's output" in err[0] and "no such file" in err[1]

@@ -8,8 +8,3 @@ from __future__ import annotations
 
 class MonitorConfigError(ValueError):
     """One line naming the key and the fix."""
-
-
-# The old name, kept only for the two modules another branch is rewriting (rules, signals); new code names
-# MonitorConfigError, and the alias goes once those branches have merged.
-ConfigError = MonitorConfigError

@@ -44,7 +44,7 @@ from monitor import durations
 from monitor.detectors import registry
 from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.work import WorkLog
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.selectors import Selector, SelectorError, parse_selector
 
 DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
@@ -55,7 +55,7 @@ _RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "keep_
 _TEMPLATES = SandboxedEnvironment(autoescape=False)
 
 
-class RuleError(ConfigError):
+class RuleError(MonitorConfigError):
     """One line naming the file, the rule and the key, and what to write instead."""
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from alerting.model import SEVERITIES
 from alerting.safe_config import load_yaml_file
-from monitor.errors import ConfigError
+from monitor.errors import MonitorConfigError
 from monitor.sources.verl_keys import map_key
 
 PATH = Path(__file__).parent / "rules" / "signals.yaml"
@@ -29,7 +29,7 @@ TRENDS = {"up", "down", "none"}
 MIN_TREND_RATIO = 4.0
 
 
-class SignalCatalogueError(ConfigError):
+class SignalCatalogueError(MonitorConfigError):
     """One line naming the catalogue file, the entry and the key to fix."""
 
 

@@ -7,7 +7,7 @@ samples (``steps: {window: 24}``); the detector then runs with ``max(seconds, st
 where the interval is the median of the series' last sample intervals. At scrape cadence the seconds
 win and nothing changes; at step cadence the steps do.
 
-``per_step: true`` (issue 22, rules on a per-step log only): the seconds are only the start-up guess; once
+``per_step: true`` (rules on a per-step log only): the seconds are only the start-up guess; once
 the interval is known every scaled parameter is ``steps x interval x _REBUILD_RATIO`` -- the same rule
 then holds at 1 s and at 15 min per step, and since the detector is re-sized whenever the interval moves
 by more than ``_REBUILD_RATIO`` (verl's step time grows with the response length), a window of N steps

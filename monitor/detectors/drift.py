@@ -49,7 +49,7 @@ class TrendDriftDetector(Detector):
       the far tail); the noise-relative floor is what keeps a stationary series quiet for days;
     - persistence: the above holds for ``persistence`` consecutive evaluations.
 
-    The drift must not hide itself (issue 22): the long-run noise is learnt only from samples seen while
+    The drift must not hide itself: the long-run noise is learnt only from samples seen while
     the last test found no trend (``p >= alpha``), so a drift cannot inflate the noise it is measured
     against; and once firing, the alert holds while the trend does (hysteresis: ``p < keep_alpha``, the
     slope still in ``direction`` and half the effect floors), so a drift that is still climbing does not

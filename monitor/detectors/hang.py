@@ -1,4 +1,4 @@
-"""Hangs (issue 32): a training step running far past the run's own step time."""
+"""Hangs: a training step running far past the run's own step time."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ class LeakDetector(Detector):
        sampled floor can tell from a leak.
     5. Persistence: 1-4 hold for ``persistence`` consecutive evaluations.
 
-    6. Work (``work``, a rule's ``explain_by:``; for a *peak* series only, issue 32): the test runs on the
+    6. Work (``work``, a rule's ``explain_by:``; for a *peak* series only): the test runs on the
        peak's rise at the steps whose work set no new high (monitor/detectors/work.py) -- a peak that
        ratchets while the run warms up or while its responses grow rises with its work and is no leak;
        a leak lifts it at steps that did no more work than before. And at least

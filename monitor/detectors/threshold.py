@@ -73,7 +73,7 @@ class FluctuationDetector(Detector):
     def __init__(self, window: float = 60.0, min_relative: float = 0.05, min_samples: int = 3,
                  below: bool = False) -> None:
         # below: the opposite question, "has it stayed flat" (swing <= min_relative over a full window):
-        # verl's response_length/max pinned at the configured cap step after step (issue 32)
+        # verl's response_length/max pinned at the configured cap step after step
         self.window_s, self.min_relative, self.min_samples, self.below = window, min_relative, min_samples, below
         self.reset()
 

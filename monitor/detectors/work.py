@@ -1,4 +1,4 @@
-"""The work a training step did (issue 32): when it set a new high, a memory peak may rise with it.
+"""The work a training step did: when it set a new high, a memory peak may rise with it.
 
 ``torch.cuda.max_memory_allocated`` (verl's ``perf/max_memory_allocated_gb``, ``actor/perf/*``,
 ``critic/perf/*``) is a process-lifetime peak: it rises whenever a batch needs more memory than every

@@ -1,4 +1,4 @@
-"""volcengine verl's checkpoint directory (``trainer.default_local_dir``) beside its JSONL log (issue 33.5).
+"""volcengine verl's checkpoint directory (``trainer.default_local_dir``) beside its JSONL log.
 
 verl's layout, read from the 0.9.1 wheel (``trainer/ppo/ray_trainer.py`` and ``trainer/ppo/v1/trainer_base.py``
 ``_save_checkpoint``, ``utils/checkpoint/*_checkpoint_manager.py``; nothing copied):
@@ -108,7 +108,7 @@ def finish_time(step_dir: str) -> float | None:
 
 def _read_tracker(root: str, scan: DirScan) -> None:
     try:
-        # O_NONBLOCK: a FIFO planted as the tracker must not block the read (issue 36); refused below
+        # O_NONBLOCK: a FIFO planted as the tracker must not block the read; refused below
         fd = os.open(os.path.join(root, TRACKER), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)

@@ -4,7 +4,7 @@ verl writes ``{"step": N, "data": {...}}`` per line (flat ``{key: value}`` lines
 no timestamp; it opens the file with ``"w"`` (truncated on every restart); 0.6-0.7 write through
 Python's text buffer (8 KB bursts, NaN as ``NaN``), 0.8+ unbuffered with orjson (NaN as ``null``).
 
-Guarantees (issue 12.5, 14.2):
+Guarantees:
 
 - *Every record keeps its own sample.* Its time is its own ``timestamp``/``_timestamp``/``time`` field
   when it has one (NaN/Inf rejected and counted ``nonfinite_timestamp``); otherwise it is reconstructed
@@ -22,7 +22,7 @@ Guarantees (issue 12.5, 14.2):
   for its newline; a line glued to a crashed writer's fragment is recovered from its own ``{``.
 - *The offset survives restarts*: an ``OffsetStore`` (the daemon's is ``jsonl-offsets.json`` next to its
   state_db) keeps dev/inode, offset, head bytes and the last record time per path.
-- *No blind window after a restart* (issue 22): a tail that resumes a saved offset first re-reads the
+- *No blind window after a restart*: a tail that resumes a saved offset first re-reads the
   records before it (at most ``HISTORY_RECORDS`` / ``HISTORY_BYTES``), timed backwards from the saved
   last record time by their timers, and returns them with the first poll, so the detectors judge the
   first new record with the windows they had (the non-finite step counter is replayed flat: a NaN step
@@ -30,7 +30,7 @@ Guarantees (issue 12.5, 14.2):
 - ``null``/NaN/Inf values are counted (``nonfinite_value``); a record with one in an ``actor/*`` or
   ``critic/*`` key counts as a non-finite step: ``verl_nonfinite_steps_total`` feeds NonFiniteGradients.
 
-- *Bounded* (issue 36): the path is opened non-blocking and must be a regular file (a FIFO is refused,
+- *Bounded*: the path is opened non-blocking and must be a regular file (a FIFO is refused,
   the source marked down by name: ``problem``); a poll reads at most ``read_limit`` bytes (the backlog
   continues on the next poll), and a line longer than ``MAX_LINE_BYTES`` is skipped to its newline,
   counted ``line_too_long`` once, so memory stays bounded whatever the file holds.
@@ -401,7 +401,7 @@ class JsonlTail:
         if self._ino is not None:
             batch.samples.extend(self.liveness.end_samples(now, with_node({"job": JOB}, self.node)))
         running = self.liveness.running(now, self._t_last) if self._ino is not None else None
-        if running is not None:  # TrainingStalled's hang rule (issue 32): how long the current step runs
+        if running is not None:  # TrainingStalled's hang rule: how long the current step runs
             self._progress_t = running_step(batch.samples, with_node({"job": JOB}, self.node),
                                             [*self._step_ends, self._t_last], running, now, self._progress_t,
                                             self.gaps)

@@ -8,7 +8,7 @@ Read from verl's source (releases 0.6.0, 0.7.0 and main at 0.8.0.dev; nothing co
 - ``verl/trainer/ppo/ray_trainer.py``: ``actor/reward_kl_penalty`` (KL to the reference when the KL is in
   the reward, ``algorithm.use_kl_in_reward``) and ``actor/reward_kl_penalty_coeff`` (the controller's
   beta, ``algorithm.kl_ctrl.kl_coef``); ``training/global_step``. Which timers run *outside* the
-  ``step`` timer (read from the 0.6.0, 0.7.0, 0.8.0 and 0.9.1 wheels, issue 22): in 0.6 and 0.7
+  ``step`` timer (read from the 0.6.0, 0.7.0, 0.8.0 and 0.9.1 wheels): in 0.6 and 0.7
   ``testing`` and ``save_checkpoint`` both follow the ``with marked_timer("step")`` block; from 0.8 on
   ``save_checkpoint`` moved inside it (0.8.0 and 0.9.1 ``RayPPOTrainer.fit``, and 0.9.1's default v1
   trainer, ``trainer.use_v1: true``) and only ``testing`` (and the profiler's ``start_profile`` /
@@ -128,7 +128,7 @@ class Mapped:
     factor: float
 
 
-# Reward hacking (issue 32) is the training score pulling away from a validation score: on each record that
+# Reward hacking is the training score pulling away from a validation score: on each record that
 # carries validation (every trainer.test_freq steps) the source derives their gap, one series per validation
 # mean (val-core's mean@N, best@N/mean, maj@N/mean and val-aux's lower-N ones; not std@N or num_turns)
 GAP_PREFIX = "train-minus/"
@@ -157,7 +157,7 @@ def map_key(key: str) -> Mapped | None:
         return Mapped("verl_train_validation_gap", {"metric": key[len(GAP_PREFIX):]}, 1.0)
     if key.startswith(("val-core/", "val-aux/")):
         # validation, every trainer.test_freq steps (the trainer's _val_metrics_update): one series per key,
-        # told apart by a label so each is its own alert (issue 32)
+        # told apart by a label so each is its own alert
         return Mapped("verl_validation_metric", {"metric": key}, 1.0)
     if key.startswith("timing_s/"):
         stage = key[len("timing_s/"):]

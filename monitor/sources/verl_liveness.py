@@ -1,5 +1,5 @@
 """Liveness of the run behind a verl JSONL log (TrainerDown) and how long its current step has been
-running (TrainingStalled's hang rule, issue 32), both fed by ``JsonlTail`` (monitor/sources/verl_jsonl.py)."""
+running (TrainingStalled's hang rule), both fed by ``JsonlTail`` (monitor/sources/verl_jsonl.py)."""
 
 from __future__ import annotations
 

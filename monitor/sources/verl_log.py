@@ -26,7 +26,7 @@ class VerlLogSource:
         tail.liveness = RunLiveness(cfg.total_steps, cfg.down_after, cfg.down_after_steps,
                                     writer_open=lambda: writer_holds(tail.path))
         self.tail, self.export = tail, export
-        # verl's checkpoint directory, judged against the log's steps (issue 33.5)
+        # verl's checkpoint directory, judged against the log's steps
         self.checkpoints = CheckpointWatch(cfg.checkpoint_dir, cfg.node) if cfg.checkpoint_dir else None
         self.name = self.metric = f"jsonl:{tail.path.name}"
         self.interval, self.budget, self.offset, self.wait_after = 1.0, 1.0, 0.0, True
@@ -44,7 +44,7 @@ class VerlLogSource:
     def _read(self, now: float) -> SourceBatch:
         """Every file read of a round (the log, the checkpoint directory), in the reader's worker thread."""
         batch = self.tail.poll(now)
-        seqlen_imbalance(batch)  # verl's own per-dp-rank load record -> one ratio (issue 33.6)
+        seqlen_imbalance(batch)  # verl's own per-dp-rank load record -> one ratio
         if self.checkpoints is not None:
             self.checkpoints.observe_log(batch.samples)
             self.checkpoints.poll(now, batch)

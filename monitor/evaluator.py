@@ -73,6 +73,7 @@ class Candidate:
 
 
 STALE_INTERVALS = 3.0
+LONG_GAP_MARGIN = 1.5
 EVICT_INTERVALS = 10.0
 _UNBOUND: tuple[Binding, ...] = ()  # bindings of a series no rule matches
 _FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
@@ -278,8 +279,11 @@ class Evaluator:
         # for 3 of its own intervals (a 12-min step must not resolve the alert between two records) -- or as
         # long as its rule holds a cleared condition (keep_firing_for_steps): verl 0.6/0.7 write through an
         # 8 KB buffer, so a PPO log delivers ~3 records at once, and an alert held in steps resolved and
-        # paged again at every burst
-        horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval())
+        # paged again at every burst -- or, once the series has come back after a longer gap, past
+        # LONG_GAP_MARGIN of that gap: a run whose collapse made its steps 150 s validates and saves in 723-s
+        # steps, and a held collapse resolved and paged again at each of them
+        horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval(),
+                      LONG_GAP_MARGIN * b.series.longest_gap())
         return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
 
     def _joint_since(self, b: Binding, now: float) -> float | None:

@@ -23,6 +23,8 @@ CHUNK = 64  # samples per compressed chunk: a longer history is sealed chunks be
 # last value need 17 samples; nothing else reads its history (the HTTP API serves no series data).
 UNREAD_HISTORY = 20
 HEAD_MIN = 16  # a new head's room; it doubles up to CHUNK
+# longest_gap() forgets a long gap not seen again within this many samples (verl validates every 5-50 steps)
+LONG_GAP_SAMPLES = 64
 TAIL = 17  # times of a sealed head kept raw: interval() reads the last 17 samples, all of them may be sealed
 YOUNG_EVICT_INTERVALS = 10.0  # a series with no cadence of its own yet lives this many of its source's intervals
 
@@ -44,7 +46,8 @@ class Series:
     reads the store)."""
 
     __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "_chunks", "last_t", "last_v",
-                 "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail")
+                 "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail", "_long_gap",
+                 "_long_gap_age")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
                  key: SeriesKey | None = None) -> None:
@@ -68,6 +71,8 @@ class Series:
         self._interval = 0.0
         self._interval_at = -math.inf
         self._tail: bytes | None = None  # the last TAIL times of the newest sealed chunk
+        self._long_gap = 0.0   # the longest gap between two samples of about the last LONG_GAP_SAMPLES
+        self._long_gap_age = 0
 
     @property
     def labels(self) -> dict[str, str]:
@@ -139,6 +144,13 @@ class Series:
         self._interval_at = self.last_t
         return self._interval
 
+    def longest_gap(self) -> float:
+        """The longest gap after which this series came back, among about its last ``LONG_GAP_SAMPLES``
+        samples (kept as they arrive, O(1): a window re-read per active alert per tick would cost what
+        chunked history saves). A per-step log's validation and checkpoint steps run several of its
+        median steps; a finding must not go stale across the next one (see the evaluator's horizon)."""
+        return self._long_gap
+
     def first_gaps(self) -> float:
         """The mean gap between the samples of a series too young for ``interval`` (0.0 with one): a
         lower bound on its cadence, known from its second sample."""
@@ -173,6 +185,10 @@ class Series:
                 if (len(sealed) - 1) * CHUNK >= self._capacity:
                     del sealed[0]
             self._n = n
+        gap = t - self.last_t
+        self._long_gap_age += 1
+        if math.isfinite(gap) and (gap >= self._long_gap or self._long_gap_age > LONG_GAP_SAMPLES):
+            self._long_gap, self._long_gap_age = gap, 0
         self.last_t, self.last_v = t, value
         if t > self.seen:
             self.seen = t

@@ -150,6 +150,23 @@ def test_response_length_collapse_pages_within_fifteen_steps() -> None:
     assert hits and onset < _step_of(t, hits[0]) <= onset + 15
 
 
+def test_a_held_collapse_stays_one_page_across_validation_steps() -> None:
+    """Collapsed responses make steps short (150 s) while every 20th step validates and saves (723 s,
+    ~5 of them): the finding must stay fresh across those steps, not resolve and page again at each."""
+    rng = np.random.default_rng(8)
+    n, onset = 190, 90
+    k = np.arange(n)
+    step_s = np.where((k + 1) % 20 == 0, 723.0, 150.0)
+    t = T0 + np.cumsum(step_s)
+    length = np.where(k < onset, 62.0, 62.0 * (2.6 / 62.0) ** np.clip((k - onset) / 60, 0, 1)) + rng.normal(0, 1, n)
+    polls = np.arange(T0, t[-1], 60.0)  # the live tail polls between records: the evaluation ticks there
+    records = run([_col("response_length/mean", t, np.maximum(length, 1.0)),
+                   ("replay_poll", {"node": "gpu-08"}, polls, np.zeros(polls.size))])
+    events = [r["status"] for r in records if r["kind"] == "alert"
+              and r["labels"]["alertname"] == "ResponseLengthCollapse"]
+    assert events[:1] == ["firing"] and events.count("firing") == 1, events
+
+
 def test_entropy_slow_collapse_at_eight_minute_steps_pages() -> None:
     rng = np.random.default_rng(6)
     n, onset = 200, 80

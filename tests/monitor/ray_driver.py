@@ -2,7 +2,8 @@
 
 Started with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (Ray's single-machine mode: every component on
 127.0.0.1) and the environment the test gives it (``RAY_AUTH_TOKEN``, the memory monitor's threshold).
-Prints one JSON line ``{"dashboard_url": ..., "temp_dir": ...}``, then obeys one command per stdin line:
+Answers on the pipe ``RAY_DRIVER_ANSWER_FD`` names (Ray's own components write to stdout): one JSON line
+``{"dashboard_url": ..., "temp_dir": ...}``, then obeys one command per stdin line:
 
 - ``exit``: a ``RolloutWorker`` actor calls ``sys.exit(3)``;
 - ``oom``: a ``RolloutWorker`` allocates 64 MB every 50 ms until Ray's memory monitor kills it (a real
@@ -41,13 +42,14 @@ class RolloutWorker:
 
 def main() -> None:
     temp_dir = sys.argv[1]
+    answers = os.fdopen(int(os.environ["RAY_DRIVER_ANSWER_FD"]), "w", buffering=1)
     ctx = ray.init(num_cpus=1, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=0,
                    _temp_dir=temp_dir, log_to_driver=False, configure_logging=False)
-    print(json.dumps({"dashboard_url": "http://" + ctx.dashboard_url, "temp_dir": temp_dir}), flush=True)
+    print(json.dumps({"dashboard_url": "http://" + ctx.dashboard_url, "temp_dir": temp_dir}), file=answers, flush=True)
     for line in sys.stdin:
         cmd = line.strip()
         worker = RolloutWorker.remote()
-        pid = ray.get(worker.pid.remote())
+        pid = ray.get(worker.pid.remote(), timeout=120)
         try:
             if cmd == "exit":
                 ray.get(worker.exit.remote())
@@ -58,7 +60,7 @@ def main() -> None:
                 time.sleep(1.0)
         except Exception as exc:  # noqa: BLE001 - the death is the point
             print(f"# {cmd}: {type(exc).__name__}", file=sys.stderr, flush=True)
-        print(f"done {cmd} {pid}", flush=True)
+        print(f"done {cmd} {pid}", file=answers, flush=True)
     ray.shutdown()
 
 

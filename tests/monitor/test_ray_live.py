@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -49,24 +50,37 @@ def ray_cluster():
            "RAY_memory_usage_threshold": f"{min(0.95, _used_fraction() + 0.08):.3f}",
            "RAY_memory_monitor_refresh_ms": "100", "RAY_USAGE_STATS_ENABLED": "0"}
     log = Path(temp) / "driver.log"
-    proc = subprocess.Popen([sys.executable, str(DRIVER), temp], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=log.open("w"), text=True, env=env)
+    # the driver answers on a pipe of its own: Ray's components write to the driver's stdout too, once
+    # without a newline, which glued "done exit <pid>" onto Ray's line and left the test waiting for ever
+    answers_r, answers_w = os.pipe()
+    env["RAY_DRIVER_ANSWER_FD"] = str(answers_w)
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, str(DRIVER), temp], stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env, pass_fds=(answers_w,))
+    os.close(answers_w)
+    pending = b""
+
+    def answer(what: str, timeout_s: float = 240.0) -> str:
+        nonlocal pending
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in pending:
+            left = deadline - time.monotonic()
+            assert left > 0, f"the Ray driver gave no answer to {what} in {timeout_s:.0f} s: {log.read_text()[-2000:]}"
+            if select.select([answers_r], [], [], left)[0]:
+                chunk = os.read(answers_r, 65536)
+                assert chunk, f"the Ray driver ended during {what}: {log.read_text()[-2000:]}"
+                pending += chunk
+        line, _, pending = pending.partition(b"\n")
+        return line.decode()
+
     try:
-        first = ""
-        while not first.startswith("{"):
-            first = proc.stdout.readline()  # type: ignore[union-attr]
-            assert first, "the Ray driver ended before Ray started"
-        info = json.loads(first)
+        info = json.loads(answer("start"))
         info["token"] = token
 
         def do(cmd: str) -> int:
             proc.stdin.write(cmd + "\n")  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]
-            done: list[str] = []
-            while done[:1] != ["done"]:  # Ray writes its own lines (raylet warnings) to the driver's stdout
-                line = proc.stdout.readline()  # type: ignore[union-attr]
-                assert line, f"the Ray driver ended during {cmd}: {log.read_text()[-2000:]}"
-                done = line.split()
+            done = answer(cmd).split()
             assert done[:2] == ["done", cmd], done
             return int(done[2])
         info["do"] = do
@@ -78,6 +92,7 @@ def ray_cluster():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        os.close(answers_r)
         shutil.rmtree(temp, ignore_errors=True)
 
 

@@ -70,10 +70,15 @@ def test_pruning_keeps_a_firing_alerts_newest_row_and_nothing_past_the_place() -
     assert sorted(log.current()) == sorted(a.fingerprint for a in (alert("Long"), alert("Late")))
 
 
+def _engine(tmp_path: Path, clock: SimulatedClock) -> AlertEngine:
+    """An engine whose one receiver is a webhook nobody listens on: what it pages is read from its outbox."""
+    return AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
+                       tmp_path / "alerting.db", clock)
+
+
 def test_a_backlog_longer_than_one_read_is_taken_in_one_take(tmp_path: Path) -> None:
     log = TransitionLog.in_memory()
-    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
-                         tmp_path / "alerting.db", SimulatedClock(T0))
+    engine = _engine(tmp_path, SimulatedClock(T0))
     try:
         engine.follow(log)
         write(log, *(alert("A", node=f"n{i}") for i in range(translog.READ_BATCH * 2 + 5)))
@@ -131,8 +136,7 @@ def test_a_state_db_restored_from_an_older_copy_is_noticed_at_start_and_new_aler
 def test_a_log_pruned_and_its_ids_reset_while_running_is_noticed_and_nothing_is_lost(tmp_path: Path) -> None:
     clock = SimulatedClock(T0)
     log = _state_db(tmp_path / "state.db")
-    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
-                         tmp_path / "alerting.db", clock)
+    engine = _engine(tmp_path, clock)
     try:
         engine.follow(log)
         write(log, alert("A"), alert("A", status="resolved"), alert("B"), alert("B", status="resolved"))
@@ -152,8 +156,7 @@ def test_a_log_pruned_and_its_ids_reset_while_running_is_noticed_and_nothing_is_
 def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it_are_taken(tmp_path: Path) -> None:
     clock = SimulatedClock(T0)
     log = _state_db(tmp_path / "state.db")
-    engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
-                         tmp_path / "alerting.db", clock)
+    engine = _engine(tmp_path, clock)
     try:
         engine.follow(log)
         assert engine.catch_up() == 0 and engine.cursor.at == 0
@@ -171,8 +174,7 @@ def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it
         assert any(e.startswith("transition log: row 3 does not parse") for e in engine.health.events())
         assert _paged(engine, clock) == {"Before", "After"}
         engine.close()
-        engine = AlertEngine(make_config([{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}]),
-                             tmp_path / "alerting.db", clock)
+        engine = _engine(tmp_path, clock)
         engine.follow(log)  # a restart restores from the log with the bad rows in it
         assert {a["labels"]["alertname"] for a in engine.alerts()} >= {"Before", "After"}
     finally:

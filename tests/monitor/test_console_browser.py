@@ -9,38 +9,27 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
+import headless_chromium
 import httpx
 import pytest
 import yaml
 from monitor_http import RunningDaemon, Targets, wait_for
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 TOKEN = "s3cret-console"
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'">'
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not (os.access(CHROMIUM, os.X_OK) and os.access(DRIVER, os.X_OK)),
-                       reason="Debian's chromium and chromium-driver are not installed (make promtool installs them)"),
+    pytest.mark.skipif(not headless_chromium.INSTALLED, reason=headless_chromium.NOT_INSTALLED),
 ]
 
 
 @pytest.fixture
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1360,900", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=DRIVER), options=opts)
-    driver.set_page_load_timeout(30)
+    pytest.importorskip("selenium.webdriver")
+    driver = headless_chromium.start(1360, 900, page_load_timeout_s=30)
     yield driver
     driver.quit()
 

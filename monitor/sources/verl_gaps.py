@@ -121,7 +121,6 @@ class ExpectedGaps:
         typical = statistics.median(self._steps) if self._steps else 0.0
         return total + (max(self.unknown_s, 2.0 * typical) if unknown else 0.0)
 
-
     def collective_left(self, elapsed: float, extra: float) -> float | None:
         """Seconds the running step (``elapsed`` in, due ``extra`` s of validation/save) has before NCCL's
         watchdog aborts a collective hung since the step began -- the job dies then, its stacks with it.

@@ -1,6 +1,6 @@
 """The measured evidence a diagnosis reads, as data: captured by the monitor where the series are and
-handed forward with the alert transitions (``AlertSink.catch_up(evidence)``, ``alerting.sink``), so alerting
-never reads the monitor's store or its API.
+written by the monitor's alert book into the transition log (``alerting.translog``, ``to_record``) in the
+same transaction as the transitions it explains, so alerting never reads the monitor's store or its API.
 
 ``Evidence`` holds copies of the recent windows of the series the diagnosis procedures name
 (``alerting.procedures.EVIDENCE_SERIES``) on the nodes of the firing alerts, the NaN/Inf sample times the
@@ -15,8 +15,10 @@ updated one (``readings`` gives all of them).
 
 from __future__ import annotations
 
+import base64
+import json
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -227,3 +229,34 @@ class Evidence:
                 return NonFinite(name, dict(nf.labels), len(recent), recent[0], recent[-1])
         return None
 
+
+
+def _floats(a: Any) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, dtype="<f8").tobytes()).decode("ascii")
+
+
+def _array(text: Any) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(str(text), validate=True), dtype="<f8").copy()
+
+
+def to_record(ev: Evidence) -> str:
+    """``ev`` as one row of the transition log (arrays as raw float64: a JSON list of 50 000 floats
+    costs ~10x the time to write and read back)."""
+    return json.dumps({"taken_at": ev.taken_at, "config": ev.config,
+                       "series": [[s.name, s.labels, _floats(s.t), _floats(s.v)] for s in ev.series],
+                       "nonfinite": [[n.name, n.labels, list(n.times)] for n in ev.nonfinite_times]})
+
+
+def from_record(record: Any) -> Evidence:
+    """The evidence a row holds; ValueError/TypeError/KeyError when it does not parse (a row edited by hand)."""
+    doc = json.loads(record)
+    series = []
+    for name, labels, t, v in doc["series"]:
+        ts, vs = _array(t), _array(v)
+        if ts.size != vs.size:
+            raise ValueError(f"series {name}: {ts.size} times, {vs.size} values")
+        series.append(SeriesWindow(str(name), {str(k): str(x) for k, x in dict(labels).items()}, ts, vs))
+    bad = tuple(NonFiniteTimes(str(name), {str(k): str(x) for k, x in dict(labels).items()},
+                               tuple(float(t) for t in times)) for name, labels, times in doc["nonfinite"])
+    config = {str(n): {str(k): str(x) for k, x in dict(i).items()} for n, i in dict(doc["config"]).items()}
+    return Evidence(float(doc["taken_at"]), tuple(series), bad, config)

@@ -158,19 +158,23 @@ class AlertEngine(EngineViews):
         """Take transitions from ``log`` (the monitor's) from now on, from the cursor saved for it; its
         evidence from the next snapshot on (one from before a restart describes another moment)."""
         with self.lock:
-            self.log.unsubscribe(self._committed)  # a log followed before: no longer
+            self._subscribe(None)  # a log followed before: no longer
             self.log = log.reader()
             self._evidence_at = self.log.evidence_head()
             self.log_health.follow(self.log)
             self._reload()
-        log.subscribe(self._committed)
+            self._subscribe(self._timer is not None)
+
+    def _subscribe(self, threaded: bool | None) -> None:
+        """What a commit to the followed log runs on the writer's thread: started, only the timer thread's
+        event is set (no engine code, lock or read there); on simulated time, ``_committed``; None: nothing."""
+        for wake in (self._committed, self._timer_wake.set):
+            self.log.unsubscribe(wake)
+        if threaded is not None:
+            self.log.subscribe(self._timer_wake.set if threaded else self._committed)
 
     def _committed(self) -> None:
-        """The log's writer committed: the timer thread reads it when running; on simulated time, now
-        (failures were counted and logged by ``_transaction``: the next commit or ``catch_up`` retries)."""
-        if self._timer is not None:
-            self._timer_wake.set()
-            return
+        """Simulated time: taken at once (a failure is counted and logged; the next commit retries)."""
         with suppress(StorageUnavailable):
             self.catch_up()
 
@@ -301,6 +305,7 @@ class AlertEngine(EngineViews):
             self._timer_stop.clear()
             self._timer = threading.Thread(target=self._timer_loop, name="alerting-timers", daemon=True)
             self._timer.start()
+            self._subscribe(True)
 
     def _timer_loop(self) -> None:
         failed_before = False
@@ -322,8 +327,7 @@ class AlertEngine(EngineViews):
             self._timer_wake.wait(min(TIMER_MAX_WAIT_S, max(0.01, min(due, default=now + 1.0) - now)))
             self._timer_wake.clear()
 
-    def start_delivery(self) -> None:
-        """Only the delivery workers (tests drive the timers with ``tick`` themselves)."""
+    def start_delivery(self) -> None:  # only the delivery workers: tests drive the timers with ``tick``
         self.delivery.start()
 
     def stop_delivery(self, timeout: float = 1.0) -> None:
@@ -331,6 +335,8 @@ class AlertEngine(EngineViews):
         self._timer_stop.set()
         self._timer_wake.set()
         timer, self._timer = self._timer, None
+        with self.lock:
+            self._subscribe(False)
         if timer is not None:
             timer.join(timeout)
         self.delivery.stop(timeout)
@@ -438,6 +444,6 @@ class AlertEngine(EngineViews):
                 pass  # already counted and logged; what was committed before stands
             for n in self.notifiers.values():
                 n.close()
-            self.log.unsubscribe(self._committed)  # a closed engine is woken no more
+            self._subscribe(None)  # a closed engine is woken no more
             self.log.close()
             self.conn.close()

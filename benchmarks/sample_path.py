@@ -14,7 +14,7 @@ Reported: ``modules`` and ``functions`` (distinct named ones that ran in that wi
 the benchmark's own: the sample's path plus what the same loops ran beside it, such as the ``up`` series'
 rules, the same for every version measured; comprehensions and lambdas are not counted), ``threads``,
 ``commits`` (SQLite write transactions committed on the alert path, ``alerting.durable.committed``) per
-thread, and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
+thread, and on the scrape loop's thread by the module that committed, and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
 seam: today only the transition log's rows and its wake-up). A run on another checkout measures that
 version: ``PYTHONPATH=OTHER python /a/copy/outside/any/checkout/sample_path.py``.
 Last line: one JSON object. Bad arguments: one line, exit 2.
@@ -52,7 +52,7 @@ class Trace:
     def __init__(self) -> None:
         self.on = False
         self.ran: dict[tuple[str, str], set[str]] = {}
-        self.commits: Counter[str] = Counter()
+        self.commits: Counter[tuple[str, str]] = Counter()  # (thread, the module that committed)
         self._files: dict[str, str | None] = {}
 
     def _module(self, filename: str) -> str | None:
@@ -74,15 +74,16 @@ class Trace:
         if thread == "MainThread":  # the benchmark waiting for the page
             return
         self.ran.setdefault((module, frame.f_code.co_qualname), set()).add(thread)
-        if module == "alerting/durable.py" and frame.f_code.co_name == "committed":
-            self.commits[thread] += 1
+        if module == "alerting/durable.py" and frame.f_code.co_name == "committed" and frame.f_back is not None:
+            self.commits[thread, self._module(frame.f_back.f_code.co_filename) or "?"] += 1
 
     def report(self) -> dict[str, Any]:
         modules = sorted({m for m, _ in self.ran})
         threads = sorted({t for ts in self.ran.values() for t in ts})
         return {"modules": len(modules), "functions": len(self.ran), "threads": threads,
-                "commits_by_thread": dict(sorted(self.commits.items())),
-                "commits_on_scrape_loop": self.commits.get(LOOP, 0),
+                "commits_by_thread": {t: sum(n for (th, _), n in self.commits.items() if th == t)
+                                      for t in sorted({th for th, _ in self.commits})},
+                "commits_on_scrape_loop": {m: n for (th, m), n in sorted(self.commits.items()) if th == LOOP},
                 "alerting_on_scrape_loop": sorted(f"{m}:{f}" for (m, f), ts in self.ran.items()
                                                   if m.startswith("alerting/") and LOOP in ts),
                 "by_package": {p: sum(m.startswith(p + "/") for m in modules) for p in PACKAGES},

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS alert_events (
 CREATE TABLE IF NOT EXISTS alert_log_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 EVIDENCE_SCHEMA = """CREATE TABLE IF NOT EXISTS alert_evidence (id INTEGER PRIMARY KEY AUTOINCREMENT,
-  at REAL NOT NULL, record TEXT NOT NULL);"""
+  at REAL NOT NULL, record BLOB NOT NULL);"""
 READ_BATCH = 1000  # rows taken per read: a long backlog is followed in bounded steps
 
 Connection = Any  # a sqlite3.Connection or a wrapper with its execute (HeldInMemory, a fault injector)

@@ -14,7 +14,10 @@ Reported: ``modules`` and ``functions`` (distinct named ones that ran in that wi
 the benchmark's own: the sample's path plus what the same loops ran beside it, such as the ``up`` series'
 rules, the same for every version measured; comprehensions and lambdas are not counted), ``threads``,
 ``commits`` (SQLite write transactions committed on the alert path, ``alerting.durable.committed``) per
-thread, and on the scrape loop's thread by the module that committed, and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
+thread, and on the scrape loop's thread by the module that committed, ``evidence_row`` (what writing one
+evidence snapshot into the log costs that thread: an 8-GPU node, the 11 whole-ring series at 4096 samples
+and 4 newest-only series per GPU; bytes, and the median of 5 in milliseconds of encoding it and of the
+whole append with its commit, encoding included), and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
 seam: today only the transition log's rows and its wake-up). A run on another checkout measures that
 version: ``PYTHONPATH=OTHER python /a/copy/outside/any/checkout/sample_path.py``.
 Last line: one JSON object. Bad arguments: one line, exit 2.
@@ -148,6 +151,40 @@ def measure(timeout_s: float) -> dict[str, Any]:
         robot.close()
 
 
+def evidence_row(tmp: Path) -> dict[str, Any]:
+    """The cost of one evidence snapshot row, written as the alert book writes it (WAL, synchronous=NORMAL)."""
+    import sqlite3
+    import statistics
+
+    import numpy as np
+
+    from alerting import translog
+    from alerting.evidence import Evidence, SeriesWindow, to_record
+
+    ring = [SeriesWindow(f"s{i}", {"node": "n", "job": "verl"}, np.arange(4096.0), np.random.rand(4096))
+            for i in range(11)]
+    newest = [SeriesWindow(f"g{i % 4}", {"node": "n", "gpu": str(i // 4)}, np.ones(1), np.ones(1)) for i in range(32)]
+    ev = Evidence(1.0, tuple(ring + newest), (), {"n": {"kl_coef": "0.2"}})
+    conn = sqlite3.connect(str(tmp / "evidence.db"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    translog.create(conn)
+    encode, write = [], []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        record = to_record(ev)
+        t1 = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        translog.append_evidence(conn, ev, 1.0)
+        conn.execute("COMMIT")
+        t2 = time.perf_counter()
+        encode.append(t1 - t0)
+        write.append(t2 - t1)
+    conn.close()
+    return {"bytes": len(record), "encode_ms": round(statistics.median(encode) * 1e3, 1),
+            "append_commit_ms": round(statistics.median(write) * 1e3, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
@@ -157,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --timeout must be > 0", file=sys.stderr)
         return 2
     out = measure(args.timeout)
+    from alerting import translog
+
+    if hasattr(translog, "append_evidence"):  # a version that writes evidence as rows of the log
+        out["evidence_row"] = evidence_row(Path(tempfile.mkdtemp(prefix="verl-sample-path-ev-")))
     if not args.json:
         print(f"{out['modules']} modules, {out['functions']} functions, threads {out['threads']}")
         print(f"commits by thread: {out['commits_by_thread']}")

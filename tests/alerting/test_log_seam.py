@@ -99,7 +99,7 @@ def test_evidence_written_beside_the_transitions_reaches_the_engine_newest_snaps
         assert reading is not None and reading.value == 0.1 and reading.t == T0 + 1
         assert got.nonfinite_times[0].times == (T0,) and engine.correlator.config_info["gpu-08"]["kl_coef"] == "0.2"
         assert engine.catch_up() == 0  # taken once
-        log.conn.execute("INSERT INTO alert_evidence (at, record) VALUES (?, ?)", (T0 + 2, '{"series": "x"}'))
+        log.conn.execute("INSERT INTO alert_evidence (at, record) VALUES (?, ?)", (T0 + 2, b'{"series": "x"}\n'))
         assert engine.catch_up() == 0 and engine.correlator.evidence is got  # skipped, counted, kept the last
         assert engine.metrics.log_problems.labels("bad_row")._value.get() == 1
     finally:

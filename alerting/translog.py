@@ -250,6 +250,7 @@ class OwnReader(TransitionLog):
                 # mode=rw: never creates the file; the writer made it (a deleted one is its to recreate)
                 self._own = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=rw", uri=True, timeout=10.0,
                                             isolation_level=None, check_same_thread=False)
+            # else held in memory (HeldInMemory): its copy answers, as it refuses every write
             self._seen = current
         return self._own if self._own is not None else current
 

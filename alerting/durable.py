@@ -26,8 +26,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("verl.storage")
 LOG_EVERY_S = 60.0
@@ -163,6 +164,35 @@ def committed() -> None:
     _commits += 1
     if _crash_after and _commits >= _crash_after:
         os._exit(137)
+
+
+@contextlib.contextmanager
+def transaction(conn: Any, health: StorageHealth, name: str, op: str, path: str | Path | None = None,
+                on_failure: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """One write transaction on ``conn``; commit, then act: when the write fails (disk full, read-only,
+    I/O error) it is rolled back, ``on_failure`` runs (the caller drops what it changed in memory; not
+    when BEGIN itself failed, which changed nothing) and StorageUnavailable is raised."""
+    entered = False
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        before = conn.total_changes
+        try:
+            entered = True
+            yield
+            wrote = conn.total_changes != before
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+    except STORAGE_ERRORS as exc:
+        health.failed(name, op, exc, path)
+        if entered:
+            on_failure()
+        raise StorageUnavailable(f"{name}: {op}: {exc}") from exc
+    if wrote:  # a quiet tick's empty transaction is no crash point
+        committed()
+    health.ok(name)
 
 
 def commit_count() -> int:

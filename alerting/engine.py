@@ -1,15 +1,17 @@
 """The alerting pipeline behind one object, built once from config: correlate (+ diagnose) -> route /
 group -> inhibit -> silence -> dedup (notification log, repeat) -> outbox -> per-receiver notify workers,
-durable in SQLite. Alert transitions come from a transition log (``alerting.translog``): the monitor's
-(``follow``), or the engine's own that ``submit`` appends to; ``catch_up(evidence)`` reads what is new past
-the engine's cursor, with the evidence measured for it, and commits the cursor in the same transaction
-as what it did with those transitions. The engine keeps only what is its own: groups, notification log,
-silences, outbox, incidents. ``alerting.sink.AlertSink`` is the part of it the monitor calls.
+durable in SQLite. Alert transitions come from a transition log (``alerting.translog``): the monitor's,
+which the engine subscribes to once (``follow``) and reads through a connection of its own, or the
+engine's own that ``submit`` appends to; ``catch_up`` reads what is new past the engine's cursor (with the
+newest evidence snapshot written beside it) and commits the cursor in the same transaction as what it
+did with those transitions. The engine keeps only what is its own: groups, notification log, silences,
+outbox, incidents. Nobody calls it on the monitor's scrape path: the log's writer only wakes it.
 
-Timers are the engine's own: in the daemon ``start`` runs them in a thread (holds, group_wait /
-group_interval / repeat, retries, pruning) next to the delivery workers (``alerting.notify``); replay
-and tests on simulated time call ``tick`` as they move the clock, or ``drain`` to run it forward until
-every notification is out.
+Timers are the engine's own: in the daemon ``start`` runs them in a thread (catching up on the log,
+holds, group_wait / group_interval / repeat, retries, pruning) next to the delivery workers
+(``alerting.notify``); on simulated time (replay, tests) a commit to the followed log is caught up on at
+once, and the caller runs ``tick`` as it moves the clock, or ``drain`` to run it forward until every
+notification is out.
 
 Bounded state: resolved incidents, resolved alerts, finished outbox rows and expired silences are
 forgotten ``retention_s`` after they ended; each save rewrites only the parts that changed (one row per
@@ -20,8 +22,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from alerting.clock import Clock
 from alerting.config import AlertingConfig, load_config
 from alerting.correlate import Correlator, load_rules
 from alerting.dispatch import Dispatcher
-from alerting.durable import STORAGE_ERRORS, StorageHealth, StorageUnavailable, committed, reappear
+from alerting.durable import STORAGE_ERRORS, StorageHealth, StorageUnavailable, reappear, transaction
 from alerting.engine_views import EngineViews
 from alerting.errors import AlertingConfigError
 from alerting.evidence import Evidence
@@ -44,7 +46,6 @@ from alerting.notifiers import Notifier, build_notifier
 from alerting.notify import DeliveryWorkers, NotifyStage
 from alerting.outbox import Outbox
 from alerting.silence import SilenceStore
-from alerting.sink import DiagnosisNeeds, diagnosis_needs
 from alerting.stages import DedupStage, Flush, MuteStage
 from alerting.store import EngineState, load_state, open_db
 from alerting.translog import READ_BATCH, Cursor, TransitionLog
@@ -102,7 +103,8 @@ class AlertEngine(EngineViews):
         self.delivery = DeliveryWorkers(self.notify, self.lock, lambda op: self._transaction(op, reload=False),
                                         clock, self._save_limiters, self.db_name)
         self.history: dict[str, Alert] = {}
-        self.own_log = self.log = TransitionLog(self.conn, self.lock)  # until ``follow`` names another
+        self.own_log = self.log = TransitionLog(self.conn)  # until ``follow`` names another
+        self._evidence_at = 0  # the newest evidence snapshot of the followed log taken
         self.log_health = TransitionLogHealth(self.metrics.log_problems, self.health)
         self._restore()
 
@@ -116,35 +118,13 @@ class AlertEngine(EngineViews):
     def _record(self, rec: dict[str, Any]) -> None:
         self.on_record(rec)
 
-    @contextmanager
-    def _transaction(self, op: str, reload: bool = True) -> Iterator[None]:
+    def _transaction(self, op: str, reload: bool = True) -> AbstractContextManager[None]:
         """Stage changes and their snapshot commit together, so a crash cannot queue a notification
-        whose notification-log entry is lost (or the reverse). No HTTP happens inside.
-
-        Commit, then act: when the write fails (disk full, read-only, I/O error) the transaction is
-        rolled back, the in-memory stages are rebuilt from what is committed (``reload``: the change is
-        not applied) and StorageUnavailable is raised; the caller retries later."""
-        entered = False
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-            before = self.conn.total_changes
-            try:
-                entered = True
-                yield
-                wrote = self.conn.total_changes != before
-                self.conn.execute("COMMIT")
-            except BaseException:
-                with suppress(sqlite3.Error):
-                    self.conn.execute("ROLLBACK")
-                raise
-        except STORAGE_ERRORS as exc:
-            self.health.failed(self.db_name, op, exc, self.db_path)
-            if reload and entered:  # a BEGIN that failed changed nothing in memory
-                self._reload()
-            raise StorageUnavailable(f"{self.db_name}: {op}: {exc}") from exc
-        if wrote:  # a quiet tick's empty transaction is no crash point
-            committed()
-        self.health.ok(self.db_name)
+        whose notification-log entry is lost (or the reverse). No HTTP happens inside. When the write
+        fails the in-memory stages are rebuilt from what is committed (``reload``: the change is not
+        applied) and StorageUnavailable is raised; the caller retries later."""
+        return transaction(self.conn, self.health, self.db_name, op, self.db_path,
+                           self._reload if reload else lambda: None)
 
     def _reload(self) -> None:
         """Drop what the failed transaction changed in memory: the stages again as last committed."""
@@ -175,19 +155,34 @@ class AlertEngine(EngineViews):
         return self.correlator.holds(fp) or self.flush.unpaged(fp, now)
 
     def follow(self, log: TransitionLog) -> None:
-        """Take transitions from ``log`` (the monitor's) from now on, from the cursor saved for it."""
+        """Take transitions from ``log`` (the monitor's) from now on, from the cursor saved for it; its
+        evidence from the next snapshot on (one from before a restart describes another moment)."""
         with self.lock:
-            self.log = log
-            self.log_health.follow(log)
+            self._subscribe(None)  # a log followed before: no longer
+            self.log = log.reader()
+            self._evidence_at = self.log.evidence_head()
+            self.log_health.follow(self.log)
             self._reload()
+            self._subscribe(self._timer is not None)
 
-    def needs(self) -> DiagnosisNeeds:
-        return diagnosis_needs()
+    def _subscribe(self, threaded: bool | None) -> None:
+        """What a commit to the followed log runs on the writer's thread: started, only the timer thread's
+        event is set (no engine code, lock or read there); on simulated time, ``_committed``; None: nothing."""
+        for wake in (self._committed, self._timer_wake.set):
+            self.log.unsubscribe(wake)
+        if threaded is not None:
+            self.log.subscribe(self._timer_wake.set if threaded else self._committed)
+
+    def _committed(self) -> None:
+        """Simulated time: taken at once (a failure is counted and logged; the next commit retries)."""
+        with suppress(StorageUnavailable):
+            self.catch_up()
 
     def catch_up(self, evidence: Evidence | None = None) -> int:
-        """Take what the log holds past the cursor (``alerting.translog.Cursor.accept``), with the evidence
-        measured for their diagnosis and its ``verl_config_info`` labels (kept until newer evidence comes).
-        Raises StorageUnavailable when the write failed: nothing was taken, the next call reads them again."""
+        """Take what the log holds past the cursor (``alerting.translog.Cursor.accept``), with the newest
+        evidence written beside it (or ``evidence``) and its ``verl_config_info`` labels (kept until newer
+        evidence comes). Raises StorageUnavailable when the write failed: nothing was taken, the next call
+        reads them again."""
         return self._catch_up(evidence, ())
 
     def submit(self, alerts: Sequence[Alert], evidence: Evidence | None = None) -> None:
@@ -200,7 +195,10 @@ class AlertEngine(EngineViews):
     def _catch_up(self, evidence: Evidence | None, alerts: Sequence[Alert]) -> int:
         with self.lock:
             rows = [] if alerts else self.cursor.due()  # read before the write lock: most ticks bring nothing
-            if not rows and not alerts and evidence is None:
+            logged = None if self.log is self.own_log else self.log.evidence_after(self._evidence_at)
+            if logged is not None:
+                evidence = evidence or logged[1]
+            if not rows and not alerts and evidence is None and logged is None:
                 return 0
             with self._transaction("catch_up"):
                 now = self.clock.now()
@@ -222,6 +220,8 @@ class AlertEngine(EngineViews):
                 self._trim_history()
                 self._flush(now)
                 self._save()
+            if logged is not None:
+                self._evidence_at = logged[0]
             self.log_health.note_bad_rows(self.log)
         self._timer_wake.set()
         self.delivery.wake()
@@ -305,11 +305,15 @@ class AlertEngine(EngineViews):
             self._timer_stop.clear()
             self._timer = threading.Thread(target=self._timer_loop, name="alerting-timers", daemon=True)
             self._timer.start()
+            self._subscribe(True)
 
     def _timer_loop(self) -> None:
         failed_before = False
         while not self._timer_stop.is_set():
             try:
+                if self.log is not self.own_log:
+                    with suppress(StorageUnavailable):  # counted and logged; taken on the next round
+                        self.catch_up()
                 self.tick()
                 failed_before = False
             except Exception as exc:  # the timers must outlive any one failure
@@ -323,8 +327,7 @@ class AlertEngine(EngineViews):
             self._timer_wake.wait(min(TIMER_MAX_WAIT_S, max(0.01, min(due, default=now + 1.0) - now)))
             self._timer_wake.clear()
 
-    def start_delivery(self) -> None:
-        """Only the delivery workers (tests drive the timers with ``tick`` themselves)."""
+    def start_delivery(self) -> None:  # only the delivery workers: tests drive the timers with ``tick``
         self.delivery.start()
 
     def stop_delivery(self, timeout: float = 1.0) -> None:
@@ -332,6 +335,8 @@ class AlertEngine(EngineViews):
         self._timer_stop.set()
         self._timer_wake.set()
         timer, self._timer = self._timer, None
+        with self.lock:
+            self._subscribe(False)
         if timer is not None:
             timer.join(timeout)
         self.delivery.stop(timeout)
@@ -439,4 +444,6 @@ class AlertEngine(EngineViews):
                 pass  # already counted and logged; what was committed before stands
             for n in self.notifiers.values():
                 n.close()
+            self._subscribe(None)  # a closed engine is woken no more
+            self.log.close()
             self.conn.close()

@@ -1,6 +1,6 @@
 """The measured evidence a diagnosis reads, as data: captured by the monitor where the series are and
-handed forward with the alert transitions (``AlertSink.catch_up(evidence)``, ``alerting.sink``), so alerting
-never reads the monitor's store or its API.
+written by the monitor's alert book into the transition log (``alerting.translog``, ``to_record``) in the
+same transaction as the transitions it explains, so alerting never reads the monitor's store or its API.
 
 ``Evidence`` holds copies of the recent windows of the series the diagnosis procedures name
 (``alerting.procedures.EVIDENCE_SERIES``) on the nodes of the firing alerts, the NaN/Inf sample times the
@@ -15,8 +15,9 @@ updated one (``readings`` gives all of them).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -227,3 +228,39 @@ class Evidence:
                 return NonFinite(name, dict(nf.labels), len(recent), recent[0], recent[-1])
         return None
 
+
+def to_record(ev: Evidence) -> bytes:
+    """``ev`` as one row of the transition log: a JSON header (names, labels, lengths), a newline, then the
+    samples as raw little-endian float64 (JSON or base64 text of ~90 000 floats costs the writer, the
+    scrape loop, several times the milliseconds)."""
+    arrays = [np.ascontiguousarray(a, dtype="<f8") for s in ev.series for a in (s.t, s.v)]
+    head = {"taken_at": ev.taken_at, "config": ev.config,
+            "series": [[s.name, s.labels, int(np.size(s.t)), int(np.size(s.v))] for s in ev.series],
+            "nonfinite": [[n.name, n.labels, list(n.times)] for n in ev.nonfinite_times]}
+    return json.dumps(head).encode() + b"\n" + b"".join(a.tobytes() for a in arrays)
+
+
+def _labels(doc: Any) -> dict[str, str]:
+    return {str(k): str(x) for k, x in dict(doc).items()}
+
+
+def from_record(record: Any) -> Evidence:
+    """The evidence a row holds; ValueError/TypeError/KeyError when it does not parse (a row edited by hand)."""
+    if not isinstance(record, bytes):
+        raise TypeError(f"a {type(record).__name__}, not an evidence row")
+    head, _, body = record.partition(b"\n")
+    doc = json.loads(head)
+    samples = np.frombuffer(body, dtype="<f8") if len(body) % 8 == 0 else None
+    if samples is None:
+        raise ValueError(f"{len(body)} bytes of samples: not whole float64s")
+    series, at = [], 0
+    for name, labels, nt, nv in doc["series"]:
+        if nt != nv or nt < 0 or at + 2 * nt > samples.size:
+            raise ValueError(f"series {name}: {nt} times, {nv} values, {samples.size - at} samples left")
+        ts, vs = samples[at:at + nt].copy(), samples[at + nt:at + 2 * nt].copy()
+        series.append(SeriesWindow(str(name), _labels(labels), ts, vs))
+        at += 2 * nt
+    bad = tuple(NonFiniteTimes(str(name), _labels(labels), tuple(float(t) for t in times))
+                for name, labels, times in doc["nonfinite"])
+    config = {str(n): _labels(i) for n, i in dict(doc["config"]).items()}
+    return Evidence(float(doc["taken_at"]), tuple(series), bad, config)

@@ -1,9 +1,12 @@
-"""The seam between whoever evaluates alerts (the monitor) and the alerting engine, typed both ways:
-``AlertSink`` is what the monitor calls, ``DiagnosisNeeds`` is what alerting needs measured for its
-diagnoses, handed to the monitor as data when it is built.
+"""The seam between whoever evaluates alerts (the monitor) and the alerting engine, as data and one
+subscription: ``DiagnosisNeeds`` is what alerting needs measured for its diagnoses, handed to the monitor
+as data when it is built; ``LogFollower`` is the engine as the monitor's pipeline meets it, once, at
+build time: it subscribes to the alert book's transition log (``alerting.translog``).
 
-Alert transitions do not cross this seam as calls: the monitor appends them to the transition log
-(``alerting.translog``) and ``catch_up`` makes the engine read what is new there, from its own cursor."""
+Nothing crosses at runtime but rows of that log: transitions and the evidence snapshots that explain
+them, written in the book's transactions and read by the engine on its own thread and connection.
+``AlertViews`` is what the monitor's HTTP surface (console, API, /healthz) shows of the engine, on the
+listener's thread, never on the scrape loop's."""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from alerting.correlate import REDIAGNOSE_S
-from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.procedures import EVIDENCE_SERIES, TRIGGER_ALERTS
 from alerting.translog import TransitionLog
@@ -34,22 +36,17 @@ def diagnosis_needs() -> DiagnosisNeeds:
     return DiagnosisNeeds(TRIGGER_ALERTS, REDIAGNOSE_S, EVIDENCE_SERIES)
 
 
-class AlertSink(Protocol):
-    """The alerting engine as the monitor sees it."""
-
+class LogFollower(Protocol):
     def follow(self, log: TransitionLog) -> None:
-        """Read transitions from ``log`` from now on (its cursor into that log as last committed)."""
+        """Subscribe to ``log`` (woken after each commit) and read it from the cursor last committed."""
 
-    def catch_up(self, evidence: Evidence | None = None) -> int:
-        """Act on the transitions committed in the log since the cursor (and ``evidence``, the series
-        measured for their diagnosis); returns how many were taken. Raises StorageUnavailable when the
-        engine could not commit: nothing was taken, the same ones are read again on the next call."""
 
-    def needs(self) -> DiagnosisNeeds: ...
+class AlertViews(Protocol):
+    """The alerting engine as the monitor's HTTP surface and lifecycle see it."""
 
     def start(self, monitor_url: str = "") -> None:
-        """Daemon mode: timers and delivery workers in threads of their own; chat links open
-        ``monitor_url`` (the console) unless the engine's config names one."""
+        """Daemon mode: following the log, timers and delivery workers in threads of their own; chat
+        links open ``monitor_url`` (the console) unless the engine's config names one."""
 
     def problems(self) -> list[str]:
         """/healthz reasons: delivery workers stuck or dead, outcomes not written, transitions not taken."""
@@ -77,3 +74,7 @@ class AlertSink(Protocol):
     def expire_silence(self, silence_id: str) -> bool: ...
 
     def close(self) -> None: ...
+
+
+class AlertSink(LogFollower, AlertViews, Protocol):
+    """The engine as the daemon builds it: subscribed once, then only shown and closed."""

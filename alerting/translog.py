@@ -1,10 +1,17 @@
 """The transition log: the one record of alert state changes, one row per (fingerprint, status,
-startsAt), appended by whoever evaluates alerts and read by the alerting engine from a cursor.
+startsAt), appended by whoever evaluates alerts and read by the alerting engine from a cursor; beside
+them, the newest evidence snapshot (``alerting.evidence``) those transitions are diagnosed with.
 
 The monitor's alert book appends in the same SQLite transaction as its ``alerts`` row (``state.db``),
-so a transition is committed exactly once; the engine keeps only its cursor (``alerting.engine``),
-committed in ``alerting.db`` together with what it did with the rows up to it. Used on its own, the
-engine appends to a log in its own database (``AlertEngine.submit``) and follows it the same way.
+so a transition is committed exactly once, and its evidence with it; the engine keeps only its cursor
+(``alerting.engine``), committed in ``alerting.db`` together with what it did with the rows up to it.
+Used on its own, the engine appends to a log in its own database (``AlertEngine.submit``) and follows it
+the same way.
+
+This is the whole runtime contact between the monitor and alerting, in Alertmanager's shape (its
+dispatcher subscribes to the alert provider; nothing calls the dispatcher): the engine ``subscribe``s
+once, the writer ``notify``s after its commits, and the engine reads on its own thread through its own
+connection (``reader``), so no lock, connection or transaction is shared across the seam.
 
 Lives in ``alerting`` because alerting may not import the monitor; the table keeps the name the book
 gave it before (``alert_events``), so existing ``state.db`` files are already a log."""
@@ -17,9 +24,11 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
+from alerting import evidence as evidence_rows
+from alerting.evidence import Evidence
 from alerting.model import Alert, alert_from_json
 
 SCHEMA = """
@@ -29,6 +38,8 @@ CREATE TABLE IF NOT EXISTS alert_events (
   UNIQUE (fingerprint, status, starts_at));
 CREATE TABLE IF NOT EXISTS alert_log_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+EVIDENCE_SCHEMA = """CREATE TABLE IF NOT EXISTS alert_evidence (id INTEGER PRIMARY KEY AUTOINCREMENT,
+  at REAL NOT NULL, record BLOB NOT NULL);"""
 READ_BATCH = 1000  # rows taken per read: a long backlog is followed in bounded steps
 
 Connection = Any  # a sqlite3.Connection or a wrapper with its execute (HeldInMemory, a fault injector)
@@ -38,6 +49,9 @@ Row = tuple[int, Alert | None]  # None: a row that does not parse, skipped (coun
 def create(conn: Connection) -> None:
     """The log's tables and its identity, made once by its writer when it opens the database."""
     conn.executescript(SCHEMA)
+    # added later: a file from before it on a read-only disk opens without it (no evidence until writable)
+    with contextlib.suppress(sqlite3.OperationalError):
+        conn.executescript(EVIDENCE_SCHEMA)
     if conn.execute("SELECT 1 FROM alert_log_meta WHERE key='id'").fetchone() is not None:
         return  # checked first: an existing log opens on a read-only disk without a write
     # a file from before the log on a read-only disk: no identity, so no saved place is trusted
@@ -57,6 +71,14 @@ def append(conn: Connection, alert: Alert, at: float, again: bool = False) -> bo
     return bool(cur.rowcount)
 
 
+def append_evidence(conn: Connection, evidence: Evidence, at: float) -> None:
+    """Write ``evidence`` inside the caller's transaction, in place of the one before: a follower
+    diagnoses with the newest measurements only, so the log holds one snapshot, not one per tick."""
+    cur = conn.execute("INSERT INTO alert_evidence (at, record) VALUES (?, ?)",
+                       (at, evidence_rows.to_record(evidence)))
+    conn.execute("DELETE FROM alert_evidence WHERE id<?", (cur.lastrowid,))
+
+
 def prune(conn: Connection, before: float, upto: int | None = None) -> int:
     """Forget transitions older than ``before`` (and not past ``upto``, a follower's place), but never
     the newest of an alert that fires: a follower that catches up (``TransitionLog.current``) must
@@ -69,15 +91,41 @@ def prune(conn: Connection, before: float, upto: int | None = None) -> int:
 
 class TransitionLog:
     """Reads one log on ``conn`` (its writer sets a new one when it replaces its connection: a database
-    recreated after its directory was deleted). ``lock`` is the writer's: a read never sees half of a
-    transaction that the writer has open on the same connection."""
+    recreated after its directory was deleted, or held in memory while its disk is read-only). ``path``:
+    the file, so that a follower reads it on a connection of its own (``reader``)."""
 
-    def __init__(self, conn: Connection, lock: AbstractContextManager[Any] | None = None) -> None:
+    def __init__(self, conn: Connection, path: str | Path | None = None) -> None:
         self.conn = conn
-        self._lock = lock if lock is not None else threading.RLock()
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.RLock()  # one read at a time on this object's connection
         self.bad_rows = 0  # rows that did not parse, each counted once
         self.bad_row = ""  # the newest of them, in words
         self._bad_ids: set[int] = set()
+        self._subscribers: list[Callable[[], None]] = []
+
+    def _db(self) -> Connection:
+        return self.conn
+
+    def subscribe(self, wake: Callable[[], None]) -> None:
+        """``wake`` is called after the writer commits (``notify``): a follower on a thread of its own
+        only sets an event there; one on simulated time reads at once."""
+        self._subscribers.append(wake)
+
+    def unsubscribe(self, wake: Callable[[], None]) -> None:
+        if wake in self._subscribers:
+            self._subscribers.remove(wake)
+
+    def notify(self) -> None:
+        for wake in list(self._subscribers):
+            wake()
+
+    def reader(self) -> TransitionLog:
+        """This log for a follower: on a file, a connection of its own (WAL: it reads what is committed
+        while the writer writes; no lock is shared); without one, this object."""
+        return OwnReader(self) if self.path is not None else self
+
+    def close(self) -> None:
+        """A reader closes its own connection; the writer closes the one it owns itself."""
 
     @classmethod
     def in_memory(cls) -> TransitionLog:
@@ -90,13 +138,13 @@ class TransitionLog:
         """A name for this log that a fresh database does not share: a cursor into a log that was
         replaced (a corrupt ``state.db`` moved aside) is not applied to the new one's row ids."""
         with self._lock:
-            row = self.conn.execute("SELECT value FROM alert_log_meta WHERE key='id'").fetchone()
+            row = self._db().execute("SELECT value FROM alert_log_meta WHERE key='id'").fetchone()
         return str(row[0]) if row is not None else ""
 
     def after(self, cursor: int, limit: int = READ_BATCH) -> list[Row]:
         """Committed transitions past ``cursor``, oldest first; a row that does not parse is (id, None)."""
         with self._lock:
-            rows = self.conn.execute("SELECT id, record FROM alert_events WHERE id>? ORDER BY id LIMIT ?",
+            rows = self._db().execute("SELECT id, record FROM alert_events WHERE id>? ORDER BY id LIMIT ?",
                                      (cursor, limit)).fetchall()
         return [(int(i), self._parse(int(i), r)) for i, r in rows]
 
@@ -119,34 +167,97 @@ class TransitionLog:
     def head(self) -> int:
         """The id of the newest transition (0 when none)."""
         with self._lock:
-            return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM alert_events").fetchone()[0])
+            return int(self._db().execute("SELECT COALESCE(MAX(id), 0) FROM alert_events").fetchone()[0])
 
     def allocated(self) -> int:
         """The highest id this log ever gave a row: never lower than a follower's place while the log is
         the one it read (rows pruned below it keep it: AUTOINCREMENT); lower after the file was restored
         from an older copy or its id sequence was reset."""
         with self._lock:
-            seq = self.conn.execute("SELECT seq FROM sqlite_sequence WHERE name='alert_events'").fetchone()
+            seq = self._db().execute("SELECT seq FROM sqlite_sequence WHERE name='alert_events'").fetchone()
             return max(int(seq[0]) if seq else 0, self.head())
 
     def key_at(self, row_id: int) -> str | None:
         """The transition row ``row_id`` holds (fingerprint, status, startsAt), None when there is none."""
         with self._lock:
-            row = self.conn.execute("SELECT fingerprint, status, starts_at FROM alert_events WHERE id=?",
+            row = self._db().execute("SELECT fingerprint, status, starts_at FROM alert_events WHERE id=?",
                                     (row_id,)).fetchone()
         return None if row is None else f"{row[0]}|{row[1]}|{float(row[2])!r}"
 
     def current(self, upto: int | None = None) -> dict[str, Alert]:
         """Each alert as its newest transition up to ``upto`` left it (all when None), oldest first."""
         with self._lock:
-            rows = self.conn.execute(
+            rows = self._db().execute(
                 "SELECT id, record FROM alert_events WHERE id IN (SELECT MAX(id) FROM alert_events WHERE id<=? "
                 "GROUP BY fingerprint) ORDER BY id", (upto if upto is not None else 2**62,)).fetchall()
         return {a.fingerprint: a for a in self._alerts(rows)}
 
+    def evidence_head(self) -> int:
+        with self._lock, contextlib.suppress(sqlite3.OperationalError):  # no table yet: none written
+            return int(self._db().execute("SELECT COALESCE(MAX(id), 0) FROM alert_evidence").fetchone()[0])
+        return 0
+
+    def evidence_after(self, place: int) -> tuple[int, Evidence | None] | None:
+        """The newest evidence snapshot written past ``place`` (its id; None for a row that does not
+        parse, counted like a bad transition), or None when there is none."""
+        row = None
+        with self._lock, contextlib.suppress(sqlite3.OperationalError):  # no table yet: none written
+            row = self._db().execute("SELECT id, record FROM alert_evidence WHERE id>? ORDER BY id DESC LIMIT 1",
+                                     (place,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return int(row[0]), evidence_rows.from_record(row[1])
+        except (ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
+            self.bad_rows += 1
+            self.bad_row = f"evidence row {row[0]} does not parse ({str(exc)[:80]}); skipped"
+            return int(row[0]), None
+
     def count_after(self, cursor: int) -> int:
         with self._lock:
-            return int(self.conn.execute("SELECT COUNT(*) FROM alert_events WHERE id>?", (cursor,)).fetchone()[0])
+            return int(self._db().execute("SELECT COUNT(*) FROM alert_events WHERE id>?", (cursor,)).fetchone()[0])
+
+
+class OwnReader(TransitionLog):
+    """A follower's view of a log in a file: its own read-only use of its own connection, opened again
+    when the writer replaces its connection (a recreated file). While the writer holds the database in
+    memory (its disk read-only, ``alerting.durable.HeldInMemory``) the held copy answers: it takes no
+    writes, so no transaction is half-seen, and no handle of ours keeps the disk from being unmounted."""
+
+    def __init__(self, writer: TransitionLog) -> None:
+        super().__init__(writer.conn, writer.path)
+        self.writer = writer
+        self._seen: Connection | None = None
+        self._own: sqlite3.Connection | None = None
+
+    def subscribe(self, wake: Callable[[], None]) -> None:
+        self.writer.subscribe(wake)
+
+    def unsubscribe(self, wake: Callable[[], None]) -> None:
+        self.writer.unsubscribe(wake)
+
+    def notify(self) -> None:
+        self.writer.notify()
+
+    def reader(self) -> TransitionLog:
+        return self
+
+    def _db(self) -> Connection:
+        current = self.writer.conn
+        if current is not self._seen:
+            self.close()
+            if isinstance(current, sqlite3.Connection) and self.path is not None:
+                # mode=rw: never creates the file; the writer made it (a deleted one is its to recreate)
+                self._own = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=rw", uri=True, timeout=10.0,
+                                            isolation_level=None, check_same_thread=False)
+            # else held in memory (HeldInMemory): its copy answers, as it refuses every write
+            self._seen = current
+        return self._own if self._own is not None else current
+
+    def close(self) -> None:
+        own, self._own, self._seen = self._own, None, None
+        if own is not None:
+            own.close()
 
 
 def _not_an_alert(doc: Any) -> Alert:

@@ -1,8 +1,9 @@
 """The monitor's last stage, wired once: the alerting engine built from ``--notify-config`` (or none), the
 reward-outlier value the annotate stage reads, and, when the daemon starts, signed plot links and the
-engine's own timer and delivery threads. The daemon calls ``build_engine`` and ``start``. The engine is
-an ``alerting.sink.AlertSink``: it follows the alert book's transition log and is told to ``catch_up`` on what
-is new with its evidence; what its diagnoses read (``DiagnosisNeeds``) comes from it as data."""
+engine's own threads. The daemon calls ``build_engine`` and ``start``. The engine is an
+``alerting.sink.AlertSink``: the pipeline subscribes it to the alert book's transition log once, when it is
+built; from ``start`` on it reads that log on its own thread and connection, and nothing on the scrape loop
+calls it; what its diagnoses read (``DiagnosisNeeds``) is data."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def reward_outliers(config: MonitorConfig) -> RewardOutliers | None:
 
 def start(pipeline: Any, engine: AlertSink | None, config: MonitorConfig, base_url: str) -> None:
     """Once the API listens at ``base_url``: plot and alert links point there (signed when a token is
-    set), and the engine starts its own timers and one delivery worker per receiver."""
+    set), and the engine starts its own thread (following the log, timers) and one delivery worker per
+    receiver."""
     pipeline.set_base_url(base_url)
     if config.plots_dir:
         pipeline.annotator.plot_links = PlotLinks(config.plots_dir, f"{base_url.rstrip('/')}/api/v1/plots",

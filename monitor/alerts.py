@@ -4,9 +4,10 @@ Several rules may yield the same fingerprint (e.g. the verl and DCGM families fo
 is active while any of them is. Only transitions are written and emitted, so a restart restores the
 firing alerts and never repeats a record. Each transition is appended to the transition log
 (``alerting.translog``, one row per (fingerprint, status, startsAt)) in the same transaction as the
-alert's ``alerts`` row: the log is the one record of alert state the alerting engine follows, written
-once, here. A transition is emitted only after its rows are committed; a write that fails is kept
-queued and retried (see ``AlertBook``).
+alert's ``alerts`` row, with the evidence snapshot that explains it: the log is the one record of alert
+state the alerting engine follows (on its own thread and connection), written once, here. A transition
+is emitted only after its rows are committed; a write that fails is kept queued and retried (see
+``AlertBook``).
 
 An alert can also arrive already evaluated, from Prometheus through the Alertmanager webhook. Its
 fingerprint ignores scrape plumbing (``alerting.model.NON_IDENTITY_LABELS``), so when the monitor's own
@@ -28,9 +29,12 @@ from typing import Any
 
 from alerting import translog
 from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, open_sqlite, reappear
+from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.translog import TransitionLog
 from monitor.evaluator import Candidate
+
+Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
 
 
 @dataclass(frozen=True)
@@ -106,12 +110,13 @@ class AlertBook:
         self._path = Path(db_path) if db_path is not None else None
         self._unwritten: list[_Write] = []  # transitions and flag changes not yet committed, in order
         self._backoff = Backoff(monotonic)
+        self._evidence: Evidence | None = None  # a snapshot not yet committed, written with the next commit
         self.log = TransitionLog.in_memory()  # what the alerting engine follows: in memory without a database
         if self._path is not None:
             self.DB = self._path.name
             self._db = open_sqlite(self._path, SCHEMA, self.health)
             translog.create(self._db)
-            self.log = TransitionLog(self._db, self._lock)
+            self.log = TransitionLog(self._db, self._path)
             have = {row[1] for row in self._db.execute("PRAGMA table_info(alerts)")}
             for col, decl in _LATER_COLUMNS.items():
                 if col not in have:
@@ -172,8 +177,9 @@ class AlertBook:
             return out
 
     def update(self, now: float, candidates: list[Candidate],
-               annotations: Mapping[str, Annotated] | None = None) -> list[Alert]:
-        """``annotations``: fingerprint -> what the annotate stage rendered for the ``starting`` ones."""
+               annotations: Mapping[str, Annotated] | None = None, evidence: Explain | None = None) -> list[Alert]:
+        """``annotations``: fingerprint -> what the annotate stage rendered for the ``starting`` ones;
+        ``evidence``: measures what explains the new transitions, written in their transaction."""
         with self._lock:
             by_fp = self._by_fp(candidates)
             for fp, group in by_fp.items():
@@ -216,15 +222,22 @@ class AlertBook:
                         st.status, st.ends_at = "resolved", now
                         self._transition(fp, st, now)
                         del self.states[fp]
-            return self._commit(now)
+            return self._commit(now, evidence)
 
-    def receive(self, alerts: list[Alert], now: float) -> list[Alert]:
+    def receive(self, alerts: list[Alert], now: float, evidence: Explain | None = None) -> list[Alert]:
         """Alerts that arrived already evaluated (Alertmanager webhook), all in one transaction (a
         5000-alert webhook: one commit, not 5000); returns the committed transitions."""
         with self._lock:
             for a in alerts:
                 self.external(a, now)
-            return self._commit(now)
+            return self._commit(now, evidence)
+
+    def note_evidence(self, evidence: Evidence, now: float) -> None:
+        """A fresh snapshot while alerts fire, with no transition: written now (or with the next commit
+        when the disk refuses it; a newer one replaces it)."""
+        with self._lock:
+            self._evidence = evidence
+            self._commit(now)
 
     def external(self, alert: Alert, now: float) -> None:
         """Record one alert that arrived already evaluated; a repeat, or an outage the monitor's own rules
@@ -265,24 +278,28 @@ class AlertBook:
                st.ends_at, st.value, now, st.generator_url, int(st.external), st.plot_file)
         self._unwritten.append(_Write(fp, alert, row, now))
 
-    def _commit(self, now: float) -> list[Alert]:
-        """Write what is queued in one transaction; the transitions are returned only once it landed.
-        Without a database every transition is returned at once (and logged in memory)."""
+    def _commit(self, now: float, evidence: Explain | None = None) -> list[Alert]:
+        """Write what is queued in one transaction, with the evidence of the new transitions; the
+        transitions are returned only once it landed. Without a database every transition is returned
+        at once (and logged in memory)."""
         if self._db is None:
             out = [w.alert for w in self._unwritten if w.alert is not None]
             for w in self._unwritten:
                 if w.alert is not None:
                     translog.append(self.log.conn, w.alert, w.at)
             self._unwritten = []
+            self._write_evidence(self.log.conn, out, evidence, now)
+            self._evidence = None
             return out
         self._reappear()  # a deleted state dir is noticed on the next evaluation, written or not
-        if not self._unwritten or not self._backoff.due():
+        if not (self._unwritten or self._evidence is not None) or not self._backoff.due():
             return []
         todo = list(self._unwritten)
         try:
             self._db.execute("BEGIN IMMEDIATE")  # event rows and current states change together or not at all
             try:
                 new = [w.alert for w in todo if self._write(w)]
+                self._write_evidence(self._db, [a for a in new if a is not None], evidence, now)
                 self._db.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
@@ -296,7 +313,14 @@ class AlertBook:
         self._backoff.landed()
         self.health.ok(self.DB)
         del self._unwritten[:len(todo)]
+        self._evidence = None
         return [a for a in new if a is not None]
+
+    def _write_evidence(self, conn: Any, new: list[Alert], evidence: Explain | None, now: float) -> None:
+        """The snapshot that explains ``new`` (measured now, in their transaction), else one noted before."""
+        snapshot = evidence(new) if evidence is not None and new else self._evidence
+        if snapshot is not None:
+            translog.append_evidence(conn, snapshot, now)
 
     def _reappear(self) -> None:
         if self._db is not None and self._path is not None:

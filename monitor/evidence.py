@@ -1,7 +1,7 @@
 """Evidence captured where the data is: copies of the series the diagnosis procedures read
 (``alerting.sink.DiagnosisNeeds.series_read``, handed in as data) on the nodes of the firing alerts, the NaN/Inf sample times
 the pipeline refused, and each node's ``verl_config_info`` labels, as an ``alerting.evidence.Evidence``
-that travels forward with the alerts. Alerting never reads the store."""
+that the alert book writes into the transition log with the alerts. Alerting never reads the store."""
 
 from __future__ import annotations
 

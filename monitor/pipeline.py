@@ -1,19 +1,19 @@
 """The monitor's pipeline, shared by the daemon and replay, forward only:
 
 samples -> SeriesStore -> Evaluator (detectors per rule binding) -> annotate (templates, plots, prompts)
-        -> AlertBook (state machine + transition log, SQLite) -> records + AlertSink.catch_up(evidence)
+        -> AlertBook (state machine + transition log, SQLite) -> records; the log wakes its followers
 
-The book commits each transition once, into the transition log (``alerting.translog``); the alerting
-engine (an ``alerting.sink.AlertSink``) follows that log from a cursor of its own, so ``catch_up`` only tells
-it to read what is new, with the evidence a diagnosis needs. That evidence is captured here, where the
-series are (``monitor.evidence``): on every transition, and every ``needs.rediagnose_s`` while an alert
-that a diagnosis procedure explains (``needs.trigger_alerts``) is firing (its cause may be scraped a few
-seconds after it fired). What the diagnoses read comes from alerting as data (``DiagnosisNeeds``).
+The book commits each transition once, into the transition log (``alerting.translog``), with the
+evidence a diagnosis needs in the same transaction; the alerting engine subscribed to that log when it
+was built and reads it on its own thread from a cursor of its own: nothing here calls it. The evidence
+is captured here, where the series are (``monitor.evidence``): with every transition, and every
+``needs.rediagnose_s`` while an alert that a diagnosis procedure explains (``needs.trigger_alerts``) is
+firing (its cause may be scraped a few seconds after it fired). What the diagnoses read comes from
+alerting as data (``DiagnosisNeeds``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -23,10 +23,10 @@ from typing import Any
 
 from alerting import vocabulary
 from alerting.clock import Clock
-from alerting.durable import StorageHealth, StorageUnavailable
+from alerting.durable import StorageHealth
 from alerting.evidence import Evidence
 from alerting.model import Alert
-from alerting.sink import AlertSink, DiagnosisNeeds, diagnosis_needs
+from alerting.sink import DiagnosisNeeds, LogFollower, diagnosis_needs
 from alerting.vocabulary import Vocabulary
 from monitor import heap
 from monitor.alerts import AlertBook
@@ -49,13 +49,15 @@ class Pipeline:
     def __init__(self, rules: list[Rule], clock: Clock, *, cluster: str = "default",
                  db_path: str | Path | None = None, plots_dir: str | Path | None = None,
                  plot_prefix: str | None = None, metrics: MonitorMetrics | None = None,
-                 engine: AlertSink | None = None, on_record: Callable[[Record], None] | None = None,
+                 engine: LogFollower | None = None, on_record: Callable[[Record], None] | None = None,
                  outliers: RewardOutliers | None = None, limits: StoreLimits | None = None,
                  restore_grace_s: float = 600.0, health: StorageHealth | None = None,
                  needs: DiagnosisNeeds | None = None) -> None:
-        """``needs``: what alerting's diagnoses read (the engine's when not given)."""
+        """``engine``: subscribed to the alert book's log here, once; ``needs``: what alerting's diagnoses
+        read (this version's when not given), measured only when an engine follows."""
         self.clock = clock
-        self.needs = needs or (engine.needs() if engine is not None else diagnosis_needs())
+        self.needs = needs or diagnosis_needs()
+        self._diagnosed = engine is not None
         self.metrics = metrics or MonitorMetrics()
         self.health = health or StorageHealth()
         # a series' ring holds what its readers read: the diagnosis evidence (known by name at creation)
@@ -73,7 +75,6 @@ class Pipeline:
         self.cluster = cluster
         self.annotator = Annotator(clock, self.vocabulary, Path(plots_dir) if plots_dir else None, outliers)
         self.annotator.plot_prefix = plot_prefix
-        self.engine = engine
         self.on_record = on_record
         self.rejected: dict[str, int] = {}
         self.rejects: dict[tuple[str, str], int] = {}  # (source, reason) since the caller last cleared it
@@ -213,18 +214,22 @@ class Pipeline:
             heap.trim()
         candidates = self.evaluator.tick(now)
         annotations = self.annotator.annotate(self.book.starting(candidates))
-        transitions = self.book.update(now, candidates, annotations)
+        transitions = self.book.update(now, candidates, annotations, self._explain())
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         if math.isfinite(self._newest):
             self.metrics.eval_lag.set(max(0.0, now - self._newest))
         if transitions:
             self._refresh_firing_gauge()
             self._emit(transitions)
-        elif self.engine is not None and now >= self._evidence_due:
+        elif self._diagnosed and now >= self._evidence_due:
             self._refresh_evidence(now)
-        else:
-            self._catch_up_engine(None)  # what it could not catch up on before (its database failed), or held back
+        # every tick, as a follower on simulated time retries what it could not take before (its own
+        # database failed); a follower on its own thread only wakes
+        self.book.log.notify()
         return transitions
+
+    def _explain(self) -> Callable[[list[Alert]], Evidence] | None:
+        return self._capture if self._diagnosed else None
 
     def _diagnosable_nodes(self, alerts: list[Alert]) -> set[str] | None:
         """Nodes of the firing alerts a diagnosis procedure explains (None: one has no node, so all)."""
@@ -243,9 +248,10 @@ class Pipeline:
         return self.evidence.capture(now, nodes, self.config_info)
 
     def _refresh_evidence(self, now: float) -> None:
-        """While a diagnosable alert fires, its evidence is measured again and handed forward."""
+        """While a diagnosable alert fires, its evidence is measured again and written to the log."""
         self._evidence_due = now + self.needs.rediagnose_s
-        self._catch_up_engine(None if self._diagnosable_nodes(self.book.firing()) == set() else self._capture([]))
+        if self._diagnosable_nodes(self.book.firing()) != set():
+            self.book.note_evidence(self._capture([]), now)
 
     def set_base_url(self, base: str) -> None:
         """Where the monitor's API is reachable: plot links and each alert's generatorURL point there."""
@@ -254,25 +260,17 @@ class Pipeline:
 
     def submit_external(self, alerts: list[Alert]) -> list[Alert]:
         """Alerts evaluated elsewhere (Alertmanager webhook): book-kept and forwarded like ours."""
-        out = self.book.receive(alerts, self.clock.now())
+        out = self.book.receive(alerts, self.clock.now(), self._explain())
         if out:
             self._refresh_firing_gauge()
             self._emit(out)
+            self.book.log.notify()
         return out
 
     def _emit(self, alerts: list[Alert]) -> None:
         if self.on_record is not None:
             for a in alerts:
                 self.on_record({"kind": "alert", **a.to_json()})
-        if self.engine is not None:
-            self._catch_up_engine(self._capture(alerts))
-
-    def _catch_up_engine(self, evidence: Evidence | None) -> None:
-        """The engine reads what the book committed since its cursor. When it cannot commit, it took
-        nothing: the log keeps the transitions and the next tick offers them again."""
-        if self.engine is not None:
-            with contextlib.suppress(StorageUnavailable):  # counted and logged by the engine
-                self.engine.catch_up(evidence)
 
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing

@@ -43,11 +43,21 @@ promtool:
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
+# Bytecode caching on: these machines export PYTHONDONTWRITEBYTECODE=1, and then each of the suite's ~200
+# Python processes (4 xdist workers, every trainer, rank, monitor) compiled the project's sources again and
+# each worker re-ran pytest's assertion rewriting of all ~300 test files (a worker's collection: 13.9 -> 9.7
+# CPU-s with the cache). __pycache__/ is git-ignored. compileall first (< 1 CPU-s) so the workers, which all
+# start at once, read the product modules' bytecode instead of each compiling it.
+unexport PYTHONDONTWRITEBYTECODE
+PRECOMPILE := $(PY) -m compileall -q verl monitor alerting harness benchmarks dashboards
+
 # everything, slow end-to-end tests included (CI runs this); `make test-fast` is the edit loop
 test: $(STAMP) promtool
+	$(PRECOMPILE)
 	$(PY) -m pytest -q $(PYTEST_PARALLEL)
 
 test-fast: $(STAMP)
+	$(PRECOMPILE)
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m 'not slow'
 
 demo: $(STAMP)

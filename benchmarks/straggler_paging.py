@@ -67,11 +67,12 @@ class Scorer:
 
 def measure(tmp: Path, *, ranks: int = 2, slow_rank: int | None = 0, stage: str = "reward", slow_s: float = 0.6,
             from_step: int = 8, healthy_s: float = 0.0, page: bool = True, timeout: float = 240.0,
-            scored_steps: int = 6) -> dict[str, object]:
-    """One run. ``page=False``: no monitor, stop after ``scored_steps`` scored steps from the onset."""
+            scored_steps: int = 6, overrides: tuple[str, ...] = ()) -> dict[str, object]:
+    """One run. ``page=False``: no monitor, stop after ``scored_steps`` scored steps from the onset.
+    ``overrides``: more trainer config overrides (the tests turn off what they do not measure)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
            "-m", "verl.cli.train", "--config", "ppo_tiny", "--metrics-port", "0", "trainer.total_steps=100000",
-           "data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4"]
+           "data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4", *overrides]
     if slow_rank is not None:
         cmd += [f"faults.slow_rank={slow_rank}", f"faults.slow_rank_stage={stage}",
                 f"faults.slow_rank_seconds={slow_s}", f"faults.slow_rank_from_step={from_step}"]

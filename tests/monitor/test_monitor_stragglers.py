@@ -118,6 +118,11 @@ def test_straggler_rule_pages_rank_node_and_stage_and_not_a_short_blip() -> None
     assert firing(run([("verl_rank_straggler_score", labels, t, blip), *waits]), "StragglerRank") == []
 
 
+# each rank of a default run loads the sentence-embedding model and computes layer KL: CPU these tests do not
+# measure, taken from the two ranks whose stage times they score
+LEAN = ("metrics.prompt_analysis=lexical", "metrics.layer_kl=false")
+
+
 @pytest.mark.slow
 def test_a_slow_rank_in_a_stage_with_a_collective_is_paged_by_rank_stage_and_node(tmp_path: Path) -> None:
     """torchrun, 2 ranks, gloo, the tiny model; rank 0 sleeps 0.6 s in reward from step 8, where the gather
@@ -125,7 +130,7 @@ def test_a_slow_rank_in_a_stage_with_a_collective_is_paged_by_rank_stage_and_nod
     within 60 s of the onset (benchmarks/straggler_paging.py's run, which also reports the delay)."""
     from benchmarks.straggler_paging import measure
 
-    out = measure(tmp_path, slow_rank=0, stage="reward", slow_s=0.6, from_step=8, timeout=120)
+    out = measure(tmp_path, slow_rank=0, stage="reward", slow_s=0.6, from_step=8, timeout=120, overrides=LEAN)
     assert out.get("paged") == f"rank=0 stage=reward node={socket.gethostname()}", out
     assert out["delay_s"] <= 60 and list(out["alerts_seen"]) == ["rank=0 stage=reward"], out
     assert "the other ranks wait" in str(out["summary"]), out
@@ -140,7 +145,7 @@ def test_a_slow_rank_under_torchrun_scores_by_rank_and_stage(rank: int, stage: s
     from benchmarks.straggler_paging import measure
 
     out = measure(tmp_path, slow_rank=rank, stage=stage, slow_s=0.6 if stage == "reward" else 1.5, from_step=3,
-                  page=False, scored_steps=6, timeout=120)
+                  page=False, scored_steps=6, timeout=120, overrides=LEAN)
     top = out["top_scores"]
     assert isinstance(top, dict) and top.get(f"rank={rank} stage={stage}", 0) > 2, out
     assert out["noise_floor"] is not None and out["noise_floor"] <= 2, out

@@ -16,7 +16,8 @@ from verl.cli.ckpt import main as ckpt_main
 from verl.config import TrainerConfigError, load_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
-ARGS = ["--config", "ppo_tiny", "trainer.total_steps=8", "checkpoint.interval=3"]
+# lexical: no sentence-embedding model loaded by each run (see tests/verl/integration/exact_resume_chain.py)
+ARGS = ["--config", "ppo_tiny", "trainer.total_steps=8", "checkpoint.interval=3", "metrics.prompt_analysis=lexical"]
 
 
 def train(ckpt: Path, *overrides: str, resume: bool = False) -> subprocess.Popen[str]:

@@ -34,9 +34,12 @@ def command(ranks: int, data: Path, ckpt: Path, *extra: str, resume: bool = Fals
                 if ranks > 1 else [sys.executable])
     # reward.deadline_multiplier=0: a reward call that a loaded machine delays past the deadline would give
     # one run cached scores at that step and the other not; bit-exactness needs the waiting breaker
+    # metrics.prompt_analysis=lexical: every rank of every run otherwise loads the sentence-embedding model at
+    # start-up (~1.2 CPU-s each, 30-odd rank starts in these files); the data-quality metrics are not part of
+    # a checkpoint and tests/verl/test_semantic_data.py covers them
     overrides = ["trainer.total_steps=8", "checkpoint.interval=3", f"data.prompt_dataset={data}",
                  "data.cooldown_minutes=2", "rollout.prefetch_batches=2", "metrics.layer_kl=false",
-                 "reward.deadline_multiplier=0"]
+                 "metrics.prompt_analysis=lexical", "reward.deadline_multiplier=0"]
     if ranks > 1:
         overrides += ["data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4"]
     return [*launcher, "-m", "verl.cli.train", "--config", "ppo_tiny", *overrides, *extra,

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:torch.distrib
 
 def train(ckpt: Path, *overrides: str) -> list[str]:
     return [sys.executable, "-m", "verl.cli.train", "--config", "ppo_tiny", "--checkpoint-dir", str(ckpt),
-            "metrics.layer_kl=false", *overrides]
+            "metrics.layer_kl=false", "metrics.prompt_analysis=lexical", *overrides]  # as exact_resume_chain
 
 
 def sigterm_when(proc: subprocess.Popen[str], marker: str) -> str:

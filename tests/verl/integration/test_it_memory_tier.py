@@ -4,6 +4,7 @@ digest`` as an uninterrupted run; a tampered snapshot is refused and the disk ti
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,30 @@ def _killed_at_6(tmp_path: Path) -> tuple[Path, Path, Path]:
     return data, ref_dir, dir_
 
 
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    """One reference run and one run killed at step 6 for both tests (two trainer starts and 13 steps fewer);
+    the killed run's disk and tmpfs tiers are kept aside, and each test resumes from its own fresh copy
+    at the same paths (the checkpoint names its snapshot directory)."""
+    tmp = tmp_path_factory.mktemp("memory_tier")
+    data, ref_dir, dir_ = _killed_at_6(tmp)
+    for name in ("killed", "mem"):
+        shutil.copytree(tmp / name, tmp / f"{name}.kept", symlinks=True)
+    return tmp, data, ref_dir, dir_
+
+
+def _fresh_copy(killed: tuple[Path, Path, Path, Path]) -> tuple[Path, Path, Path, Path]:
+    tmp = killed[0]
+    for name in ("killed", "mem"):
+        shutil.rmtree(tmp / name, ignore_errors=True)
+        shutil.copytree(tmp / f"{name}.kept", tmp / name, symlinks=True)
+    return killed
+
+
 @pytest.mark.slow
-def test_sigkill_resumes_from_the_memory_snapshot_exactly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data, ref_dir, dir_ = _killed_at_6(tmp_path)
+def test_sigkill_resumes_from_the_memory_snapshot_exactly(killed_run: tuple[Path, Path, Path, Path],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path, data, ref_dir, dir_ = _fresh_copy(killed_run)
     snapshots = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))
     assert snapshots, "no complete in-memory snapshot"
     newest = int(snapshots[-1].parent.name.rsplit("_", 1)[1])
@@ -45,8 +67,9 @@ def test_sigkill_resumes_from_the_memory_snapshot_exactly(tmp_path: Path, capsys
 
 
 @pytest.mark.slow
-def test_tampered_memory_snapshot_falls_back_to_disk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data, ref_dir, dir_ = _killed_at_6(tmp_path)
+def test_tampered_memory_snapshot_falls_back_to_disk(killed_run: tuple[Path, Path, Path, Path],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path, data, ref_dir, dir_ = _fresh_copy(killed_run)
     newest = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))[-1].parent
     target = newest / "actor.safetensors"
     blob = bytearray(target.read_bytes())

@@ -233,7 +233,9 @@ def test_drain_on_wall_clock_sleeps_through_a_retry(tmp_path: Path, fakes: dict[
     engine = AlertEngine(cfg, tmp_path / "db", SystemClock())
     engine.submit([alert("TrainerDown", severity="P0")])
     assert engine.drain(10)
-    assert wh.attempts == 2 and len(wh.received) == 1
+    # one refusal, then a retry after the backoff; a loaded core may time out one more attempt, but the
+    # message is received once
+    assert wh.attempts >= 2 and len(wh.received) == 1
     engine.close()
 
 

@@ -205,6 +205,23 @@ class Series:
         i = int(np.searchsorted(t, since, side="left"))
         return t[i:].copy(), v[i:].copy()
 
+    def frozen(self) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+        """What ``window()`` returns now, read later: the sealed chunks are immutable bytes (only the list
+        of them is copied) and the raw head (<= CHUNK samples) is copied, so nothing is decoded until a
+        reader asks. A diagnosis' evidence is captured every few seconds while an alert fires, on every
+        series it may read of every firing node: decoded at each capture, hours of history were
+        re-decoded and held (16 B a sample) for the few series a procedure reads."""
+        if not self._chunks:
+            t, v = self.window()
+            return lambda: (t, v)
+        blobs, keep = list(self._chunks), len(self)
+        head = self._tv[:, : self._n].copy()
+
+        def read() -> tuple[np.ndarray, np.ndarray]:
+            old_t, old_v = chunks.decode_all(blobs, CHUNK)
+            return np.concatenate([old_t, head[0]])[-keep:], np.concatenate([old_v, head[1]])[-keep:]
+        return read
+
     def __len__(self) -> int:
         if self._chunks is None:
             return self._n

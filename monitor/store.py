@@ -191,8 +191,12 @@ class Series:
                 n = 0
                 blocks = self._blocks
                 if self._capacity >= MERGE_FROM and (len(sealed) - blocks) * CHUNK == BLOCK:
-                    sealed[blocks:] = [chunks.encode(*chunks.decode_all(sealed[blocks:], CHUNK), level=6)]
-                    self._blocks = blocks = blocks + 1
+                    block = chunks.encode(*chunks.decode_all(sealed[blocks:], CHUNK), level=6)
+                    # one value no decimal exponent gives back makes the whole block XOR-coded: where that
+                    # is larger than the chunks were, they stay (and so does every later chunk of this series)
+                    if len(block) < sum(len(c) for c in sealed[blocks:]):
+                        sealed[blocks:] = [block]
+                        self._blocks = blocks = blocks + 1
                 if self._sealed() - (BLOCK if blocks else CHUNK) >= self._capacity:
                     del sealed[0]
                     self._blocks = max(0, blocks - 1)

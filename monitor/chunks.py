@@ -55,8 +55,9 @@ def _decimals(v: np.ndarray) -> int | None:
     return None
 
 
-def encode(t: np.ndarray, v: np.ndarray) -> bytes:
-    """One chunk: ``t`` and ``v`` float64 of the same length."""
+def encode(t: np.ndarray, v: np.ndarray, level: int = 1) -> bytes:
+    """One chunk: ``t`` and ``v`` float64 of the same length; ``level``: deflate's (a merged block, sealed
+    once per BLOCK samples, affords more than a chunk)."""
     bits = t.view(np.int64)
     dd = np.diff(np.diff(bits), prepend=np.int64(0))  # the first time goes raw: its bits use all 63
     if np.any((dd >= _ZIGZAG_MAX) | (dd < -_ZIGZAG_MAX)):  # times across magnitudes: zig-zag would lose a bit
@@ -73,7 +74,7 @@ def encode(t: np.ndarray, v: np.ndarray) -> bytes:
         m = np.round(v * _POW10[k]).astype(np.int64)
         code = _zigzag(np.diff(m, prepend=np.int64(0)))
         exp = k
-    return bytes((exp, raw_times)) + zlib.compress(times + _shuffle(code), 1)
+    return bytes((exp, raw_times)) + zlib.compress(times + _shuffle(code), level)
 
 
 def decode(blob: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:

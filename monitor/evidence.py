@@ -6,7 +6,9 @@ that the alert book writes into the transition log with the alerts. Alerting nev
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+import numpy as np
 
 from alerting.evidence import Evidence, NonFiniteTimes, SeriesWindow
 from monitor.store import Series, SeriesKey, SeriesStore
@@ -38,6 +40,33 @@ class NonFiniteLog:
         self.times.setdefault(series.key, deque(maxlen=NONFINITE_KEPT)).append(t)
 
 
+class FrozenWindow(SeriesWindow):
+    """A ``SeriesWindow`` of the samples a series held at the capture, decoded when a procedure first reads
+    ``t`` or ``v`` (``Series.frozen``): a capture copies no history, and the windows no procedure reads are
+    never decoded."""
+
+    def __init__(self, name: str, labels: dict[str, str], read: Callable[[], tuple[np.ndarray, np.ndarray]]) -> None:
+        object.__setattr__(self, "name", name)  # a frozen dataclass' fields: set as its own __init__ does
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "_read", read)
+        object.__setattr__(self, "_tv", None)
+
+    def _decoded(self) -> tuple[np.ndarray, np.ndarray]:
+        tv = self.__dict__["_tv"]
+        if tv is None:  # two readers at once both decode the same samples: either result is kept
+            tv = self._read()
+            object.__setattr__(self, "_tv", tv)
+        return tv
+
+    @property  # type: ignore[override]
+    def t(self) -> np.ndarray:
+        return self._decoded()[0]
+
+    @property  # type: ignore[override]
+    def v(self) -> np.ndarray:
+        return self._decoded()[1]
+
+
 class EvidenceCapture:
     """Copies what the procedures read out of the store, for the nodes asked (all when ``None``)."""
 
@@ -67,8 +96,7 @@ class EvidenceCapture:
         for name in sorted(self.names) if nodes is None or nodes else ():  # no diagnosable alert: config only
             for s in self._series(name):
                 if len(s) and not s.gone and (nodes is None or _node(s) in nodes):
-                    t, v = s.window()
-                    windows.append(SeriesWindow(s.name, s.labels, t, v))  # window() and labels copy
+                    windows.append(FrozenWindow(s.name, s.labels, s.frozen()))  # labels copy
         log = self.nonfinite_log
         bad = tuple(NonFiniteTimes(s.name, s.labels, tuple(log.times[k]))
                     for k, s in log.series.items() if nodes is None or _node(s) in nodes)

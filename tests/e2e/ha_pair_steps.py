@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from harness.ha_pair import PORTS, HAPair
+from tests.live_poll import poll
 
 HOLD_S = 8.0  # past the peers' position wait (3 s) and a group_interval (5 s): a duplicate shows by then
 GAP_S = 6.0  # between outages: a late or repeated message of the last one would arrive in it
@@ -32,15 +33,9 @@ def free_ports() -> dict[str, int]:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, pair: HAPair) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            got = check()
-        except (httpx.HTTPError, KeyError, ValueError, IndexError):
-            got = None
-        if got:
-            return got
-        time.sleep(0.5)
+    got = poll(check, timeout)
+    if got:
+        return got
     logs = "\n".join(f"--- {n}\n{(pair.workdir / f'{n}.log').read_text(errors='replace')[-1500:]}"
                      for n in pair.procs)
     pytest.fail(f"timed out waiting for {what}\nrobot got: {texts(pair)}\n{state(pair)}\n{logs}")

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from harness.standin import WebhookStandIn
+from tests.live_poll import poll
 from tests.test_docs_commands import all_commands
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,18 +57,15 @@ def binary(name: str) -> str:
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, procs: dict[str, subprocess.Popen],
              tmp: Path) -> Any:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+    def alive_and_checked() -> Any:
         for name, proc in procs.items():
             if name != "trainer" and proc.poll() is not None:
                 pytest.fail(f"{name} exited with {proc.returncode}:\n{(tmp / f'{name}.log').read_text()[-3000:]}")
-        try:
-            got = check()
-        except (httpx.HTTPError, KeyError, ValueError, IndexError):
-            got = None
-        if got:
-            return got
-        time.sleep(0.5)
+        return check()
+
+    got = poll(alive_and_checked, timeout)
+    if got:
+        return got
     logs = "\n".join(f"--- {n}\n{(tmp / f'{n}.log').read_text(errors='replace')[-2000:]}" for n in procs)
     pytest.fail(f"timed out waiting for {what}\n{logs}")
 

@@ -143,7 +143,7 @@ class Series:
             ts = tv[0, m - k: m].tolist()
         else:  # the head sealed under k samples ago: the rest are the sealed head's last times
             tail = self._tail if self._tail is not None and len(self._tail) >= 8 * (k - m) else \
-                self._decoded()[0][-CHUNK:].tobytes()
+                self._newest_sealed_times().tobytes()
             ts = np.frombuffer(tail, np.float64)[m - k:].tolist() + tv[0, :m].tolist()
         gaps = sorted(b - a for a, b in zip(ts, ts[1:], strict=False))
         h = len(gaps) // 2
@@ -247,6 +247,12 @@ class Series:
         """Samples in the sealed chunks and blocks."""
         assert self._chunks is not None
         return len(self._chunks) * CHUNK + self._blocks * (BLOCK - CHUNK)
+
+    def _newest_sealed_times(self) -> np.ndarray:
+        """The times of the newest sealed chunk, or block when the chunks were just merged: one decoded,
+        not the whole history."""
+        assert self._chunks is not None
+        return chunks.decode(self._chunks[-1], BLOCK if len(self._chunks) == self._blocks else CHUNK)[0]
 
     def _decoded(self) -> tuple[np.ndarray, np.ndarray]:
         assert self._chunks is not None

@@ -58,3 +58,15 @@ def test_merged_blocks_take_fewer_bytes_than_chunks() -> None:
     per_plain = nbytes(plain) / plain._sealed()  # noqa: SLF001
     assert per_merged < 0.85 * per_plain
     assert nbytes(merged) < 4096 / plain._sealed() * nbytes(plain)  # noqa: SLF001 - the overshoot included
+
+
+def test_interval_over_more_gaps_than_the_kept_tail_reads_the_newest_block() -> None:
+    """Right after the chunks were merged, the newest sealed piece is a block of BLOCK samples: an
+    interval over more gaps than the raw tail keeps reads it as one."""
+    data = _samples(BLOCK + 5, 11)
+    s = Series("x", {}, 4096, 0)
+    for t, v in data:
+        s.append(t, v)
+    assert s._blocks == 1 and len(s._chunks) == 1  # noqa: SLF001 - the merge just happened
+    gaps = sorted(np.diff(np.array(data)[-41:, 0]).tolist())
+    assert s.interval(40) == (gaps[19] + gaps[20]) / 2

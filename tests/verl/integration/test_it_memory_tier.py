@@ -22,11 +22,18 @@ def _killed_at_6(tmp_path: Path) -> tuple[Path, Path, Path]:
     data = prompts(tmp_path)
     ref_dir, dir_ = tmp_path / "uninterrupted", tmp_path / "killed"
     reference = start(command(1, data, ref_dir))
-    first = start(command(1, data, dir_, *_memory(tmp_path, "mem"), "faults.kill_trainer_at_step=6"))
+    # Steps 4-6 idle 1.5 s in their rollout before the kill inside step 6: the background writers of the
+    # disk checkpoint of step 3 and the snapshots of steps 4-5 then finish first. Without it, on a loaded
+    # machine the kill came while the step-4 snapshot wrote its COMPLETE marker and step 3's disk save was
+    # still in flight: both tiers were older than the test's premise (the product's resume was right).
+    pace = ("faults.slow_rank=0", "faults.slow_rank_seconds=1.5", "faults.slow_rank_from_step=4")
+    first = start(command(1, data, dir_, *_memory(tmp_path, "mem"), *pace, "faults.kill_trainer_at_step=6"))
     out = finish(first)
     assert first.returncode != 0 and "step 5/8" in out and "step 6/8" not in out, out[-2000:]
     out_ref = finish(reference)
     assert reference.returncode == 0, out_ref[-3000:]
+    tiers = sorted(str(f.relative_to(tmp_path)) for f in tmp_path.glob("*/global_step_*/*COMPLETE*"))
+    assert (dir_ / "global_step_3" / "COMPLETE").is_file(), f"the premise: disk step 3 complete; got {tiers}"
     return data, ref_dir, dir_
 
 
@@ -57,7 +64,7 @@ def test_sigkill_resumes_from_the_memory_snapshot_exactly(killed_run: tuple[Path
     snapshots = sorted((tmp_path / "mem").glob("global_step_*/COMPLETE"))
     assert snapshots, "no complete in-memory snapshot"
     newest = int(snapshots[-1].parent.name.rsplit("_", 1)[1])
-    assert newest > 3  # newer than the last disk checkpoint (interval 3)
+    assert newest > 3, snapshots  # newer than the last disk checkpoint (interval 3)
     last = start(command(1, data, dir_, *_memory(tmp_path, "mem"), resume=True))
     out = finish(last)
     assert last.returncode == 0, out[-3000:]

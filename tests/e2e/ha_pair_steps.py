@@ -59,10 +59,11 @@ def expect(pair: HAPair, pages: int, resolves: int, messages: int | None = None)
 
 
 # the lines of an Alertmanager peer's debug log that say what it received, flushed, sent or deduplicated,
-# and how its cluster saw the other peer (not memberlist's routine syncs every 2 s)
+# and how its cluster saw the other peer (not memberlist's routine syncs every 2 s, nor the Watchdog's
+# flush and send every 5 s)
 AM_LINES = re.compile(r"Received alert|flushing|Notify success|Notify for alerts failed|Notify attempt failed|"
                       r"DedupStage|nflog|[Ss]uspect|[Mm]arking|peer|[Ss]ettl|level=(warn|error)")
-AM_NOISE = re.compile(r"push/pull sync|Stream connection")
+AM_NOISE = re.compile(r"push/pull sync|Stream connection|Watchdog|receiver=deadmans-switch")
 
 
 def utc(at: float) -> str:
@@ -79,7 +80,7 @@ def report(pair: HAPair) -> str:
         text = (pair.workdir / f"{name}.log").read_text(errors="replace")
         if name.startswith("alertmanager"):
             text = "\n".join(ln for ln in text.splitlines() if AM_LINES.search(ln) and not AM_NOISE.search(ln))
-            logs.append(f"--- {name} (dispatch, notify, nflog and cluster lines)\n{text[-6000:]}")
+            logs.append(f"--- {name} (dispatch, notify, nflog and cluster lines)\n{text[-8000:]}")
         else:
             logs.append(f"--- {name}\n{text[-2500:]}")
     return (f"timeline (seconds after the stack started; UTC as in the peers' logs):\n{got}\n{state(pair)}\n"

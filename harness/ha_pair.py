@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,18 +41,30 @@ PORTS = {"trainer": 8000, "monitor_a": 9105, "monitor_b": 9106, "am_a": 9093, "a
 CONFIGS = ("prometheus/ha/alertmanager-a.yml", "prometheus/ha/alertmanager-b.yml", "prometheus/ha/prometheus.yml",
            "prometheus/rules/verl-monitor-health.yml", "monitor/examples/ha-pair.yaml",
            "monitor/examples/ha-notify.yaml", "alerting/examples/ha-delivery.yaml")
-# shortened timings for tests (fast=True): (file suffix, documented text, replacement)
+# shortened timings for tests (fast=True): (file suffix, documented text, replacement), applied in order. They
+# keep the shipped relations (tests/prometheus/test_ha_configs.py checks both): the peers' group_interval well
+# above the monitors' lag (scrape + evaluation) plus their own group_interval, and 4x the peer timeout
+FAST_GROUP_INTERVAL_S = 8.0
 FAST = (("prometheus.yml", "scrape_interval: 15s", "scrape_interval: 2s"),
         ("prometheus.yml", "evaluation_interval: 15s", "evaluation_interval: 2s"),
         ("prometheus.yml", "scrape_timeout: 5s", "scrape_timeout: 1s"),
+        # the pages' route (the others, e.g. the Watchdog's, repeat every 5 s below)
+        *((f"alertmanager-{p}.yml", "group_interval: 1m\n  repeat_interval: 4h",
+           f"group_interval: {FAST_GROUP_INTERVAL_S:g}s\n  repeat_interval: 4h") for p in "ab"),
         ("alertmanager-a.yml", "group_interval: 1m", "group_interval: 5s"),
         ("alertmanager-b.yml", "group_interval: 1m", "group_interval: 5s"),
-        ("alertmanager-a.yml", "group_wait: 10s", "group_wait: 5s"),  # > the replicas' lag, see the file
+        ("alertmanager-a.yml", "group_wait: 10s", "group_wait: 5s"),
         ("alertmanager-b.yml", "group_wait: 10s", "group_wait: 5s"),
         ("ha-notify.yaml", "resend_interval: 30s", "resend_interval: 5s"),
         ("ha-pair.yaml", "interval: 5s", "interval: 1s"),
         ("ha-pair.yaml", "console: false", "console: false\nrules: [fast-rules.yaml]"),
         ("verl-monitor-health.yml", "for: 1m", "for: 20s"))
+# Alertmanager's --cluster.peer-timeout: the shipped commands (README) leave its default
+PEER_TIMEOUT_S = {False: 15.0, True: 2.0}
+FAST_CLUSTER = ("--cluster.gossip-interval=100ms", "--cluster.pushpull-interval=2s",
+                f"--cluster.peer-timeout={PEER_TIMEOUT_S[True]:g}s", "--cluster.settle-timeout=2s",
+                # a failing test's logs say which peer flushed and notified each group, and why
+                "--log.level=debug")
 FAST_RULE = ("alert: RewardModelCircuitOpen\n    severity: P1\n    for: 30s", "for: 30s", "for: 5s")
 
 
@@ -92,6 +105,9 @@ class HAPair:
     trainer: bool = True
     prometheus: bool = True
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # (wall time, what): starts, kills and injected faults, for a failing test's timeline
+    events: list[tuple[float, str]] = field(default_factory=list)
+    started_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir).resolve()
@@ -99,31 +115,13 @@ class HAPair:
         self.fallback = WeComStandIn(listen_port=self.ports["fallback"])
         self.deadman = WebhookStandIn(listen_port=self.ports["deadman"])
         self.gauges = GaugeTrainer(self.ports["trainer"]) if self.trainer else None
-        self._write_configs()
-
-    def _write_configs(self) -> None:
-        """Copies of the example configs with this pair's ports (and, fast, the shortened timings)."""
-        moved = {f"127.0.0.1:{PORTS[k]}": f"127.0.0.1:{v}" for k, v in self.ports.items()}
-        pattern = re.compile("|".join(re.escape(k) + r"(?!\d)" for k in moved))
-        for rel in CONFIGS:
-            text = pattern.sub(lambda m: moved[m.group(0)], (ROOT / rel).read_text(encoding="utf-8"))
-            for suffix, old, new in FAST if self.fast else ():
-                if rel.endswith(suffix):
-                    assert old in text, f"{rel} no longer says {old!r}: update harness/ha_pair.py FAST"
-                    text = text.replace(old, new)
-            out = self.workdir / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8")
-        if self.fast:  # the default rules with the injected fault's `for` shortened
-            rules, (where, old, new) = (ROOT / "monitor/rules/default.yaml").read_text(encoding="utf-8"), FAST_RULE
-            assert where in rules, "monitor/rules/default.yaml changed RewardModelCircuitOpen: update FAST_RULE"
-            (self.workdir / "monitor/examples/fast-rules.yaml").write_text(
-                rules.replace(where, where.replace(old, new)), encoding="utf-8")
+        write_configs(self.workdir, self.ports, self.fast)
 
     def path(self, rel: str) -> str:
         return str(self.workdir / rel)
 
     def _start(self, name: str, argv: list[str]) -> None:
+        self.events.append((time.time(), f"start {name}"))
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 -- the child owns it until it exits
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
                                             env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
@@ -138,8 +136,7 @@ class HAPair:
 
     def start_alertmanager(self, peer: str) -> None:
         other = "b" if peer == "a" else "a"
-        fast = ["--cluster.gossip-interval=100ms", "--cluster.pushpull-interval=2s", "--cluster.peer-timeout=3s",
-                "--cluster.settle-timeout=2s"] if self.fast else []
+        fast = list(FAST_CLUSTER) if self.fast else []
         self._start(f"alertmanager-{peer}", [
             _binary("prometheus-alertmanager"), f"--config.file={self.path(f'prometheus/ha/alertmanager-{peer}.yml')}",
             f"--storage.path={self.path(f'am-{peer}')}", f"--web.listen-address=127.0.0.1:{self.ports[f'am_{peer}']}",
@@ -153,6 +150,7 @@ class HAPair:
             "--listen", f"127.0.0.1:{self.ports[f'serve_{peer}']}"])
 
     def start(self) -> HAPair:
+        self.started_at = time.time()
         for peer in ("a", "b"):
             self.start_delivery(peer)
             self.start_alertmanager(peer)
@@ -168,6 +166,7 @@ class HAPair:
     def kill(self, name: str) -> None:
         """SIGKILL, as a host that dies: no shutdown, no last post."""
         proc = self.procs[name]
+        self.events.append((time.time(), f"SIGKILL {name}"))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
@@ -193,6 +192,26 @@ class HAPair:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def write_configs(workdir: Path, ports: dict[str, int], fast: bool) -> None:
+    """Copies of the example configs under ``workdir`` with ``ports`` (and, fast, the shortened timings)."""
+    moved = {f"127.0.0.1:{PORTS[k]}": f"127.0.0.1:{v}" for k, v in ports.items()}
+    pattern = re.compile("|".join(re.escape(k) + r"(?!\d)" for k in moved))
+    for rel in CONFIGS:
+        text = pattern.sub(lambda m: moved[m.group(0)], (ROOT / rel).read_text(encoding="utf-8"))
+        for suffix, old, new in FAST if fast else ():
+            if rel.endswith(suffix):
+                assert old in text, f"{rel} no longer says {old!r}: update harness/ha_pair.py FAST"
+                text = text.replace(old, new)
+        out = workdir / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    if fast:  # the default rules with the injected fault's `for` shortened
+        rules, (where, old, new) = (ROOT / "monitor/rules/default.yaml").read_text(encoding="utf-8"), FAST_RULE
+        assert where in rules, "monitor/rules/default.yaml changed RewardModelCircuitOpen: update FAST_RULE"
+        (workdir / "monitor/examples/fast-rules.yaml").write_text(
+            rules.replace(where, where.replace(old, new)), encoding="utf-8")
 
 
 def _binary(name: str) -> str:

@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 from alerting.config import load_config as load_alerting
+from alerting.durations import parse_duration
+from harness.ha_pair import PEER_TIMEOUT_S, PORTS, write_configs
 from monitor.config import load_config as load_monitor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,3 +75,24 @@ def test_monitors_post_to_every_peer_prometheus_knows() -> None:
     got = subprocess.run([tool("promtool"), "check", "config", str(HA / "prometheus.yml")],
                          capture_output=True, text=True, timeout=60)
     assert got.returncode == 0 and "6 rules found" in got.stdout, got.stdout + got.stderr
+
+
+def seconds(text: str) -> float:
+    return parse_duration(text, "timing")
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["shipped", "live-test"])
+def test_timings_keep_the_relations_that_send_each_page_once(tmp_path: Path, fast: bool) -> None:
+    """The relations alertmanager-*.yml states, for the shipped configs and the live test's shortened copy
+    (harness/ha_pair.py FAST): a lagging replica's last "firing" re-post and its own resolve both fall
+    inside one group_interval of the peers, and the position wait is a small part of it."""
+    write_configs(tmp_path, dict(PORTS), fast)
+    am = yaml.safe_load((tmp_path / "prometheus/ha/alertmanager-a.yml").read_text())["route"]
+    pair = yaml.safe_load((tmp_path / "monitor/examples/ha-pair.yaml").read_text())
+    notify = load_alerting(tmp_path / "monitor/examples/ha-notify.yaml")
+    lag = max(seconds(t["interval"]) for t in pair["targets"]) + seconds(pair["eval_interval"])
+    flush = min(notify.route.group_interval_s, *(r.resend_interval_s or 1e9 for r in notify.receivers.values()))
+    group_interval, peer_timeout = seconds(am["group_interval"]), PEER_TIMEOUT_S[fast]
+    assert group_interval >= 2 * (lag + flush), (group_interval, lag, flush)
+    assert group_interval >= 4 * peer_timeout, (group_interval, peer_timeout)
+    assert peer_timeout >= 2.0  # a notification through `verl-alert serve` and its gossip, under load

@@ -18,7 +18,8 @@ import pytest
 from harness.ha_pair import HAPair
 from tests.e2e.ha_pair_steps import expect, fault, wait_for
 
-pytestmark = pytest.mark.slow
+# ~200 s, most of it the waits between outages that let both peers drop a resolved group (see the steps)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_one_message_per_outage_and_its_resolve_while_a_monitor_or_a_peer_dies(pair: HAPair) -> None:

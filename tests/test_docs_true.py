@@ -26,6 +26,8 @@ FILE_SUFFIX = r"\.(?:py|ya?ml|md|json|csv|txt|prom|j2|html|sh)"
 # a path in backticks: `monitor/store.py`, `tests/e2e/test_ha_pair.py::test_x`, `rules/default.yaml`
 PATH_IN_TICKS = re.compile(rf"`((?:[\w.-]+/)*[\w.-]+?{FILE_SUFFIX})(?![\w.])(?:::(\w+))?")
 TEST_FILE = re.compile(r"(?<![\w/])(test_\w+\.py)(?:::(\w+))?")
+# in product code a pointer may also be a path: `tests/monitor/test_monitor_detectors.py::test_ks_shift`
+TEST_PATH = re.compile(r"(?<![\w/])(tests/(?:[\w-]+/)*test_\w+\.py)(?:::(\w+))?")
 TEST_COUNT = re.compile(r"\b\d[\d,]* (?:tests|test functions)\b(?! (?:of|in) (?:a|the) )")
 
 
@@ -156,6 +158,12 @@ def code_points_at_missing_tests(root: Path) -> list[str]:
                         out.append(f"{p.relative_to(root).as_posix()}:{n}: names {m.group(1)}, which does not exist")
                     elif m.group(2) and not any(_test_defined(f, m.group(2)) for f in found):
                         out.append(f"{p.relative_to(root).as_posix()}:{n}: {m.group(1)} defines no {m.group(2)}")
+                for m in TEST_PATH.finditer(line):
+                    path = root / m.group(1)
+                    if not path.is_file():
+                        out.append(f"{p.relative_to(root).as_posix()}:{n}: names {m.group(1)}, which does not exist")
+                    elif m.group(2) and not _test_defined(path, m.group(2)):
+                        out.append(f"{p.relative_to(root).as_posix()}:{n}: {m.group(1)} defines no {m.group(2)}")
     return out
 
 
@@ -216,7 +224,8 @@ def test_the_checks_pass_on_a_true_tree_and_fail_on_made_up_names(tmp_path: Path
     readme = root / "README.md"
     readme.write_text(LAYOUT.replace("store.py", "storage.py").replace("test_a`", "test_b`")
                       + "\n`monitor/ghost.py`, 130 tests\n", encoding="utf-8")
-    (root / "monitor/daemon.py").write_text('"""Tested by test_ghost.py."""\n', encoding="utf-8")
+    (root / "monitor/daemon.py").write_text('"""Tested by test_ghost.py and by tests/monitor/test_x.py::test_b,\n'
+                                            'tests/monitor/test_gone.py."""\n', encoding="utf-8")
     (root / "monitor/console.py").write_text("", encoding="utf-8")
     assert missing_paths(root) == ["README.md:17: monitor/storage.py does not exist",
                                    "README.md:19: test_x.py defines no test_b",
@@ -225,5 +234,8 @@ def test_the_checks_pass_on_a_true_tree_and_fail_on_made_up_names(tmp_path: Path
     assert layout_omissions(root) == ["README.md layout: monitor/console.py is not named; say what it is for",
                                       "README.md layout: monitor/store.py is not named; say what it is for"]
     assert tour_count(root) == ["README.md tour: monitor/storage.py does not exist"]
-    assert code_points_at_missing_tests(root) == ["monitor/daemon.py:1: names test_ghost.py, which does not exist"]
+    assert code_points_at_missing_tests(root) == [
+        "monitor/daemon.py:1: names test_ghost.py, which does not exist",
+        "monitor/daemon.py:1: tests/monitor/test_x.py defines no test_b",
+        "monitor/daemon.py:2: names tests/monitor/test_gone.py, which does not exist"]
     assert stated_test_counts(root) == ["README.md:21: states a test count ('130 tests'); it goes stale, drop it"]

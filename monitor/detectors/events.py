@@ -11,7 +11,7 @@ class CounterIncreaseDetector(Detector):
     """A counter rose by at least ``min_increase`` within ``window`` seconds (resets handled like
     PromQL's ``increase``: a drop means the process restarted and counts from zero).
 
-    Tested by tests/monitor/test_detectors.py::test_counter_increase_and_reset.
+    Tested by tests/monitor/test_monitor_detectors.py::test_counter_increase_and_reset.
     """
 
     def __init__(self, window: float = 300.0, min_increase: float = 1.0) -> None:

@@ -15,7 +15,7 @@ class KSShiftDetector(Detector):
     ``persistence`` consecutive evaluations. ``direction``: ``"down"``/``"up"`` also require the recent
     median below/above the reference's (a verl run's reward rises while it learns: only a fall is news).
 
-    Tested by tests/monitor/test_detectors.py::test_ks_shift.
+    Tested by tests/monitor/test_monitor_detectors.py::test_ks_shift.
     """
 
     def __init__(self, reference: float = 3600.0, recent: float = 600.0, every: float = 60.0,

@@ -37,7 +37,7 @@ class SpikeFilter(Detector):
 
     A lone outlier never moves a median of three or more, so a single 99 % CPU sample cannot start a
     ``for`` timer; a sustained level passes through after ``window // 2 + 1`` samples.
-    Tested by tests/monitor/test_detectors.py::test_spike_filter_ignores_lone_sample.
+    Tested by tests/monitor/test_monitor_detectors.py::test_spike_filter_ignores_lone_sample.
     """
 
     def __init__(self, inner: Detector, window: int = 3) -> None:

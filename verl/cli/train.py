@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         from verl.trainer import RLTrainer  # heavy imports only after the config is known good
 
         # transformers warns about a missing attention mask inside generate() although one is passed
-        # (tests/verl/test_rollout.py checks left padding is honoured); keep the console readable.
+        # (tests/verl/test_rollout_reward.py::test_sample_independent_of_batch_and_padding checks left
+        # padding); keep the console readable.
         transformers.logging.set_verbosity_error()
 
         trainer = RLTrainer(config, checkpoint_dir=args.checkpoint_dir)

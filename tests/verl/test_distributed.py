@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.verl.integration.exact_resume_chain import kill_all
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.verl.integration.exact_resume_chain import finish, start
 
 
 @pytest.mark.slow
@@ -23,16 +19,8 @@ def test_two_ranks_keep_identical_parameters() -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "verl.cli.train", "--config", "ppo_tiny", "metrics.prompt_analysis=lexical",
            "trainer.total_steps=3", "data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        kill_all(proc)  # torchrun starts each rank in a session of its own: killing its group leaves them
-        out, _ = proc.communicate()  # a second call returns all of the output, also what the first had read
-        pytest.fail(f"torchrun did not finish in 240 s; its output:\n{out[-6000:]}")
-    finally:
-        kill_all(proc)
-        proc.wait()
+    proc = start(cmd)
+    out = finish(proc)  # on a timeout: every rank killed, the output printed
     assert proc.returncode == 0, out[-3000:]
     final = dict(re.findall(r"rank=(\d) step=3 param_sha256=([0-9a-f]{64})", out))
     initial = dict(re.findall(r"rank=(\d) step=0 initial param_sha256=([0-9a-f]{64})", out))

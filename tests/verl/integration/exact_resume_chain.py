@@ -65,6 +65,10 @@ def kill_all(proc: subprocess.Popen[str]) -> None:
 def finish(proc: subprocess.Popen[str], timeout: float = 240) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_all(proc)
+        out, _ = proc.communicate()  # a second call returns all of the output, also what the first had read
+        pytest.fail(f"{' '.join(proc.args[:6])} ... did not finish in {timeout:.0f} s; its output:\n{out[-6000:]}")
     finally:
         kill_all(proc)  # nothing of a run may outlive it (a rank left in a collective would hang forever)
         proc.wait()

@@ -27,3 +27,40 @@ def test_two_ranks_keep_identical_parameters() -> None:
     assert set(final) == {"0", "1"} and set(initial) == {"0", "1"}
     assert final["0"] == final["1"]
     assert final["0"] != initial["0"]   # updates really happened
+
+
+def test_close_frees_the_ddp_wrappers_before_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DDP reducer still alive after ``destroy_process_group`` holds the group's last reference and frees
+    it with the GIL held; a gloo worker still freeing its last collective's tensors needs the GIL there,
+    so the join in the group's destructor never returned (verl-train hung at exit under load, both ranks'
+    final digests printed). ``close()`` frees the wrappers first. One process, a one-rank gloo group."""
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from verl.trainer import ppo_trainer
+    from verl.trainer.distributed import DistContext
+
+    trainer = ppo_trainer.RLTrainer("ppo_tiny", overrides=["metrics.prompt_analysis=lexical"])
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        m = trainer.models
+        m.actor_ddp, m.critic_ddp = DDP(m.actor), DDP(m.critic)
+        wrappers = [weakref.ref(m.actor_ddp), weakref.ref(m.critic_ddp)]
+        trainer.ctx = DistContext(own_group=True)  # close() destroys this group
+        alive: list[bool] = []
+        real_shutdown = ppo_trainer.shutdown
+
+        def recording(ctx: DistContext) -> None:
+            alive.extend(w() is not None for w in wrappers)
+            real_shutdown(ctx)
+
+        monkeypatch.setattr(ppo_trainer, "shutdown", recording)
+        trainer.close()
+        assert alive == [False, False]  # both reducers gone when the group is destroyed
+        assert not dist.is_initialized()
+        assert m.actor_ddp is m.actor and m.critic_ddp is m.critic  # a step after close() still has modules
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -45,8 +45,11 @@ class Binding:
 
     def record(self, f: Finding, t: float, at: float | None = None) -> None:
         """``at``: when the monitor saw the sample (a scrape's time); the run starts then, not at a
-        target's own stamp, so a target clock an hour behind cannot make ``for:`` hold at once."""
-        self.finding = f
+        target's own stamp, so a target clock an hour behind cannot make ``for:`` hold at once.
+        Only an active finding is kept: nothing reads an inactive one (a candidate's details, a join's
+        evidence and ``keep_firing_for_steps`` read active bindings only), and holding the last one of
+        each of ~22 000 bindings at 1000 GPUs, with its details dict, was ~300 B apiece."""
+        self.finding = f if f.active else None
         if f.active and not self.active:
             self.since = t if at is None else at
         elif not f.active:

@@ -50,8 +50,9 @@ def test_a_bound_series_holds_its_rules_window_and_an_unread_one_a_short_history
     kl = feed(pipe, "verl_kl_coef", {"node": "gpu-000"}, times)  # diagnosis evidence: held_since reads it all
     t, _ = leak.window()
     assert t[-1] - t[0] >= 2 * 1800  # the plot: the 30-min window and as much before it
-    t, _ = nvlink.window()
-    assert 600 <= t[-1] - t[0] < 1800
+    # its rule (counter_increase, 10 min) does not plot, and its detector keeps its own window: nothing reads
+    # more than the short history
+    assert nvlink.capacity == UNREAD_HISTORY and len(nvlink) == UNREAD_HISTORY
     assert len(clock) == UNREAD_HISTORY and clock.interval() == 5.0
     assert len(kl) == len(times)
     assert leak.capacity < StoreLimits().capacity  # 900 samples, not 4096
@@ -59,13 +60,13 @@ def test_a_bound_series_holds_its_rules_window_and_an_unread_one_a_short_history
 
 def test_a_reader_that_needs_more_later_grows_the_ring_from_then_on(tmp_path: Path) -> None:
     rules = tmp_path / "r.yaml"
-    rules.write_text("rules:\n  - alert: X\n    severity: P3\n    select: m\n"
+    rules.write_text("rules:\n  - alert: X\n    severity: P3\n    select: m\n    plot: true\n"
                      "    detector: {type: counter_increase, window: 10m, min_increase: 1}\n")
     pipe = Pipeline(load_rules(rules), SimulatedClock(T0))
-    slow = T0 + 60.0 * np.arange(100)  # one a minute: 10 min hold 10 samples, the short ring suffices
+    slow = T0 + 600.0 * np.arange(30)  # one per 10 min: the plot's hour holds 8 samples, the short ring suffices
     series = feed(pipe, "m", {}, slow)
     assert series.capacity == UNREAD_HISTORY and len(series) == UNREAD_HISTORY  # it wrapped
-    fast = slow[-1] + 5.0 * np.arange(1, 401)  # then every 5 s: 10 min are 120 samples
+    fast = slow[-1] + 5.0 * np.arange(1, 401)  # then every 5 s: the plot's hour is 720 samples
     for i, t in enumerate(fast.tolist()):
         pipe.observe(series, t, float(i), "t")
     t, v = series.window()

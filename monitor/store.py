@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Series:
 
     __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "_chunks", "_blocks", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail", "_long_gap",
-                 "_long_gap_age")
+                 "_long_gap_age", "bound")
 
     def __init__(self, name: str, labels: dict[str, str], capacity: int, sid: int, source: str = "",
                  key: SeriesKey | None = None) -> None:
@@ -80,6 +81,7 @@ class Series:
         self._tail: bytes | None = None  # the last TAIL times of the newest sealed chunk
         self._long_gap = 0.0   # the longest gap between two samples of about the last LONG_GAP_SAMPLES
         self._long_gap_age = 0
+        self.bound: Any = None  # the evaluator's rule bindings of this series (None: not bound yet)
 
     @property
     def labels(self) -> dict[str, str]:

@@ -23,7 +23,6 @@ from monitor.model import PLUMBING_LABELS
 from monitor.rules import SERIES_NAME_LABEL, Rule
 from monitor.store import Series
 
-
 _NO_LABELS: dict[str, str] = {}  # every binding's labels until ``_identity`` replaces them (never mutated)
 
 

@@ -1,6 +1,7 @@
-"""A series' ring is sized by what reads it (monitor/history.py, monitor/evidence.py): a series a rule binds
-holds the rule's window (and the plot's context), one nothing reads a short history, a reader that needs
-more later grows it from then on, and the diagnosis reads no more of the short evidence series."""
+"""A series' ring is sized by what reads it (monitor/history.py, monitor/evidence.py): a series a plotting rule
+binds holds the rule's window and the plot's context, one nothing reads (no plot, no diagnosis: a
+non-plotting rule's detector keeps its own window) a short history, a reader that needs more later grows it
+from then on, and the diagnosis reads no more of the short evidence series."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from monitor.detectors import registry
 from monitor.evidence import NEWEST_ONLY
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files, load_rules
-from monitor.store import UNREAD_HISTORY, Series, StoreLimits
+from monitor.store import UNREAD_HISTORY, Series, SeriesStore, StoreLimits, series_key
 
 T0 = 1_767_225_600.0
 
@@ -89,7 +89,7 @@ def test_series_reserve_after_the_ring_wrapped_keeps_order() -> None:
 
 def test_labels_come_back_from_the_key() -> None:
     s = Series("m", {"b": "2", "a": "1"}, 4, 0)
-    assert s.labels == {"a": "1", "b": "2"} and s.key == ("m", "a", "1", "b", "2")
+    assert s.labels == {"a": "1", "b": "2"} and s.key == ("m", ("a", "1", "b", "2"))
     s.labels["c"] = "3"  # a copy: the series' identity cannot change through it
     assert s.labels == {"a": "1", "b": "2"}
 
@@ -139,3 +139,19 @@ def test_the_diagnosis_reads_only_the_newest_sample_of_the_short_evidence_series
             asked |= reader.asked
     short = {(m, n) for m, n in asked if n in NEWEST_ONLY}
     assert short and {m for m, _ in short} <= {"latest", "readings"}, short
+
+
+def test_series_with_the_same_labels_share_one_labels_tuple() -> None:
+    store = SeriesStore(StoreLimits(max_series=100))
+    gpu = {"gpu": "0", "UUID": "GPU-0000", "Hostname": "n1"}
+    util, temp = store.get_or_create("util", dict(gpu)), store.get_or_create("temp", dict(gpu))
+    other = store.get_or_create("util", {**gpu, "gpu": "1"})
+    assert util is not None and temp is not None and other is not None
+    assert util.key[1] is temp.key[1] and util.key[1] != other.key[1]
+    assert store.get(series_key("temp", dict(gpu))) is temp and temp.labels == gpu
+    for i in range(200):  # label sets that came and went are not kept: the table follows the live series
+        s = store.get_or_create("churn", {"pod": str(i)}, "churner")
+        assert s is not None
+        store.remove_source("churner")
+    assert len(store._label_sets) <= 2 * len(store) + 64
+

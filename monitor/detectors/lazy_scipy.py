@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from monitor.detectors import ranktests
+
 # ndtri of the quantiles the shipped rules use (confidence 0.95: 0.5 + 0.95 / 2), as scipy.special gives
 # them (tests/monitor/test_lazy_scipy.py checks each against ndtri): a leak detector built per series
 # would otherwise import scipy.special at start-up for one constant.
@@ -68,25 +70,38 @@ def _scipy_extension(subpackage: str, name: str) -> Any:
 
 
 @cache
-def _ndtr() -> Callable[[float], Any]:
-    """``scipy.special.ndtr``: the ufunc itself, from the compiled module that defines it
+def _special() -> Any:
+    """``scipy.special``'s ufuncs ``ndtr`` and ``binom`` from the compiled module that defines them
     (``scipy.special._special_ufuncs``, ~1 MiB resident) rather than through ``import scipy.special``
     (~25 MiB, 225 modules): the drift detector's first test (at half its window, ~45 min in) grew the
-    monitor's resident set by that much for good. The same compiled function, so the same bits
-    (tests/monitor/test_lazy_scipy.py); libm's ``erfc`` would differ from it in the last places."""
+    monitor's resident set by that much for good. The same compiled functions, so the same bits
+    (tests/monitor/test_lazy_scipy.py); libm's ``erfc`` would differ from ``ndtr`` in the last places."""
     module = _scipy_extension("special", "_special_ufuncs")
-    ndtr = getattr(module, "ndtr", None)
-    if ndtr is None:
-        from scipy.special import ndtr
-    return ndtr  # type: ignore[no-any-return]
+    if module is None or not all(hasattr(module, f) for f in ("ndtr", "binom")):
+        import scipy.special as module
+    return module
+
+
+def _ndtr() -> Callable[[float], Any]:
+    return _special().ndtr  # type: ignore[no-any-return]
 
 
 def kendalltau(x: Any, y: Any) -> Any:
+    """``scipy.stats.kendalltau(x, y).statistic`` for x = 0, 1, ..., n - 1 (time order, what the level-shift
+    detector passes), from ``ranktests``: ``scipy.stats`` for any other x."""
+    x = np.asarray(x)
+    if x.ndim == 1 and np.array_equal(x, np.arange(len(x))):
+        return ranktests.kendall_tau_b_trend(y)
     from scipy.stats import kendalltau as f
     return f(x, y)
 
 
 def mannwhitneyu(x: Any, y: Any, alternative: str) -> Any:
+    """``scipy.stats.mannwhitneyu(x, y, alternative=...)`` (one-sided, method 'auto') from ``ranktests``;
+    non-finite or empty samples and other alternatives ask ``scipy.stats`` (its NaN policy is its own)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if alternative in ("greater", "less") and len(x) and len(y) and np.isfinite(x).all() and np.isfinite(y).all():
+        return ranktests.mann_whitney_u(x, y, alternative, _special())
     from scipy.stats import mannwhitneyu as f
     return f(x, y, alternative=alternative)
 

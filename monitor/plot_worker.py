@@ -59,12 +59,15 @@ class PlotWorker:
         self._jobs_conn: Connection | None = None
         self._results: Connection | None = None
         self._jobs = 0
+        self._closed = False
 
     def render(self, t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str,
                ylabel: str = "") -> bytes | None:
         job = (np.asarray(t, dtype=float), np.asarray(v, dtype=float), dict(details), title, ylabel)
         with self._lock:
             for attempt in (1, 2):  # a child that just exited idle answers EOF: a fresh one gets the job
+                if self._closed:
+                    return None  # no new child once closed
                 try:
                     status, value = self._ask(job)
                 except (EOFError, BrokenPipeError):
@@ -138,8 +141,16 @@ class PlotWorker:
         return None
 
     def close(self) -> None:
-        with self._lock:
-            self._stop(kill=False)
+        """Ends the child. A render in flight (another thread) is not waited for past a second: its child
+        is killed and that render returns None; no new child starts after this."""
+        self._closed = True
+        if self._lock.acquire(timeout=1.0):
+            try:
+                self._stop(kill=False)
+            finally:
+                self._lock.release()
+        elif (proc := self._proc) is not None:
+            proc.kill()
 
 
 def child_main(argv: list[str]) -> None:

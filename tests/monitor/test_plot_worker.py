@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,9 +82,30 @@ def test_the_annotate_stage_writes_the_childs_png_at_the_alerts_path(tmp_path: P
         path = _render_quietly(tmp_path / "p.png", t, v, d, "title", "KLDriftDetected", "verl_kl", worker)
         assert path == tmp_path / "p.png"
         assert path.read_bytes() == fit_png(t, v, d, "title", "verl_kl")
-        worker.timeout_s = 0.0
-        worker.close()  # the next render starts a child that cannot answer in 0 s
-        assert _render_quietly(tmp_path / "q.png", t, v, d, "title", "KLDriftDetected", "verl_kl", worker) is None
-        assert not (tmp_path / "q.png").exists() and not (tmp_path / "q.png.part").exists()
     finally:
         worker.close()
+    assert _render_quietly(tmp_path / "c.png", t, v, d, "title", "KLDriftDetected", "verl_kl", worker) is None
+    assert worker.children_started == 1  # closed: no child starts again
+    silent = PlotWorker(timeout_s=0.0)  # a child that cannot answer in 0 s: the alert goes on without its PNG
+    try:
+        assert _render_quietly(tmp_path / "q.png", t, v, d, "title", "KLDriftDetected", "verl_kl", silent) is None
+        assert not (tmp_path / "q.png").exists() and not (tmp_path / "q.png.part").exists()
+        assert silent.failures == 1
+    finally:
+        silent.close()
+
+
+def test_closing_does_not_wait_for_a_render_in_flight() -> None:
+    t, v, d = _series()
+    worker = PlotWorker(timeout_s=120.0)
+    got: list[bytes | None] = []
+    thread = threading.Thread(target=lambda: got.append(worker.render(t, v, d, "in flight")))
+    thread.start()
+    while worker._proc is None and thread.is_alive():  # the render holds the worker, its child starting
+        time.sleep(0.01)
+    started = time.monotonic()
+    worker.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - started < 15
+    assert got in ([None], [fit_png(t, v, d, "in flight")])  # killed mid-start, or done within close's second
+    assert worker._proc is None or worker._proc.poll() is not None

@@ -2,7 +2,7 @@
 
 matplotlib, its fonts and its caches are ~40-50 MiB of resident memory that stay for good once the first
 plot renders (an alert rule with ``plot: true``, often in the first hour): the monitor's memory would step
-up by that much at an unpredictable time. Here a spawned child imports matplotlib, renders the PNG from
+up by that much at an unpredictable time. Here a child interpreter imports matplotlib, renders the PNG from
 the small arrays it is sent (``plots.fit_png``, the same function, so the same bytes) and sends them back;
 the monitor writes the file. The child exits once idle for ``idle_s`` (an alert storm keeps one child for
 its burst), and after ``max_jobs`` renders (matplotlib's caches only grow); a child that does not answer
@@ -35,9 +35,12 @@ MAX_JOBS = 200
 def _serve(jobs: Connection, results: Connection, idle_s: float, max_jobs: int) -> None:
     """The child's loop: one job in, ("ok", png or None) or ("error", message) out, until idle or done."""
     for _ in range(max_jobs):
-        if not jobs.poll(idle_s):
+        try:
+            if not jobs.poll(idle_s):
+                break
+            job = jobs.recv()
+        except (EOFError, OSError):  # the monitor is gone (its end of the pipe closed): so is this child
             break
-        job = jobs.recv()
         if job is None:
             break
         try:

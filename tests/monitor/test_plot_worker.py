@@ -109,3 +109,17 @@ def test_closing_does_not_wait_for_a_render_in_flight() -> None:
     assert not thread.is_alive() and time.monotonic() - started < 15
     assert got in ([None], [fit_png(t, v, d, "in flight")])  # killed mid-start, or done within close's second
     assert worker._proc is None or worker._proc.poll() is not None
+
+
+def test_the_child_exits_when_the_monitor_is_gone() -> None:
+    t, v, d = _series()
+    worker = PlotWorker(idle_s=600.0)
+    try:
+        assert worker.render(t, v, d, "one") is not None
+        proc, jobs = worker._proc, worker._jobs_conn
+        assert proc is not None and jobs is not None
+        jobs.close()  # what the monitor's exit (kill -9 included) does to the child's end of the pipe
+        assert proc.wait(timeout=30) == 0  # not left waiting out its 10-min idle time
+    finally:
+        worker._jobs_conn = None
+        worker.close()

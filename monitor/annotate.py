@@ -16,7 +16,8 @@ from alerting.clock import Clock
 from alerting.vocabulary import Vocabulary
 from monitor.alerts import Annotated
 from monitor.evaluator import Candidate
-from monitor.plots import render_fit
+from monitor.plot_worker import PlotWorker
+from monitor.plots import render_fit, write_png
 
 log = logging.getLogger("monitor.annotate")
 # Plots in an alert storm: a PNG costs ~0.1-0.3 CPU s of matplotlib, and a fleet-wide event (a random walk
@@ -54,6 +55,7 @@ class Annotator:
         self.outliers = outliers
         self.plot_prefix: str | None = None
         self.plot_executor: Any = None  # set by the daemon: PNGs render in a worker thread
+        self.plot_worker: PlotWorker | None = None  # set by the daemon: matplotlib runs in a child process
         self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
         self._plot_tokens = float(PLOT_BURST)
         self._plot_at: float | None = None
@@ -107,7 +109,7 @@ class Annotator:
         path = self.plots_dir / name
         args = (path, t, v, dict(c.details, onset=c.since),
                 f"{c.rule.alert} {c.binding.series.name} node={c.labels.get('node')}", c.rule.alert,
-                c.binding.series.name)
+                c.binding.series.name, self.plot_worker)
         if self.plot_executor is not None:
             self.plot_executor.submit(_render_quietly, *args)
         elif _render_quietly(*args) is None:
@@ -118,9 +120,12 @@ class Annotator:
 
 
 def _render_quietly(path: Path, t: Any, v: Any, details: dict[str, float], title: str, alert: str,
-                    ylabel: str = "") -> Path | None:
+                    ylabel: str = "", worker: PlotWorker | None = None) -> Path | None:
     try:
-        return render_fit(path, t, v, details, title, ylabel)
+        if worker is None:
+            return render_fit(path, t, v, details, title, ylabel)
+        png = worker.render(t, v, details, title, ylabel)  # logs and counts its own failures
+        return None if png is None else write_png(path, png)
     except Exception as exc:  # a plot failure must not lose the alert
         log.warning("plot for %s failed: %s", alert, exc)
         return None

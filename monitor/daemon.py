@@ -63,7 +63,7 @@ class Daemon:
         outliers = alerting_stage.reward_outliers(config)
         self.pipeline = Pipeline(rules, self.clock, cluster=config.cluster, db_path=config.state_db,
                                  plots_dir=config.plots_dir, plot_prefix=None, metrics=self.metrics,
-                                 engine=self.engine, outliers=outliers,
+                                 engine=self.engine, outliers=outliers, plots_in_child=True,
                                  limits=config.limits, on_record=ConsolePrinter() if config.prints_alerts else None,
                                  health=self.storage)
         self._want_outliers = config.reward_outliers and any(r.alert == "RewardDistributionDrift" for r in rules)

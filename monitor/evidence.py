@@ -15,11 +15,13 @@ from monitor.store import Series, SeriesKey, SeriesStore
 
 NONFINITE_KEPT = 256    # NaN/Inf sample times remembered per series
 # Evidence series the procedures read only at their newest sample (``latest``/``readings``): the per-GPU
-# ones, ~4 per GPU. The others keep the whole ring: ``held_since`` reads all of it ("kl_coef = 0 since
+# ones, ~4 per GPU, and the rollout backlog's buffer age and live workers (``rollout_backlog`` asks for
+# their latest values only). The others keep the whole ring: ``held_since`` reads all of it ("kl_coef = 0 since
 # step 1200"), the look-backs read 10-30 min before an alert that may have fired hours ago.
 # tests/monitor/test_store_history.py runs every procedure and fails if one reads more of these.
 NEWEST_ONLY = frozenset({"verl_gpu_memory_total_bytes", "verl_gpu_memory_used_bytes",
-                         "verl_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL"})
+                         "verl_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL",
+                         "verl_rollout_buffer_age_seconds", "verl_rollout_workers_alive"})
 
 
 def _node(s: Series) -> str:

@@ -35,6 +35,7 @@ from monitor.evaluator import Evaluator
 from monitor.evidence import EvidenceCapture, NonFiniteLog
 from monitor.metrics import MonitorMetrics
 from monitor.model import PLUMBING_LABELS, Sample
+from monitor.plot_worker import PlotWorker
 from monitor.rules import Rule
 from monitor.sources import verl_jsonl
 from monitor.store import Series, SeriesStore, StoreLimits, series_key
@@ -52,9 +53,10 @@ class Pipeline:
                  engine: LogFollower | None = None, on_record: Callable[[Record], None] | None = None,
                  outliers: RewardOutliers | None = None, limits: StoreLimits | None = None,
                  restore_grace_s: float = 600.0, health: StorageHealth | None = None,
-                 needs: DiagnosisNeeds | None = None) -> None:
+                 needs: DiagnosisNeeds | None = None, plots_in_child: bool = False) -> None:
         """``engine``: subscribed to the alert book's log here, once; ``needs``: what alerting's diagnoses
-        read (this version's when not given), measured only when an engine follows."""
+        read (this version's when not given), measured only when an engine follows; ``plots_in_child``:
+        matplotlib runs in a child process (``monitor.plot_worker``), never in this one."""
         self.clock = clock
         self.needs = needs or diagnosis_needs()
         self._diagnosed = engine is not None
@@ -75,6 +77,8 @@ class Pipeline:
         self.cluster = cluster
         self.annotator = Annotator(clock, self.vocabulary, Path(plots_dir) if plots_dir else None, outliers)
         self.annotator.plot_prefix = plot_prefix
+        if plots_in_child and plots_dir:
+            self.annotator.plot_worker = PlotWorker()
         self.on_record = on_record
         self.rejected: dict[str, int] = {}
         self.rejects: dict[tuple[str, str], int] = {}  # (source, reason) since the caller last cleared it
@@ -280,4 +284,6 @@ class Pipeline:
 
     def close(self) -> None:
         self.book.close()
+        if self.annotator.plot_worker is not None:
+            self.annotator.plot_worker.close()
 

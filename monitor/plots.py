@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,26 @@ from alerting.model import rfc3339
 
 def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str,
                ylabel: str = "") -> Path | None:
-    """Series (last window) with the detector's fitted line; ``details`` carry ``slope_per_min``,
-    ``intercept`` (value at ``t_ref``), ``t_ref`` and (a drift ramp) ``trend_end`` as the drift and leak
-    detectors report them, and ``onset``: when the alert's condition began (marked). ``ylabel``: the
-    series' name, on the value axis."""
+    """``fit_png`` written to ``path``; None for an empty series."""
+    png = fit_png(t, v, details, title, ylabel)
+    return None if png is None else write_png(path, png)
+
+
+def write_png(path: Path, png: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # written whole, then renamed: a notifier waiting for the file never reads half a PNG
+    part = path.with_name(path.name + ".part")
+    part.write_bytes(png)
+    part.replace(path)
+    return path
+
+
+def fit_png(t: np.ndarray, v: np.ndarray, details: dict[str, float], title: str,
+            ylabel: str = "") -> bytes | None:
+    """Series (last window) with the detector's fitted line, as PNG bytes; ``details`` carry
+    ``slope_per_min``, ``intercept`` (value at ``t_ref``), ``t_ref`` and (a drift ramp) ``trend_end`` as
+    the drift and leak detectors report them, and ``onset``: when the alert's condition began (marked).
+    ``ylabel``: the series' name, on the value axis."""
     if len(t) == 0:
         return None
     # Imported on first plot: matplotlib costs half a second of start-up the daemon rarely needs.
@@ -23,7 +40,6 @@ def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, floa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     start = details.get("window_start", float(t[0]))
     keep = t >= start - (t[-1] - start)  # show as much context before the window as inside it
     t, v = t[keep], v[keep]
@@ -49,9 +65,7 @@ def render_fit(path: Path, t: np.ndarray, v: np.ndarray, details: dict[str, floa
     ax.set_title(title, fontsize=10)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    # written whole, then renamed: a notifier waiting for the file never reads half a PNG
-    part = path.with_name(path.name + ".part")
-    fig.savefig(part, format="png")
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
     plt.close(fig)
-    part.replace(path)
-    return path
+    return out.getvalue()

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from monitor.detectors import ranktests
+
 # ndtri of the quantiles the shipped rules use (confidence 0.95: 0.5 + 0.95 / 2), as scipy.special gives
 # them (tests/monitor/test_lazy_scipy.py checks each against ndtri): a leak detector built per series
 # would otherwise import scipy.special at start-up for one constant.
@@ -35,21 +37,71 @@ def norm_ppf(q: float) -> float:
 
 
 def norm_sf(z: float) -> float:
-    from scipy.special import ndtr
-    return float(ndtr(-z))
+    return float(_ndtr()(-z))
 
 
 def norm_cdf(z: float) -> float:
-    from scipy.special import ndtr
-    return float(ndtr(z))
+    return float(_ndtr()(z))
+
+
+def _scipy_extension(subpackage: str, name: str) -> Any:
+    """One of scipy's compiled modules, loaded from its file without importing its package (whose
+    ``__init__`` imports everything else in it). None where the file is not there (another scipy
+    layout) or does not load on its own: the caller falls back to the package."""
+    spec = importlib.util.find_spec("scipy")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / subpackage
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = folder / f"{name}{suffix}"
+        if path.is_file():
+            full = f"scipy.{subpackage}.{name}"
+            loader = importlib.machinery.ExtensionFileLoader(full, str(path))
+            module_spec = importlib.util.spec_from_file_location(full, path, loader=loader)
+            if module_spec is None:
+                return None
+            module = importlib.util.module_from_spec(module_spec)
+            try:
+                loader.exec_module(module)
+            except ImportError:
+                return None
+            return module
+    return None
+
+
+@cache
+def _special() -> Any:
+    """``scipy.special``'s ufuncs ``ndtr`` and ``binom`` from the compiled module that defines them
+    (``scipy.special._special_ufuncs``, ~1 MiB resident) rather than through ``import scipy.special``
+    (~25 MiB, 225 modules): the drift detector's first test (at half its window, ~45 min in) grew the
+    monitor's resident set by that much for good. The same compiled functions, so the same bits
+    (tests/monitor/test_lazy_scipy.py); libm's ``erfc`` would differ from ``ndtr`` in the last places."""
+    module = _scipy_extension("special", "_special_ufuncs")
+    if module is None or not all(hasattr(module, f) for f in ("ndtr", "binom")):
+        import scipy.special as module
+    return module
+
+
+def _ndtr() -> Callable[[float], Any]:
+    return _special().ndtr  # type: ignore[no-any-return]
 
 
 def kendalltau(x: Any, y: Any) -> Any:
+    """``scipy.stats.kendalltau(x, y).statistic`` for x = 0, 1, ..., n - 1 (time order, what the level-shift
+    detector passes), from ``ranktests``: ``scipy.stats`` for any other x."""
+    x = np.asarray(x)
+    if x.ndim == 1 and np.array_equal(x, np.arange(len(x))):
+        return ranktests.kendall_tau_b_trend(y)
     from scipy.stats import kendalltau as f
     return f(x, y)
 
 
 def mannwhitneyu(x: Any, y: Any, alternative: str) -> Any:
+    """``scipy.stats.mannwhitneyu(x, y, alternative=...)`` (one-sided, method 'auto') from ``ranktests``;
+    non-finite or empty samples and other alternatives ask ``scipy.stats`` (its NaN policy is its own)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if alternative in ("greater", "less") and len(x) and len(y) and np.isfinite(x).all() and np.isfinite(y).all():
+        return ranktests.mann_whitney_u(x, y, alternative, _special())
     from scipy.stats import mannwhitneyu as f
     return f(x, y, alternative=alternative)
 
@@ -64,22 +116,8 @@ def _lattice_paths() -> Callable[[int, int, int, int], float] | None:
     """scipy's compiled exact two-sample KS kernel (``scipy.stats._stats_pythran``), loaded from its file
     without ``scipy.stats`` (that package's import is what costs the 72 MiB; this module ~0.7). None
     where the file is not there (another scipy layout): the caller falls back to ``scipy.stats``."""
-    spec = importlib.util.find_spec("scipy")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    stats_dir = Path(next(iter(spec.submodule_search_locations))) / "stats"
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = stats_dir / f"_stats_pythran{suffix}"
-        if path.is_file():
-            name = "scipy.stats._stats_pythran"
-            loader = importlib.machinery.ExtensionFileLoader(name, str(path))
-            module_spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-            if module_spec is None:
-                return None
-            module = importlib.util.module_from_spec(module_spec)
-            loader.exec_module(module)
-            return module._compute_outer_prob_inside_method  # type: ignore[no-any-return]
-    return None
+    module = _scipy_extension("stats", "_stats_pythran")
+    return None if module is None else module._compute_outer_prob_inside_method  # type: ignore[no-any-return]
 
 
 def ks_2samp(x: np.ndarray, y: np.ndarray) -> KSResult:

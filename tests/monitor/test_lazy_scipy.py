@@ -49,6 +49,14 @@ def test_ks_2samp_of_equal_sizes_imports_no_scipy_stats() -> None:
     assert math.isclose(pvalue, float(want.pvalue), rel_tol=1e-12)
 
 
+def test_normal_tails_import_no_scipy_special() -> None:
+    # the drift detector's first test (at half its window) imported scipy.special: ~25 MiB for one ufunc
+    code = ("import sys; from monitor.detectors.lazy_scipy import norm_sf, norm_cdf; "
+            "print(repr(norm_sf(1.7)), repr(norm_cdf(-2.5)), 'scipy.special' in sys.modules, 'scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [repr(float(stats.norm.sf(1.7))), repr(float(stats.norm.cdf(-2.5))), "False", "False"]
+
+
 @pytest.mark.parametrize("kind", ["shifted", "ties", "rounded", "same", "same_large"])
 def test_ks_2samp_is_scipys_statistic_and_p_value(kind: str) -> None:
     rng = np.random.default_rng({"shifted": 1, "ties": 2, "rounded": 3, "same": 4, "same_large": 5}[kind])

@@ -103,6 +103,11 @@ class Evaluator:
         # called once per binding whose detector window cannot hold its minimum samples (the pipeline
         # logs it and sets verl_monitor_rule_window_unfillable)
         self.on_unfillable: Callable[[Binding, str], None] | None = None
+        # for the pipeline's per-sample fast path (a scrape's known series): a series' bindings (None: not
+        # made yet) and whether it feeds a work log, without a call into ``observe``
+        self.bound_of = self._by_series.get
+        self.feeding = self._work_feeds
+        self.unbound = _UNBOUND
 
     # -- binding ---------------------------------------------------------------------------------
 

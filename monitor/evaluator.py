@@ -169,17 +169,24 @@ class Evaluator:
         if self._work_feeds:
             for log in self._work_feeds.get(series.id, ()):
                 log.add(series.id, t, value)
+        hot = self._hot
         for b in bound:
-            ticks = seen is not None and getattr(b.detector, "ticks", False)
-            f = b.detector.update(seen if ticks else t, value)
+            detector = b.detector
+            f = detector.update(seen if seen is not None and getattr(detector, "ticks", False) else t, value)
             b.samples += 1
             if b.samples in _FILL_CHECKS and b.unfillable is None:
                 self._check_fill(b)
             if b.rule.keep_firing_for_steps:
                 f = self._held(b, f, t)
-            b.record(f, t, seen)
+            # Binding.record, inlined (~23 000 bindings a round at 1000 GPUs)
+            if f.active:
+                if not b.active:
+                    b.since = t if seen is None else seen
+            else:
+                b.since = None
+            b.finding, b.active, b.last_t = f, f.active, t
             if b.cond == 0 and b.active:
-                self._hot[id(b)] = b
+                hot[id(b)] = b
         if bound and bound[0].samples in _SIZE_CHECKS:
             self._size(series, bound)
 

@@ -21,22 +21,23 @@ step per line (``prom_text._from_layout``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import Any
 
 
 class Layout:
-    """A scrape whose every sample line was a hit, by line position: each line's text
-    before its last space (``keys``), the lines that are not samples (comments, blanks) whole, where the
-    sample lines are, and the hits' series and comment lines as the line-by-line path gave them."""
+    """A scrape whose every sample line was a hit, by line position: the sample lines' texts before their
+    last space (the entries' own key strings: no second copy of the text), every other line (comments,
+    blanks) whole, and the hits' series and comment lines as the line by line path gave them."""
 
-    __slots__ = ("keys", "others", "other_at", "sample_at", "series", "comments")
+    __slots__ = ("lines", "keys", "others", "keys_at", "others_at", "series", "comments")
 
-    def __init__(self, keys: list[str], others: tuple[str, ...], other_at: tuple[int, ...],
-                 sample_at: tuple[int, ...], series: list[Any], comments: list[str]) -> None:
-        self.keys, self.others, self.other_at, self.sample_at = keys, others, other_at, sample_at
-        self.series, self.comments = series, comments
+    def __init__(self, lines: int, sample_at: tuple[int, ...], keys: tuple[str, ...], other_at: tuple[int, ...],
+                 others: tuple[str, ...], series: list[Any], comments: list[str]) -> None:
+        self.lines, self.keys, self.others, self.series, self.comments = lines, keys, others, series, comments
+        self.keys_at, self.others_at = _picker(sample_at), _picker(other_at)
 
 
 class Entry:
@@ -82,13 +83,18 @@ class ScrapeCache:
             return
         samples = set(sample_at)
         other_at = tuple(i for i in range(len(lines)) if i not in samples)
-        self.layout = Layout([ln.rpartition(" ")[0] for ln in lines], _pick(lines, other_at), other_at,
-                             sample_at, known, comments)
+        canon = {k: k for k in self.entries}  # the key strings the entries hold, not new copies
+        canon.update((c, c) for c in comments)
+        keys = tuple(canon.get(k, k) for k in (lines[i].rpartition(" ")[0] for i in sample_at))
+        others = tuple(canon.get(ln, ln) for ln in (lines[i] for i in other_at))
+        self.layout = Layout(len(lines), sample_at, keys, other_at, others, known, comments)
 
 
-def _pick(seq: list[str], at: tuple[int, ...]) -> tuple[str, ...]:
-    """``seq``'s items at ``at``, in one C call (``itemgetter`` of one index gives the item, not a tuple)."""
-    return itemgetter(*at)(seq) if len(at) > 1 else tuple(seq[i] for i in at)
+def _picker(at: tuple[int, ...]) -> Callable[[list[str]], tuple[str, ...]]:
+    """A list's items at ``at`` as a tuple, in one C call (``itemgetter`` of one index gives the item)."""
+    if len(at) > 1:
+        return itemgetter(*at)
+    return lambda seq: tuple(seq[i] for i in at)
 
 
 def from_layout(text: str, layout: Layout) -> tuple[str, ...] | None:
@@ -96,16 +102,16 @@ def from_layout(text: str, layout: Layout) -> tuple[str, ...] | None:
     line path would not take as a hit). Why not that path: its loop was ~40 % of the monitor's CPU at 1000
     GPUs; the split, ``rpartition`` and comparisons here run in C, a whole exposition at a time.
 
-    Exact: with every line's text before its last space and every other line the same, and values with
-    neither whitespace nor ``_`` (so ``strip`` and ``rpartition`` cut each line where they cut the learnt
-    one), the line by line path would find the same entries, hit for hit, in the same family states."""
+    Exact: with every sample line's text before its last space and every other line the same, and values
+    with neither whitespace nor ``_`` (so ``strip`` and ``rpartition`` cut each line where they cut the
+    learnt one), the line by line path would find the same entries, hit for hit, in the same family states."""
     lines = text.split("\n")
-    if len(lines) != len(layout.keys):
+    if len(lines) != layout.lines or layout.others_at(lines) != layout.others:
         return None
-    parts = list(map(str.rpartition, lines, repeat(" ", len(lines))))
-    if list(map(itemgetter(0), parts)) != layout.keys or _pick(lines, layout.other_at) != layout.others:
+    parts = layout.keys_at(list(map(str.rpartition, lines, repeat(" ", len(lines)))))
+    if tuple(map(itemgetter(0), parts)) != layout.keys:
         return None
-    texts = _pick(list(map(itemgetter(2), parts)), layout.sample_at)
+    texts = tuple(map(itemgetter(2), parts))
     joined = "".join(texts)
     if "" in texts or "_" in joined or not joined.isascii() or not joined.isprintable():
         return None

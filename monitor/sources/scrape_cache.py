@@ -16,7 +16,7 @@ path again and is re-created through the store's budget rules.
 
 A whole scrape the cache knew line by line is also kept as a ``Layout``: the same text up to its values
 next time (the usual case: an exporter writes the same lines in the same order) is read without a Python
-step per line (``prom_text._from_layout``).
+step per line (``from_layout``).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _picker(at: tuple[int, ...]) -> Callable[[list[str]], tuple[str, ...]]:
 
 def from_layout(text: str, layout: Layout) -> tuple[str, ...] | None:
     """The value texts of a scrape laid out as ``layout`` (None: it is not, or a value is one the line by
-    line path would not take as a hit). Why not that path: its loop was ~40 % of the monitor's CPU at 1000
+    line path would not take as a hit). Why not that path: its loop was ~25 % of the monitor's CPU at 1000
     GPUs; the split, ``rpartition`` and comparisons here run in C, a whole exposition at a time.
 
     Exact: with every sample line's text before its last space and every other line the same, and values

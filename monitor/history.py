@@ -1,11 +1,14 @@
 """How much of a series' history a rule binding reads: the ring capacity its series is given.
 
-Detectors keep their own bounded state (``detectors/base.py``); the series' ring is what the alert's plot
-draws (the detector's window and as much context before it, ``plots.render_fit``) and what a reader of
-the rule's series sees of what the rule judged. A binding asks for the span its detector judges, in
-seconds over the series' own interval (``Series.interval``) with a margin, or in samples where the
-detector counts samples; ``steps:`` scale as the detector itself scales them (``cadence.scaled``).
-The store caps it at ``limits.capacity``.
+Detectors keep their own bounded state (``detectors/base.py``) and never read the ring; the alert's plot
+does (the detector's window and as much context before it, ``plots.render_fit``). So only the primary
+condition of a rule with ``plot: true`` asks for history: the span its detector judges, in seconds over the
+series' own interval (``Series.interval``) with a margin, or in samples where the detector counts samples;
+``steps:`` scale as the detector itself scales them (``cadence.scaled``). Any other binding asks for none:
+its series keeps the store's short history (``store.UNREAD_HISTORY``) unless the diagnosis evidence reads
+it. At 1000 GPUs ~13 000 counters bound by non-plotting rules held 150 samples each (~1.2 KB a series in
+sealed chunks and a head, and the CPU to seal them) that nothing read. The store caps it at
+``limits.capacity``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def _default(kind: str, param: str) -> float:
 def samples_needed(rule: Rule, cond: int, interval: float) -> float:
     """Samples the ring of a series bound to ``rule.conditions[cond]`` should hold at ``interval`` s per
     sample (0: not known yet -- the sample-count parts and ``steps:`` only; the evaluator asks again
-    once the interval is known)."""
+    once the interval is known); 0 for a binding nothing reads the history of (module docstring)."""
+    if not (rule.plot and cond == 0):
+        return 0
     c = rule.conditions[cond]
     kind = c.detector_type
     params = {k: c.params.get(k, _default(kind, k)) for k in (*SECONDS.get(kind, ()), *SAMPLES.get(kind, ()))}
@@ -55,6 +60,4 @@ def samples_needed(rule: Rule, cond: int, interval: float) -> float:
     else:  # seconds cannot be counted yet: what the steps ask for
         n = sum(c.steps.get(k, 0.0) for k in SECONDS.get(kind, ())) * MARGIN
     n = max(n, sum(float(params[k]) for k in SAMPLES.get(kind, ()))) + c.warmup_steps + c.spike_filter
-    if rule.plot and cond == 0:
-        n = max(n * PLOT_CONTEXT, PLOT_MIN_S / interval * MARGIN if interval > 0 else 0.0)
-    return math.ceil(n)
+    return math.ceil(max(n * PLOT_CONTEXT, PLOT_MIN_S / interval * MARGIN if interval > 0 else 0.0))

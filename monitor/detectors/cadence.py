@@ -31,6 +31,8 @@ _MIN_INTERVALS = 5     # intervals seen before the steps count
 class IntervalEstimate:
     """Median of the last ``n`` sample intervals of one series (robust to a slow checkpoint step)."""
 
+    __slots__ = ("_last", "_n", "_gaps")
+
     def __init__(self, n: int = 16) -> None:
         self._last = -math.inf
         self._n = n
@@ -66,6 +68,9 @@ class CadenceScaled(Detector):
     re-size the new detector is replayed the retained samples (at most ``history``), so it decides on the
     same data the old one had.
     """
+
+    __slots__ = ("factory", "params", "steps", "warmup_steps", "per_step", "ticks", "_history_len", "interval",
+                 "used", "_prev_t", "_floor_gap", "inner", "_history", "_seen", "_last")
 
     def __init__(self, factory: Callable[[dict[str, Any]], Detector], params: dict[str, Any],
                  steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = 2048,

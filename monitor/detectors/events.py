@@ -14,6 +14,8 @@ class CounterIncreaseDetector(Detector):
     Tested by tests/monitor/test_monitor_detectors.py::test_counter_increase_and_reset.
     """
 
+    __slots__ = ("window_s", "min_increase", "_incs", "_last")
+
     def __init__(self, window: float = 300.0, min_increase: float = 1.0) -> None:
         self.window_s, self.min_increase = window, min_increase
         # made at the first increase: most counters bound here (Xid, NVLink, OOM errors) never rise, and an

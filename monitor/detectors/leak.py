@@ -60,6 +60,11 @@ class LeakDetector(Detector):
     tests/monitor/test_monitor_detectors.py (period, aliasing, slow steps).
     """
 
+    __slots__ = ("min_slope", "window_s", "every_s", "floor_s", "confidence", "persistence", "min_buckets",
+                 "min_effect_sd", "min_acf", "max_samples", "work", "warmup_after_restart",
+                 "min_unexplained_share", "min_recent_share", "_z", "_window", "_every", "_streak", "_last",
+                 "_prev", "_skip")
+
     def __init__(self, min_slope_per_min: float = 10e6, window: float = 1800.0, every: float = 60.0,
                  floor: float = 30.0, confidence: float = 0.95, persistence: int = 2, min_buckets: int = 6,
                  min_effect_sd: float = 1.0, min_acf: float = 0.3, max_samples: int = 4096,

@@ -21,6 +21,8 @@ class ThresholdDetector(Detector):
     Tested by tests/monitor/test_monitor_detectors.py::test_threshold_ops and ::test_threshold_skip_value.
     """
 
+    __slots__ = ("op", "threshold", "_cmp", "skip_value")
+
     def __init__(self, op: str = ">", value: float = 0.0, skip_value: float | None = None) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {sorted(OPS)}, got {op!r}")
@@ -39,6 +41,8 @@ class SpikeFilter(Detector):
     ``for`` timer; a sustained level passes through after ``window // 2 + 1`` samples.
     Tested by tests/monitor/test_monitor_detectors.py::test_spike_filter_ignores_lone_sample.
     """
+
+    __slots__ = ("inner", "window", "_buf")
 
     def __init__(self, inner: Detector, window: int = 3) -> None:
         if window < 1:
@@ -75,6 +79,8 @@ class FluctuationDetector(Detector):
     builtins scan the (short) window at C speed. Tested by
     tests/monitor/test_monitor_detectors.py::test_fluctuation.
     """
+
+    __slots__ = ("window_s", "min_relative", "min_samples", "below", "_ts", "_vs")
 
     def __init__(self, window: float = 60.0, min_relative: float = 0.05, min_samples: int = 3,
                  below: bool = False) -> None:

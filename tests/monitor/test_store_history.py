@@ -1,6 +1,7 @@
-"""A series' ring is sized by what reads it (monitor/history.py, monitor/evidence.py): a series a rule binds
-holds the rule's window (and the plot's context), one nothing reads a short history, a reader that needs
-more later grows it from then on, and the diagnosis reads no more of the short evidence series."""
+"""A series' ring is sized by what reads it (monitor/history.py, monitor/evidence.py): a series a plotting rule
+binds holds the rule's window and the plot's context, one nothing reads (no plot, no diagnosis: a
+non-plotting rule's detector keeps its own window) a short history, a reader that needs more later grows it
+from then on, and the diagnosis reads no more of the short evidence series."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from monitor.detectors import registry
 from monitor.evidence import NEWEST_ONLY
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files, load_rules
-from monitor.store import UNREAD_HISTORY, Series, StoreLimits
+from monitor.store import UNREAD_HISTORY, Series, SeriesStore, StoreLimits, series_key
 
 T0 = 1_767_225_600.0
 
@@ -50,8 +51,9 @@ def test_a_bound_series_holds_its_rules_window_and_an_unread_one_a_short_history
     kl = feed(pipe, "verl_kl_coef", {"node": "gpu-000"}, times)  # diagnosis evidence: held_since reads it all
     t, _ = leak.window()
     assert t[-1] - t[0] >= 2 * 1800  # the plot: the 30-min window and as much before it
-    t, _ = nvlink.window()
-    assert 600 <= t[-1] - t[0] < 1800
+    # its rule (counter_increase, 10 min) does not plot, and its detector keeps its own window: nothing reads
+    # more than the short history
+    assert nvlink.capacity == UNREAD_HISTORY and len(nvlink) == UNREAD_HISTORY
     assert len(clock) == UNREAD_HISTORY and clock.interval() == 5.0
     assert len(kl) == len(times)
     assert leak.capacity < StoreLimits().capacity  # 900 samples, not 4096
@@ -59,13 +61,13 @@ def test_a_bound_series_holds_its_rules_window_and_an_unread_one_a_short_history
 
 def test_a_reader_that_needs_more_later_grows_the_ring_from_then_on(tmp_path: Path) -> None:
     rules = tmp_path / "r.yaml"
-    rules.write_text("rules:\n  - alert: X\n    severity: P3\n    select: m\n"
+    rules.write_text("rules:\n  - alert: X\n    severity: P3\n    select: m\n    plot: true\n"
                      "    detector: {type: counter_increase, window: 10m, min_increase: 1}\n")
     pipe = Pipeline(load_rules(rules), SimulatedClock(T0))
-    slow = T0 + 60.0 * np.arange(100)  # one a minute: 10 min hold 10 samples, the short ring suffices
+    slow = T0 + 600.0 * np.arange(30)  # one per 10 min: the plot's hour holds 8 samples, the short ring suffices
     series = feed(pipe, "m", {}, slow)
     assert series.capacity == UNREAD_HISTORY and len(series) == UNREAD_HISTORY  # it wrapped
-    fast = slow[-1] + 5.0 * np.arange(1, 401)  # then every 5 s: 10 min are 120 samples
+    fast = slow[-1] + 5.0 * np.arange(1, 401)  # then every 5 s: the plot's hour is 720 samples
     for i, t in enumerate(fast.tolist()):
         pipe.observe(series, t, float(i), "t")
     t, v = series.window()
@@ -87,7 +89,7 @@ def test_series_reserve_after_the_ring_wrapped_keeps_order() -> None:
 
 def test_labels_come_back_from_the_key() -> None:
     s = Series("m", {"b": "2", "a": "1"}, 4, 0)
-    assert s.labels == {"a": "1", "b": "2"} and s.key == ("m", "a", "1", "b", "2")
+    assert s.labels == {"a": "1", "b": "2"} and s.key == ("m", ("a", "1", "b", "2"))
     s.labels["c"] = "3"  # a copy: the series' identity cannot change through it
     assert s.labels == {"a": "1", "b": "2"}
 
@@ -137,3 +139,19 @@ def test_the_diagnosis_reads_only_the_newest_sample_of_the_short_evidence_series
             asked |= reader.asked
     short = {(m, n) for m, n in asked if n in NEWEST_ONLY}
     assert short and {m for m, _ in short} <= {"latest", "readings"}, short
+
+
+def test_series_with_the_same_labels_share_one_labels_tuple() -> None:
+    store = SeriesStore(StoreLimits(max_series=100))
+    gpu = {"gpu": "0", "UUID": "GPU-0000", "Hostname": "n1"}
+    util, temp = store.get_or_create("util", dict(gpu)), store.get_or_create("temp", dict(gpu))
+    other = store.get_or_create("util", {**gpu, "gpu": "1"})
+    assert util is not None and temp is not None and other is not None
+    assert util.key[1] is temp.key[1] and util.key[1] != other.key[1]
+    assert store.get(series_key("temp", dict(gpu))) is temp and temp.labels == gpu
+    for i in range(200):  # label sets that came and went are not kept: the table follows the live series
+        s = store.get_or_create("churn", {"pod": str(i)}, "churner")
+        assert s is not None
+        store.remove_source("churner")
+    assert len(store._label_sets) <= 2 * len(store) + 64
+

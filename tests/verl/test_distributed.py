@@ -8,16 +8,18 @@ import sys
 import pytest
 
 from tests.verl.integration.exact_resume_chain import finish, start
+from verl.data.embeddings import semantic_available
 
 
 @pytest.mark.slow
 def test_two_ranks_keep_identical_parameters() -> None:
-    # --standalone: torchrun picks a free loopback rendezvous port itself. metrics.prompt_analysis=lexical:
-    # parameters are what this test compares, and once in a full suite (1 of ~6 today, none in 6 runs alone)
-    # the two ranks never finished after loading the sentence-embedding model (tests/verl/test_semantic_data.py
-    # covers that model); the output is now printed when a run times out
+    # --standalone: torchrun picks a free loopback rendezvous port itself. The default prompt analysis
+    # (auto): with the semantic extra installed each rank loads the sentence-embedding model on its metrics
+    # thread while it trains. The two-rank hang reproduced under load was a rank stuck at exit after its
+    # final digest (test_close_frees_the_ddp_wrappers_before_the_process_group), not that model; on a
+    # timeout finish() kills every rank and prints the output
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "verl.cli.train", "--config", "ppo_tiny", "metrics.prompt_analysis=lexical",
+           "-m", "verl.cli.train", "--config", "ppo_tiny",
            "trainer.total_steps=3", "data.batch_size=8", "actor.ppo_mini_batch_size=4", "critic.ppo_mini_batch_size=4"]
     proc = start(cmd)
     out = finish(proc)  # on a timeout: every rank killed, the output printed
@@ -27,3 +29,42 @@ def test_two_ranks_keep_identical_parameters() -> None:
     assert set(final) == {"0", "1"} and set(initial) == {"0", "1"}
     assert final["0"] == final["1"]
     assert final["0"] != initial["0"]   # updates really happened
+    if semantic_available():  # both ranks ran the semantic path next to the collectives
+        assert out.count("sentence-embedding model loaded") == 2, out[-3000:]
+
+
+def test_close_frees_the_ddp_wrappers_before_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DDP reducer still alive after ``destroy_process_group`` holds the group's last reference and frees
+    it with the GIL held; a gloo worker still freeing its last collective's tensors needs the GIL there,
+    so the join in the group's destructor never returned (verl-train hung at exit under load, both ranks'
+    final digests printed). ``close()`` frees the wrappers first. One process, a one-rank gloo group."""
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from verl.trainer import ppo_trainer
+    from verl.trainer.distributed import DistContext
+
+    trainer = ppo_trainer.RLTrainer("ppo_tiny", overrides=["metrics.prompt_analysis=lexical"])
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        m = trainer.models
+        m.actor_ddp, m.critic_ddp = DDP(m.actor), DDP(m.critic)
+        wrappers = [weakref.ref(m.actor_ddp), weakref.ref(m.critic_ddp)]
+        trainer.ctx = DistContext(own_group=True)  # close() destroys this group
+        alive: list[bool] = []
+        real_shutdown = ppo_trainer.shutdown
+
+        def recording(ctx: DistContext) -> None:
+            alive.extend(w() is not None for w in wrappers)
+            real_shutdown(ctx)
+
+        monkeypatch.setattr(ppo_trainer, "shutdown", recording)
+        trainer.close()
+        assert alive == [False, False]  # both reducers gone when the group is destroyed
+        assert not dist.is_initialized()
+        assert m.actor_ddp is m.actor and m.critic_ddp is m.critic  # a step after close() still has modules
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -5,6 +5,7 @@ actor. ``RLTrainer`` composes these."""
 from __future__ import annotations
 
 import copy
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,17 @@ class PPOModels:
     def n_layers(self) -> int:
         model_cfg = self.actor.config
         return getattr(model_cfg, "n_layer", None) or getattr(model_cfg, "num_hidden_layers", 0)
+
+    def release_ddp(self) -> None:
+        """Free the DDP wrappers (their C++ reducers) while the process group is still registered, so that
+        the group's last reference is the one ``dist.destroy_process_group`` drops, whose destructor joins
+        gloo's worker threads with the GIL released. A reducer that outlives it (freed with the trainer,
+        at ``sys.exit(main())`` in verl-train) frees the group with the GIL held, and a gloo worker still
+        freeing its last collective's output tensors (their Python objects) waits for the GIL inside that
+        join: the rank never exited, on a loaded machine, after printing its final digest. Call it before
+        ``verl.trainer.distributed.shutdown``; anything run after it runs on the bare modules."""
+        self.actor_ddp, self.critic_ddp = self.actor, self.critic
+        gc.collect()  # a wrapper kept alive only by a reference cycle is freed here, not at exit
 
     def state_dict(self) -> dict[str, Any]:
         """The KL controller and both LR schedulers (parameters and optimizers are checkpointed apart)."""

@@ -306,6 +306,7 @@ class RLTrainer:
         self.reward_path.breaker.close()
         if hasattr(self.rollout, "close"):
             self.rollout.close()
+        self.models.release_ddp()  # before the process group goes: PPOModels.release_ddp says why
         shutdown(self.ctx)
 
 

@@ -114,9 +114,8 @@ class Evaluator:
         # called once per binding whose detector window cannot hold its minimum samples (the pipeline
         # logs it and sets verl_monitor_rule_window_unfillable)
         self.on_unfillable: Callable[[Binding, str], None] | None = None
-        # for the pipeline's per-sample fast path (a scrape's known series): a series' bindings (None: not
-        # made yet) and whether it feeds a work log, without a call into ``observe``
-        self.bound_of = self._by_series.get
+        # for the pipeline's per-sample fast path (a scrape's known series): whether a series feeds a work
+        # log, and the bindings of a series no rule matches (``series.bound``), without a call into ``observe``
         self.feeding = self._work_feeds
         self.unbound = _UNBOUND
 
@@ -194,9 +193,10 @@ class Evaluator:
             if f.active:
                 if not b.active:
                     b.since = t if seen is None else seen
+                b.finding = f
             else:
-                b.since = None
-            b.finding, b.active, b.last_t = f, f.active, t
+                b.since = b.finding = None
+            b.active, b.last_t = f.active, t
             if b.cond == 0 and b.active:
                 hot[id(b)] = b
         if bound and bound[0].samples in _SIZE_CHECKS:

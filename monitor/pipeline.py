@@ -123,13 +123,13 @@ class Pipeline:
         series_list, values, t = known
         n = 0
         evaluator = self.evaluator
-        bound_of, feeding, unbound = evaluator.bound_of, evaluator.feeding, evaluator.unbound
+        feeding, unbound = evaluator.feeding, evaluator.unbound
         observe, touch = evaluator.observe, evaluator.touch
         for series, value in zip(series_list, values.tolist(), strict=True):
             if t > series.last_t:
                 v = series.append(t, value)
                 n += 1
-                if bound_of(series.id) is not unbound or series.id in feeding:  # None: not bound yet
+                if series.bound is not unbound or series.id in feeding:  # None: not bound yet
                     observe(series, t, v, seen)
             else:
                 self._reject(source, "out_of_order" if t < series.last_t else "duplicate_timestamp")

@@ -120,17 +120,29 @@ class Pipeline:
 
     def _ingest_known(self, known: tuple[list[Series], Any, float], source: str, seen: float | None,
                       at: float) -> int:
-        """Same steps as ``ingest`` for series already stored (values finite, checked by the scrape)."""
+        """Same steps as ``ingest`` for series already stored (values finite, checked by the scrape).
+
+        ``observe`` inlined: ~70 % of the 1000-GPU load's series match no rule, and for them a sample is
+        only ``Series.append``; the evaluator is called for series with bindings (or none made yet)."""
         series_list, values, t = known
         n = 0
-        observe, touch = self.observe, self.evaluator.touch
+        evaluator = self.evaluator
+        feeding, unbound = evaluator.feeding, evaluator.unbound
+        observe, touch = evaluator.observe, evaluator.touch
         for series, value in zip(series_list, values.tolist(), strict=True):
-            if observe(series, t, value, source, seen):
+            if t > series.last_t:
+                v = series.append(t, value)
                 n += 1
-            elif seen is not None:
-                touch(series, seen)
+                if series.bound is not unbound or series.id in feeding:  # None: not bound yet
+                    observe(series, t, v, seen)
+            else:
+                self._reject(source, "out_of_order" if t < series.last_t else "duplicate_timestamp")
+                if seen is not None:
+                    touch(series, seen)
             if at > series.seen:
                 series.seen = at
+        if n and t > self._newest:
+            self._newest = t
         return n
 
     def forget_source(self, source: str) -> int:

@@ -84,7 +84,7 @@ class KnownUnits:
     def scale(self, known: list[Any], values: np.ndarray) -> np.ndarray:
         if known != self.known:
             factors = [UNIT_FACTORS.get(s.name, 1.0) for s in known]
-            self.known = list(known)
+            self.known = known  # no copy: a batch's known list is never changed (a layout's serves every scrape)
             self.factors = np.asarray(factors) if any(f != 1.0 for f in factors) else None
         return values if self.factors is None else values * self.factors
 

@@ -100,6 +100,10 @@ class StragglerScores:
         self._past: dict[tuple[str, str], deque[tuple[float, float]]] = {}  # (rank, stage) -> (t, seconds)
         self._seen: dict[tuple[str, str], int] = {}  # (rank, stage) -> the scored step it was last in
         self._steps = 0
+        # the scrape cache's known list last seen and the positions of the series read here: a steady
+        # exposition hands the same list every scrape, and its ~270 names were looked at again each time
+        self._known: list[Any] | None = None
+        self._read_at: list[int] = []
 
     def _times(self, batch: SourceBatch) -> tuple[Times, dict[str, float], float]:
         times: Times = {name: {} for name in _READ}
@@ -122,9 +126,13 @@ class StragglerScores:
                 add(s.name, s.labels, s.value, s.t)
         if batch.known is not None:  # the scrape cache's series: stored ones, values in this scrape
             known, values, kt = batch.known
-            for series, value in zip(known, values.tolist(), strict=True):
-                if series.name in _READ or series.name == STEP_SERIES:
-                    add(series.name, series.labels, value, kt)
+            if known is not self._known:
+                self._known = known
+                self._read_at = [i for i, s in enumerate(known) if s.name in _READ or s.name == STEP_SERIES]
+            if self._read_at:
+                listed = values.tolist()
+                for i in self._read_at:
+                    add(known[i].name, known[i].labels, listed[i], kt)
         if bad:
             batch.error("straggler_stage_time_invalid", bad)
         return times, steps, t

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from monitor.sources.prom_text import parse_exposition
-from monitor.sources.scrape_cache import ScrapeCache
+from monitor.sources.scrape_cache import ScrapeCache, from_layout
 from monitor.store import SeriesStore, StoreLimits, series_key
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm-exporter-sample.prom"
@@ -202,3 +202,69 @@ def test_digits_of_other_scripts_are_not_numbers(line: str) -> None:
                                     for s, k, i, ins, nm in ok.learn], 1)
     hit = parse_exposition("x １２\n", 100.0, "t", "n1", {"job": "j"}, cache=cache)  # a known line's value
     assert not hit.known and hit.samples == [] and hit.errors == {"malformed_line": 1}
+
+
+# Every line a hit from the second scrape on: its layout is kept, and later scrapes laid out the same way are
+# read from it (monitor.sources.scrape_cache.from_layout) instead of line by line.
+ALL_HITS = """# HELP jobs_total Jobs.
+# TYPE jobs_total counter
+jobs_total{outcome="ok"} 3
+jobs_total{outcome="error"} 0
+# TYPE temp gauge
+temp{gpu="0"} 40
+temp{gpu="1"} 41
+
+stray_gauge 1
+"""
+
+
+def test_a_scrape_laid_out_as_the_last_is_read_from_the_layout_with_the_same_result() -> None:
+    cache, store = ScrapeCache(), SeriesStore()
+    _same(ALL_HITS, cache, store)
+    assert cache.layout is None  # first sight: parsed, learnt line by line
+    assert _same(_bump(ALL_HITS), cache, store) == 5
+    assert cache.layout is not None
+    assert from_layout(_bump(_bump(ALL_HITS)), cache.layout) == ("5", "2", "42", "43", "3")
+    assert _same(_bump(_bump(ALL_HITS)), cache, store) == 5
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"} 4_2'),    # float() reads it, the format does not
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"} NaN'),    # counted, not stored
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"} abc'),
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"} 42 '),    # strip() moves where the value is
+    lambda t: t.replace('temp{gpu="0"} 42', ' temp{gpu="0"} 42'),
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"}\t42'),
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"} 42 1000'),  # gained a stamp
+    lambda t: t.replace('temp{gpu="0"} 42', 'temp{gpu="0"} ４２'),    # another script's digits
+    lambda t: t.replace("\n", "\r\n"),
+    lambda t: t.replace("# TYPE temp gauge", "# TYPE temp counter"),  # a comment changed
+    lambda t: t.replace("\nstray_gauge", "\n\nstray_gauge"),         # a blank line more
+    lambda t: t.replace('temp{gpu="0"} 42\ntemp{gpu="1"} 43', 'temp{gpu="1"} 43\ntemp{gpu="0"} 42'),
+    lambda t: t.replace("stray_gauge 3\n", "stray_gauge 3\nnew_one 1\n"),
+    lambda t: t.replace("stray_gauge 3\n", ""),
+])
+def test_any_change_from_a_layout_gives_what_parsing_gives(change) -> None:  # noqa: ANN001
+    cache, store = ScrapeCache(), SeriesStore()
+    _same(ALL_HITS, cache, store)
+    _same(_bump(ALL_HITS), cache, store)
+    assert cache.layout is not None
+    _same(change(_bump(_bump(ALL_HITS))), cache, store)
+    _same(_bump(_bump(_bump(ALL_HITS))), cache, store)  # and back
+    _same(_bump(ALL_HITS), cache, store)
+
+
+def test_a_series_evicted_under_a_layout_is_created_again_through_the_store() -> None:
+    cache = ScrapeCache()
+    store = SeriesStore(StoreLimits(stale_after_s=1.0, evict_after_s=1.0))
+    _same(ALL_HITS, cache, store)
+    _same(_bump(ALL_HITS), cache, store)
+    assert cache.layout is not None
+    victim = store.get(series_key("stray_gauge", {"job": "j", "node": "n1"}))
+    assert victim is not None
+    victim.seen = -100.0
+    assert store.evict_stale(10.0) >= 1 and victim.gone
+    assert from_layout(_bump(ALL_HITS), cache.layout) is None
+    got, _, _ = _cached(_bump(ALL_HITS), cache, store)
+    again = store.get(series_key("stray_gauge", {"job": "j", "node": "n1"}))
+    assert again is not None and again is not victim and got[again.key] == 2.0

@@ -189,14 +189,7 @@ class Evaluator:
                 self._check_fill(b)
             if b.rule.keep_firing_for_steps:
                 f = self._held(b, f, t)
-            # Binding.record, inlined (~23 000 bindings a round at 1000 GPUs)
-            if f.active:
-                if not b.active:
-                    b.since = t if seen is None else seen
-                b.finding = f
-            else:
-                b.since = b.finding = None
-            b.active, b.last_t = f.active, t
+            b.record(f, t, seen)
             if b.cond == 0 and b.active:
                 hot[id(b)] = b
         if bound and bound[0].samples in _SIZE_CHECKS:

@@ -68,3 +68,52 @@ def test_close_frees_the_ddp_wrappers_before_the_process_group(monkeypatch: pyte
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_a_failed_construction_closes_what_it_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reward model that fails to load is raised after the process group and the DDP wrappers exist: the
+    constructor frees the wrappers, then destroys the group (the exit deadlock above otherwise waits at
+    interpreter exit), and the caller still sees the reward model's error."""
+    import weakref
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from verl.trainer import ppo_trainer
+    from verl.trainer.distributed import DistContext
+
+    def one_rank_group(backend: str, single_process_group: bool = False) -> DistContext:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        return DistContext(own_group=True)
+
+    wrappers: list[weakref.ref] = []
+    real_build = ppo_trainer.build_models
+
+    def build_wrapped(*args: object):  # noqa: ANN202 -- returns PPOModels
+        m = real_build(*args)
+        m.actor_ddp, m.critic_ddp = DDP(m.actor), DDP(m.critic)
+        wrappers.extend([weakref.ref(m.actor_ddp), weakref.ref(m.critic_ddp)])
+        return m
+
+    def no_reward_model(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("reward.path: /nowhere/rm does not exist")
+
+    alive: list[bool] = []
+    real_shutdown = ppo_trainer.shutdown
+
+    def recording(ctx: DistContext) -> None:
+        alive.extend(w() is not None for w in wrappers)
+        real_shutdown(ctx)
+
+    monkeypatch.setattr(ppo_trainer, "init_distributed", one_rank_group)
+    monkeypatch.setattr(ppo_trainer, "build_models", build_wrapped)
+    monkeypatch.setattr(ppo_trainer, "load_reward_model", no_reward_model)
+    monkeypatch.setattr(ppo_trainer, "shutdown", recording)
+    try:
+        with pytest.raises(FileNotFoundError, match="/nowhere/rm"):
+            ppo_trainer.RLTrainer("ppo_tiny", overrides=["metrics.prompt_analysis=lexical"])
+        assert len(wrappers) == 2 and alive == [False, False]  # wrappers freed, then the group destroyed
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -101,6 +101,17 @@ class RLTrainer:
         self.clock = clock or SystemClock()
         fsdp = "fsdp" in (cfg.actor.strategy, cfg.critic.strategy)
         self.ctx: DistContext = init_distributed(cfg.trainer.dist_backend, single_process_group=fsdp)
+        try:
+            self._build(cfg, metrics_registry)
+        except BaseException:
+            # A bad reward path or fault plan fails here, after the process group, the DDP wrappers and
+            # perhaps the rollout workers exist: left to interpreter exit, the wrappers free the group
+            # with the GIL held (the exit deadlock ``PPOModels.release_ddp`` describes) and the workers
+            # outlive the rank. The original error is the one raised.
+            self._close_built()
+            raise
+
+    def _build(self, cfg: Config, metrics_registry: MetricsRegistry | None) -> None:
         if cfg.trainer.torch_threads > 0:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed + self.ctx.rank)
@@ -298,16 +309,31 @@ class RLTrainer:
         snapshot = getattr(self.checkpointer, "snapshot", None)
         return snapshot(self, step) if snapshot is not None else 0.0
 
+    def _closers(self) -> list[Callable[[], None]]:
+        """What closing runs, in order, for each part that exists (a failed construction built fewer): the
+        DDP wrappers go before the process group (``PPOModels.release_ddp`` says why)."""
+        reward_path = getattr(self, "reward_path", None)
+        closers = [getattr(getattr(self, "telemetry", None), "close", None),
+                   getattr(getattr(self, "checkpointer", None), "close", None),
+                   getattr(getattr(reward_path, "faulty", None), "close", None),
+                   getattr(getattr(reward_path, "breaker", None), "close", None),
+                   getattr(getattr(self, "rollout", None), "close", None),
+                   getattr(getattr(self, "models", None), "release_ddp", None),
+                   lambda: shutdown(self.ctx)]
+        return [close for close in closers if close is not None]
+
     def close(self) -> None:
-        self.telemetry.close()
-        if self.checkpointer is not None:
-            self.checkpointer.close()
-        self.reward_path.faulty.close()
-        self.reward_path.breaker.close()
-        if hasattr(self.rollout, "close"):
-            self.rollout.close()
-        self.models.release_ddp()  # before the process group goes: PPOModels.release_ddp says why
-        shutdown(self.ctx)
+        for close in self._closers():
+            close()
+
+    def _close_built(self) -> None:
+        """``close`` for a trainer whose construction failed: a part's own failure is logged, so that the
+        construction error stays the one the caller sees."""
+        for close in self._closers():
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 -- the construction error is the one to report
+                log.warning("closing a partly built trainer: %s: %s", type(exc).__name__, exc)
 
 
 class _SigtermFlag:

@@ -4,7 +4,8 @@ The layout is VictoriaMetrics' (lib/encoding): a value block that came from deci
 value did: ``73.1234``, ``1.5e9``) is stored as integer mantissas with one decimal exponent, delta-coded
 and zig-zagged; times are delta-of-delta coded on their float64 bit patterns (a steady scrape gives
 zeros); both are byte-shuffled (blosc's filter: the high bytes of small integers line up in runs) and
-deflated. Decoding returns the exact float64 bits that went in: plots and diagnoses read the same
+deflated. Integers with trailing zeros (``6.01234e+10`` bytes, a ``%.6g`` exporter's large values) keep their
+mantissa without them and a positive exponent, as VictoriaMetrics does: deltas of ~12 bits, not ~28. Decoding returns the exact float64 bits that went in: plots and diagnoses read the same
 numbers as before, and no detector reads the store. A block no decimal exponent reproduces exactly
 (a computed ratio, NaN) falls back to XOR with the previous value's bits (Gorilla's idea) before the shuffle.
 
@@ -21,7 +22,9 @@ import numpy as np
 
 _XOR = 255  # exponent byte of a value block kept as XOR'd float64 bits
 _MAX_DECIMALS = 12
-_POW10 = 10.0 ** np.arange(_MAX_DECIMALS + 1)
+_TENS = 100  # exponent byte 100 + j: integer values, all multiples of 10**j, stored divided by it (j <= _MAX_TENS)
+_MAX_TENS = 15
+_POW10 = 10.0 ** np.arange(_MAX_TENS + 1)
 _ZIGZAG_MAX = 2 ** 62
 _EXACT = 2.0 ** 53  # mantissas beyond this are not integers a float64 holds exactly
 
@@ -55,6 +58,25 @@ def _decimals(v: np.ndarray) -> int | None:
     return None
 
 
+def _trailing_zeros(m: np.ndarray) -> int:
+    """The largest j <= _MAX_TENS with every integer of ``m`` a multiple of 10**j (0 for all zeros: nothing to
+    gain)."""
+    j = 0
+    while j < _MAX_TENS and np.any(m) and not np.any(m % 10 ** (j + 1)):
+        j += 1
+    return j
+
+
+def _scaled(mantissas: np.ndarray, exp: np.ndarray | int) -> np.ndarray:
+    """Values from integer mantissas: divided by 10**exp (decimals), or times 10**(exp - _TENS)."""
+    e = np.asarray(exp)
+    if not np.any(e >= _TENS):
+        return mantissas / _POW10[e] if e.ndim == 0 else mantissas / _POW10[e][:, None]
+    tens = np.where(e >= _TENS, e - _TENS, 0)
+    den, mul = np.where(e >= _TENS, 1.0, _POW10[np.minimum(e, _MAX_DECIMALS)]), _POW10[tens]
+    return (mantissas / den * mul) if e.ndim == 0 else mantissas / den[:, None] * mul[:, None]
+
+
 def encode(t: np.ndarray, v: np.ndarray, level: int = 1) -> bytes:
     """One chunk: ``t`` and ``v`` float64 of the same length; ``level``: deflate's (a merged block, sealed
     once per BLOCK samples, affords more than a chunk)."""
@@ -72,8 +94,12 @@ def encode(t: np.ndarray, v: np.ndarray, level: int = 1) -> bytes:
         exp = _XOR
     else:
         m = np.round(v * _POW10[k]).astype(np.int64)
-        code = _zigzag(np.diff(m, prepend=np.int64(0)))
         exp = k
+        if k == 0:
+            j = _trailing_zeros(m)
+            if j and np.array_equal((m // 10 ** j) * _POW10[j], v):  # exact by construction; checked all the same
+                m, exp = m // 10 ** j, _TENS + j
+        code = _zigzag(np.diff(m, prepend=np.int64(0)))
     return bytes((exp, raw_times)) + zlib.compress(times + _shuffle(code), level)
 
 
@@ -92,7 +118,7 @@ def decode(blob: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
     if exp == _XOR:
         v = np.bitwise_xor.accumulate(code).view(np.float64)
     else:
-        v = np.cumsum(_unzigzag(code)) / _POW10[exp]
+        v = _scaled(np.cumsum(_unzigzag(code)), exp)
     return t, v
 
 
@@ -113,5 +139,5 @@ def decode_all(blobs: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
     bits[:, 1:] = first + np.cumsum(np.cumsum(dd, axis=1), axis=1)
     code = _unzigzag(raw[:, 8 * n:].reshape(k, 8, n).transpose(0, 2, 1).copy().view(np.int64)[..., 0])
     exps = np.frombuffer(bytes(b[0] for b in blobs), np.uint8)
-    v = np.cumsum(code, axis=1) / _POW10[exps][:, None]
+    v = _scaled(np.cumsum(code, axis=1), exps.astype(np.int64))
     return bits.view(np.float64).ravel(), v.ravel()

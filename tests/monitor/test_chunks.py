@@ -18,6 +18,9 @@ VALUES = {
     "non-finite and signed zeros": np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, 1.7e308, -1.0] * 8),
     "tiny decimals": np.round(rng.uniform(0, 1e-6, N), 12),
     "beyond 2**53": 2.0 ** 60 + 2.0 ** 9 * np.arange(N),
+    "trailing zeros": np.round(6e10 + np.cumsum(rng.uniform(-2e8, 2e8, N)), -5),  # %.6g of GPU bytes
+    "negative multiples of 10**15": -1e15 * rng.integers(1, 9, N),
+    "multiples of 10 near 2**53": 9.007e15 - 10.0 * np.arange(N),
 }
 TIMES = {
     "steady": T0 + 5.0 * np.arange(N),
@@ -41,9 +44,16 @@ def test_scraped_values_at_a_steady_cadence_take_a_fraction_of_their_raw_size() 
     assert len(chunks.encode(TIMES["steady"], VALUES["counter"])) < 16 * N / 20
 
 
+def test_integers_with_trailing_zeros_are_stored_without_them() -> None:
+    gpu_bytes = VALUES["trailing zeros"]  # deltas up to 2e8, in steps of 1e5
+    as_is = chunks.encode(TIMES["steady"], gpu_bytes + 1.0)  # the same walk, no trailing zero
+    assert len(chunks.encode(TIMES["steady"], gpu_bytes)) < 0.7 * len(as_is)
+
+
 def test_many_chunks_decode_at_once_as_each_alone() -> None:
     blobs = [chunks.encode(TIMES[t], VALUES[v]) for t in TIMES for v in VALUES]
     fast = [chunks.encode(TIMES["jittered"] + 400.0 * i, VALUES["decimal text"] * i) for i in range(5)]
+    fast += [chunks.encode(TIMES["steady"], VALUES[v]) for v in ("trailing zeros", "counter", "trailing zeros")]
     for group in (blobs, fast, fast[:1], []):
         t, v = chunks.decode_all(group, N)
         want = [chunks.decode(b, N) for b in group]

@@ -29,6 +29,7 @@ ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.
 IDLE_EXPIRY_S = 60.0   # an idle connection older than this is closed (targets are scraped every few s)
 MAX_IDLE = 1024        # idle connections kept over all hosts: one per target at 1000 GPUs is 250
 READ_CHUNK = 65536
+_END = h11.EndOfMessage()
 
 
 class ScrapeFailed(Exception):
@@ -128,10 +129,12 @@ class ScrapeClient(httpx.AsyncClient):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
-        self._routes: dict[str, tuple[str, int, bytes, bytes] | None] = {}
+        self._routes: dict[str, tuple[str, int, h11.Request] | None] = {}
 
-    def _route(self, url: str) -> tuple[str, int, bytes, bytes] | None:
-        """(host, port, request target, Host header) of a plain-http URL; None: httpx takes it."""
+    def _route(self, url: str) -> tuple[str, int, h11.Request] | None:
+        """(host, port, the GET request) of a plain-http URL; None: httpx takes it. The request is made
+        once: h11 validates its headers as it builds it (~80 us, a fifth of h11's time per scrape), and an
+        event is plain data that any connection can send."""
         route = self._routes.get(url, False)
         if route is False:
             u = httpx.URL(url)
@@ -139,7 +142,9 @@ class ScrapeClient(httpx.AsyncClient):
                 route = None
             else:
                 # the Host header as httpx writes it: the URL's netloc ([::1]:9100 keeps its brackets)
-                route = (u.host, u.port or 80, u.raw_path or b"/", u.netloc)
+                route = (u.host, u.port or 80, h11.Request(method="GET", target=u.raw_path or b"/", headers=[
+                    ("Host", u.netloc), ("Accept", ACCEPT), ("Accept-Encoding", "gzip, deflate"),
+                    ("User-Agent", "verl-monitor")]))
             self._routes[url] = route
         return route  # type: ignore[return-value]
 
@@ -157,7 +162,7 @@ class ScrapeClient(httpx.AsyncClient):
         """Body and charset of one GET of a plain-http ``url``; raises ScrapeFailed."""
         route = self._route(url)
         assert route is not None, url
-        host, port, path, host_header = route
+        host, port, _ = route
         conn = self._checkout(host, port)
         if conn is not None:
             try:
@@ -183,15 +188,13 @@ class ScrapeClient(httpx.AsyncClient):
             conn.close()
         return None
 
-    async def _exchange(self, conn: _Conn, route: tuple[str, int, bytes, bytes],
+    async def _exchange(self, conn: _Conn, route: tuple[str, int, h11.Request],
                         limit: int) -> tuple[bytes, str | None]:
-        host, port, path, host_header = route
+        host, port, request = route
         done = False
         try:
-            out = conn.h11.send(h11.Request(method="GET", target=path, headers=[
-                ("Host", host_header), ("Accept", ACCEPT), ("Accept-Encoding", "gzip, deflate"),
-                ("User-Agent", "verl-monitor")]))
-            out += conn.h11.send(h11.EndOfMessage())  # type: ignore[operator]
+            out = conn.h11.send(request)
+            out += conn.h11.send(_END)  # type: ignore[operator]
             try:
                 conn.writer.write(out)
                 await conn.writer.drain()

@@ -4,6 +4,9 @@ Why not httpx for these: at 1000 GPUs (250 targets every 5 s) ``httpx.AsyncClien
 per round, most of the monitor's CPU once the scrape cache removed the parsing; the same GETs on h11 (the
 HTTP/1.1 state machine httpx itself is built on) over asyncio streams cost 0.17-0.20 s. A scrape needs
 one request shape (GET, no redirects, no cookies, no proxies), so the layers above h11 are all overhead.
+The request's bytes are made once per URL, and the usual answer (``HTTP/1.x 200``, plain headers, one
+``Content-Length``, its head in the first read) is read without h11's state machine (``_simple_head``);
+any other answer goes to h11 from its first byte on, as if h11 had written the request.
 
 ``ScrapeClient`` *is* an ``httpx.AsyncClient``: every other request of the daemon (the trainers' API),
 ``https://`` targets, URLs with credentials and hosts an environment ``HTTP_PROXY`` applies to keep httpx. Its scrapes answer as httpx's did: the same

@@ -37,7 +37,7 @@ from monitor.metrics import MonitorMetrics
 from monitor.model import SourceBatch
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rule_files
-from monitor.sources.base import Round, Source
+from monitor.sources.base import Round, Source, within
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape import ScrapeSource
 from monitor.sources.scrape_http import ScrapeClient
@@ -186,7 +186,7 @@ class Daemon:
             await self._sleep(interval / 5)
             if not self._fresh.is_set():
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._fresh.wait(), timeout=interval * 4 / 5)
+                    await within(self._fresh.wait(), interval * 4 / 5)
 
     def check_clock(self) -> float | None:
         """Detect (log, count) a wall-clock step since the last evaluation; the step in seconds."""
@@ -198,8 +198,8 @@ class Daemon:
         return step
 
     async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
+        """Plain: ``run`` cancels the loops to stop (waiting on ``_stop`` made a task per round per target)."""
+        await asyncio.sleep(max(0.0, seconds))
 
     async def run(self, ready: threading.Event | None = None) -> None:
         self._stop = asyncio.Event()

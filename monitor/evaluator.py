@@ -176,14 +176,25 @@ class Evaluator:
     def observe(self, series: Series, t: float, value: float, seen: float | None = None) -> None:
         """``seen``: the scrape time, when the sample came from a scrape. Absence detectors (``ticks``)
         take it instead of the stamp: liveness comes from the scrape's success, never from stamps."""
-        bound = self.bindings(series)
+        bound = series.bound
+        if bound is None:
+            bound = self.bindings(series)
         if self._work_feeds:
             for log in self._work_feeds.get(series.id, ()):
                 log.add(series.id, t, value)
         hot = self._hot
         for b in bound:
             detector = b.detector
-            f = detector.update(seen if seen is not None and getattr(detector, "ticks", False) else t, value)
+            at = seen if seen is not None and getattr(detector, "ticks", False) else t
+            if not b.active and detector.quiet(at, value):
+                # what ``update`` and ``record`` would leave: an inactive binding stays inactive (so
+                # ``_held`` holds nothing), its finding and ``since`` None already; only the time moves
+                b.last_t = t
+                b.samples += 1
+                if b.samples in _FILL_CHECKS and b.unfillable is None:
+                    self._check_fill(b)
+                continue
+            f = detector.update(at, value)
             b.samples += 1
             if b.samples in _FILL_CHECKS and b.unfillable is None:
                 self._check_fill(b)

@@ -18,6 +18,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.model import Sample, SourceBatch, resolve_node, with_node
+from monitor.sources.base import within
 from monitor.sources.scrape_cache import ScrapeCache, from_layout
 from monitor.sources.scrape_http import ScrapeFailed, fetch
 
@@ -392,8 +393,8 @@ async def scrape(client: httpx.AsyncClient, target: Target, now: float) -> tuple
     up = False
     batch = SourceBatch(target.name)
     try:
-        body, charset = await asyncio.wait_for(
-            fetch(client, target.url, target.timeout, target.body_size_limit), timeout=target.timeout)
+        body, charset = await within(fetch(client, target.url, target.timeout, target.body_size_limit),
+                                     target.timeout)
         batch = parse_exposition(body.decode(charset or "utf-8", errors="replace"), now, target.name,
                                  target.node, extra, target.honor_timestamps, target.cache)
         over = over_limit(batch, target, {*extra, "node"})

@@ -108,7 +108,8 @@ def from_layout(text: str, layout: Layout) -> tuple[str, ...] | None:
     lines = text.split("\n")
     if len(lines) != layout.lines or layout.others_at(lines) != layout.others:
         return None
-    parts = layout.keys_at(list(map(str.rpartition, lines, repeat(" ", len(lines)))))
+    samples = layout.keys_at(lines)  # the sample lines only: the comments were compared whole above
+    parts = tuple(map(str.rpartition, samples, repeat(" ", len(samples))))
     if tuple(map(itemgetter(0), parts)) != layout.keys:
         return None
     texts = tuple(map(itemgetter(2), parts))

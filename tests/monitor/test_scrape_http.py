@@ -241,3 +241,53 @@ def test_a_host_behind_an_environment_proxy_stays_on_httpx(monkeypatch: pytest.M
         async with ScrapeClient() as client:
             return client.plain("http://gpu-01:9400/metrics"), client.plain("http://127.0.0.1:9400/metrics")
     assert run(go()) == (False, True)
+
+
+HEADS = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.1 200 \r\ncontent-length:3\r\nConnection: keep-alive, Close\r\n\r\n",
+    b"HTTP/1.1 200\r\nContent-Length:   3  \r\nX-Empty:\r\nX-Tab:\tv\t\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",  # h11 folds equal ones: ours declines
+    b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n folded\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Name: 1\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length : 3\r\n\r\n",
+    b"HTTP/1.1 200 Caf\xe9\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.1 204 No Content\r\n\r\n",
+    b"HTTP/2 200\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n",  # the head not complete yet
+]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_a_head_read_without_h11_reads_as_h11_reads_it(head: bytes) -> None:
+    """What ``_simple_head`` takes, h11 reads to the same headers, body length and keep-alive; the rest
+    (None) is h11's to read, and each kind of it declines here."""
+    import h11
+
+    from monitor.sources.scrape_http import _simple_head
+
+    simple = _simple_head(head + b"abc")
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "h")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(head + b"abc")
+    try:
+        event = conn.next_event()
+    except h11.RemoteProtocolError:
+        event = None
+    if simple is None:
+        accepted = HEADS.index(head) < 4
+        assert not accepted, "a plain head must take the path without h11"
+        return
+    assert isinstance(event, h11.Response) and event.status_code == 200
+    headers, start, kept = simple
+    assert headers == {k.decode(): v.decode("latin-1") for k, v in event.headers}
+    assert head[start:] == b"" and int(headers["content-length"]) == 3
+    body = conn.next_event()
+    assert isinstance(body, h11.Data) and bytes(body.data) == b"abc"
+    assert isinstance(conn.next_event(), h11.EndOfMessage)
+    assert kept == (conn.their_state is h11.DONE and conn.our_state is h11.DONE)

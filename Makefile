@@ -40,10 +40,12 @@ promtool:
 # pytest-xdist workers: most tests wait on servers, subprocesses and faults rather than compute, so 4
 # workers keep 2 cores busy; loadfile keeps each test file on one worker, so a module-scoped fixture (one
 # live trainer, one Prometheus stack) runs once and a file's tests never race each other.
+# --no-loadscope-reorder: files are handed out in collection order, which tests/conftest.py starts with the
+# longest files (xdist's own order, most tests first, left them to the end of the run).
 # A test past its timeout ends its worker (pyproject: timeout_method thread); xdist then sends that file
 # again to a new worker, the hung test first, so more than one restart only repeats the same hang.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=1
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --max-worker-restart=1
 
 # Bytecode caching on: these machines export PYTHONDONTWRITEBYTECODE=1, and then each of the suite's ~200
 # Python processes (4 xdist workers, every trainer, rank, monitor) compiled the project's sources again and

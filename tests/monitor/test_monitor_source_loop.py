@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,17 @@ def _daemon(tmp_path: Path) -> Daemon:
     return Daemon(load_config(tmp_path / "m.yaml"))
 
 
-def _run(d: Daemon, src: object, seconds: float) -> None:
+def _run(d: Daemon, src: object, seconds: float, until: Callable[[], bool] | None = None) -> None:
+    """Run ``src``'s loop for ``seconds``, and on past them (up to a minute) until ``until()`` holds: on a
+    loaded machine 0.5 s held only two of a 10-ms source's rounds (2026-12-06, load ~10)."""
     async def go() -> None:
         d._stop = asyncio.Event()
         task = asyncio.create_task(d._run_source(src))  # type: ignore[arg-type]
         await asyncio.sleep(seconds)
+        for _ in range(1200):
+            if until is None or until():
+                break
+            await asyncio.sleep(0.05)
         d._stop.set()
         task.cancel()  # as run() does at shutdown
         await asyncio.gather(task, return_exceptions=True)
@@ -64,7 +71,7 @@ class Flaky:
 def test_one_loop_counts_a_failed_round_marks_it_down_and_goes_on(tmp_path: Path) -> None:
     d, src = _daemon(tmp_path), Flaky()
     try:
-        _run(d, src, 0.5)
+        _run(d, src, 0.5, until=lambda: src.rounds > 3)
         assert src.rounds > 3 and src.closed
         errors = d.metrics.scrape_errors
         assert errors.labels("flaky", "overflowerror")._value.get() == 1

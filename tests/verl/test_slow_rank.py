@@ -3,6 +3,8 @@ run whose slow rank the monitor pages is in tests/monitor/test_monitor_straggler
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from verl.config.schema import FaultsConfig
@@ -56,6 +58,7 @@ def test_ddp_gradient_hook_times_the_wait_after_the_last_bucket() -> None:
 
     store = dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    model = None
     try:
         waits = CollectiveWaits()
         model = DDP(torch.nn.Linear(4, 2))
@@ -64,4 +67,9 @@ def test_ddp_gradient_hook_times_the_wait_after_the_last_bucket() -> None:
         assert 0.0 < waits.seconds < 1.0
         assert torch.allclose(model.module.weight.grad, torch.full((2, 4), 3.0))
     finally:
+        # the DDP wrapper goes before the group (PPOModels.release_ddp says why): freed with the test's frame
+        # after destroy_process_group, its reducer deadlocked this xdist worker once (2026-12-06, load ~9:
+        # the main thread past the test's return, a gloo thread with no Python frame)
+        del model
+        gc.collect()
         dist.destroy_process_group()

@@ -137,7 +137,7 @@ class Evaluator:
                     b.join = rule.join_key(labels)
                 else:
                     self._helpers[(ri, ci, rule.join_key(labels))].append(b)
-                if getattr(b.detector, "ticks", False):
+                if b.detector.ticks:
                     self._ticking.append(b)
                 found.append(b)
         feeds = [self._work_log(ri, ci, labels) for ri, ci, c in self._explaining if c.explains(series.name, labels)]
@@ -185,19 +185,18 @@ class Evaluator:
         hot = self._hot
         for b in bound:
             detector = b.detector
-            at = seen if seen is not None and getattr(detector, "ticks", False) else t
+            # counted before the update: whether a window can fill reads only the rule's parameters and
+            # the series' interval, never what the detector holds
+            b.samples += 1
+            if b.samples in _FILL_CHECKS and b.unfillable is None:
+                self._check_fill(b)
+            at = seen if seen is not None and detector.ticks else t
             if not b.active and detector.quiet(at, value):
                 # what ``update`` and ``record`` would leave: an inactive binding stays inactive (so
                 # ``_held`` holds nothing), its finding and ``since`` None already; only the time moves
                 b.last_t = t
-                b.samples += 1
-                if b.samples in _FILL_CHECKS and b.unfillable is None:
-                    self._check_fill(b)
                 continue
             f = detector.update(at, value)
-            b.samples += 1
-            if b.samples in _FILL_CHECKS and b.unfillable is None:
-                self._check_fill(b)
             if b.rule.keep_firing_for_steps:
                 f = self._held(b, f, t)
             b.record(f, t, seen)
@@ -210,12 +209,12 @@ class Evaluator:
         """The series was in a successful scrape but its sample was refused (old, repeated or out-of-order
         stamp): its absence detectors still learn it is alive."""
         for b in series.bound or ():
-            if getattr(b.detector, "ticks", False):
+            if b.detector.ticks:
                 b.record(b.detector.update(seen, series.last_v), seen)
 
     def pinned(self, series: Series) -> bool:
         """An absence detector or an active alert depends on the series: the store must keep it."""
-        return any(b.active or getattr(b.detector, "ticks", False) for b in series.bound or ())
+        return any(b.active or b.detector.ticks for b in series.bound or ())
 
     def forget(self, series: Series) -> None:
         """The store evicted the series: drop its bindings (their detectors' memory goes with them)."""
@@ -224,7 +223,7 @@ class Evaluator:
         bound = series.bound or ()
         series.bound = None
         self._by_series.pop(series.id, None)
-        if any(getattr(b.detector, "ticks", False) for b in bound):  # only a removed target's are ever evicted
+        if any(b.detector.ticks for b in bound):  # only a removed target's are ever evicted
             self._ticking = [b for b in self._ticking if b.series is not series]
         for b in bound:
             self._hot.pop(id(b), None)
@@ -314,7 +313,7 @@ class Evaluator:
         # steps, and a held collapse resolved and paged again at each of them
         horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval(),
                       LONG_GAP_MARGIN * b.series.longest_gap())
-        return b.active and (now - b.last_t <= horizon or getattr(b.detector, "ticks", False))
+        return b.active and (now - b.last_t <= horizon or b.detector.ticks)
 
     def _joint_since(self, b: Binding, now: float) -> float | None:
         if not self._fresh(b, now) or b.since is None:

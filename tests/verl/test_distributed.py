@@ -53,14 +53,7 @@ def test_close_frees_the_ddp_wrappers_before_the_process_group(monkeypatch: pyte
         m.actor_ddp, m.critic_ddp = DDP(m.actor), DDP(m.critic)
         wrappers = [weakref.ref(m.actor_ddp), weakref.ref(m.critic_ddp)]
         trainer.ctx = DistContext(own_group=True)  # close() destroys this group
-        alive: list[bool] = []
-        real_shutdown = ppo_trainer.shutdown
-
-        def recording(ctx: DistContext) -> None:
-            alive.extend(w() is not None for w in wrappers)
-            real_shutdown(ctx)
-
-        monkeypatch.setattr(ppo_trainer, "shutdown", recording)
+        alive = _alive_at_shutdown(monkeypatch, wrappers)
         trainer.close()
         assert alive == [False, False]  # both reducers gone when the group is destroyed
         assert not dist.is_initialized()
@@ -98,17 +91,10 @@ def test_a_failed_construction_closes_what_it_built(monkeypatch: pytest.MonkeyPa
     def no_reward_model(*args: object, **kwargs: object) -> None:
         raise FileNotFoundError("reward.path: /nowhere/rm does not exist")
 
-    alive: list[bool] = []
-    real_shutdown = ppo_trainer.shutdown
-
-    def recording(ctx: DistContext) -> None:
-        alive.extend(w() is not None for w in wrappers)
-        real_shutdown(ctx)
-
+    alive = _alive_at_shutdown(monkeypatch, wrappers)
     monkeypatch.setattr(ppo_trainer, "init_distributed", one_rank_group)
     monkeypatch.setattr(ppo_trainer, "build_models", build_wrapped)
     monkeypatch.setattr(ppo_trainer, "load_reward_model", no_reward_model)
-    monkeypatch.setattr(ppo_trainer, "shutdown", recording)
     try:
         with pytest.raises(FileNotFoundError, match="/nowhere/rm"):
             ppo_trainer.RLTrainer("ppo_tiny", overrides=["metrics.prompt_analysis=lexical"])
@@ -117,3 +103,20 @@ def test_a_failed_construction_closes_what_it_built(monkeypatch: pytest.MonkeyPa
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _alive_at_shutdown(monkeypatch: pytest.MonkeyPatch, wrappers: list) -> list[bool]:
+    """The trainer's ``shutdown`` records, as it runs, which of ``wrappers`` (weak references to DDP
+    wrappers, read when it runs) are still alive, then destroys the group as before."""
+    from verl.trainer import ppo_trainer
+    from verl.trainer.distributed import DistContext
+
+    alive: list[bool] = []
+    real_shutdown = ppo_trainer.shutdown
+
+    def recording(ctx: DistContext) -> None:
+        alive.extend(w() is not None for w in wrappers)
+        real_shutdown(ctx)
+
+    monkeypatch.setattr(ppo_trainer, "shutdown", recording)
+    return alive

@@ -127,6 +127,16 @@ class SeriesWindow:
     def node(self) -> str:
         return self.labels.get("node", "unknown")
 
+    def lineage(self) -> tuple[int, int] | None:
+        """(the history this window was copied from, how many samples it keeps) for a window that the next
+        capture of the same history extends (``alerting.evidence_log``); None: a copy on its own."""
+        return None
+
+    def after(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """Its samples newer than ``t``."""
+        i = int(np.searchsorted(self.t, t, side="right"))
+        return self.t[i:], self.v[i:]
+
 
 @dataclass(frozen=True)
 class NonFiniteTimes:

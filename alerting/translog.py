@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from alerting import evidence as evidence_rows
+from alerting import evidence_log
 from alerting.evidence import Evidence
+from alerting.evidence_log import EvidenceWriter
 from alerting.model import Alert, alert_from_json
 
 SCHEMA = """
@@ -72,11 +73,10 @@ def append(conn: Connection, alert: Alert, at: float, again: bool = False) -> bo
 
 
 def append_evidence(conn: Connection, evidence: Evidence, at: float) -> None:
-    """Write ``evidence`` inside the caller's transaction, in place of the one before: a follower
-    diagnoses with the newest measurements only, so the log holds one snapshot, not one per tick."""
-    cur = conn.execute("INSERT INTO alert_evidence (at, record) VALUES (?, ?)",
-                       (at, evidence_rows.to_record(evidence)))
-    conn.execute("DELETE FROM alert_evidence WHERE id<?", (cur.lastrowid,))
+    """Write ``evidence`` whole inside the caller's transaction, in place of every row before: a follower
+    diagnoses with the newest measurements only. A writer of evidence every few seconds uses
+    ``TransitionLog.append_evidence``, whose rows after the first carry only what is new."""
+    EvidenceWriter().append(conn, evidence, at)
 
 
 def prune(conn: Connection, before: float, upto: int | None = None) -> int:
@@ -102,6 +102,13 @@ class TransitionLog:
         self.bad_row = ""  # the newest of them, in words
         self._bad_ids: set[int] = set()
         self._subscribers: list[Callable[[], None]] = []
+        self._evidence_writer = EvidenceWriter()  # the writer's side: what its rows already hold
+        self._folded: tuple[int, Evidence] | None = None  # a follower's side: the evidence as of a row read
+
+    def append_evidence(self, conn: Connection, evidence: Evidence, at: float) -> None:
+        """Write ``evidence`` inside the caller's transaction on ``conn`` (this log's connection, or the
+        one its writer holds the transaction on): the rows after a whole one carry only what is new."""
+        self._evidence_writer.append(conn, evidence, at)
 
     def _db(self) -> Connection:
         return self.conn
@@ -198,20 +205,32 @@ class TransitionLog:
         return 0
 
     def evidence_after(self, place: int) -> tuple[int, Evidence | None] | None:
-        """The newest evidence snapshot written past ``place`` (its id; None for a row that does not
-        parse, counted like a bad transition), or None when there is none."""
-        row = None
+        """The newest evidence written past ``place`` (its row id; None for a row that does not parse or a
+        delta whose rows before are gone, counted like a bad transition), or None when there is none. Read
+        from the evidence as of the row read last when the rows since extend it, else from the whole row."""
         with self._lock, contextlib.suppress(sqlite3.OperationalError):  # no table yet: none written
-            row = self._db().execute("SELECT id, record FROM alert_evidence WHERE id>? ORDER BY id DESC LIMIT 1",
-                                     (place,)).fetchone()
-        if row is None:
-            return None
+            top = int(self._db().execute("SELECT COALESCE(MAX(id), 0) FROM alert_evidence").fetchone()[0])
+            if top <= place:
+                return None
+            base = self._folded if self._folded is not None and self._folded[0] <= top else None
+            ev, why = self._fold(base, top)
+            if ev is None and base is not None:  # the rows since are not a chain on it: from the whole row
+                ev, why = self._fold(None, top)
+            self._folded = (top, ev) if ev is not None else None
+            if ev is None:
+                self.bad_rows += 1
+                self.bad_row = f"evidence row {top} {why}; skipped"
+            return top, ev
+        return None
+
+    def _fold(self, base: tuple[int, Evidence] | None, top: int) -> tuple[Evidence | None, str]:
+        rows = self._db().execute("SELECT id, record FROM alert_evidence WHERE id>? AND id<=? ORDER BY id",
+                                  (base[0] if base is not None else 0, top)).fetchall()
         try:
-            return int(row[0]), evidence_rows.from_record(row[1])
-        except (ValueError, TypeError, KeyError, RecursionError, AttributeError) as exc:
-            self.bad_rows += 1
-            self.bad_row = f"evidence row {row[0]} does not parse ({str(exc)[:80]}); skipped"
-            return int(row[0]), None
+            ev = evidence_log.fold(((int(i), r) for i, r in rows), base)
+        except (ValueError, TypeError, KeyError, RecursionError, AttributeError, IndexError) as exc:
+            return None, f"does not parse ({str(exc)[:80]})"
+        return ev, "extends a row that is gone"
 
     def count_after(self, cursor: int) -> int:
         with self._lock:
@@ -255,6 +274,7 @@ class OwnReader(TransitionLog):
         return self._own if self._own is not None else current
 
     def close(self) -> None:
+        self._folded = None  # row ids of another file (or of the held copy) are not this one's
         own, self._own, self._seen = self._own, None, None
         if own is not None:
             own.close()

@@ -14,10 +14,11 @@ Reported: ``modules`` and ``functions`` (distinct named ones that ran in that wi
 the benchmark's own: the sample's path plus what the same loops ran beside it, such as the ``up`` series'
 rules, the same for every version measured; comprehensions and lambdas are not counted), ``threads``,
 ``commits`` (SQLite write transactions committed on the alert path, ``alerting.durable.committed``) per
-thread, and on the scrape loop's thread by the module that committed, ``evidence_row`` (what writing one
-evidence snapshot into the log costs that thread: an 8-GPU node, the 11 whole-ring series at 4096 samples
-and 4 newest-only series per GPU; bytes, and the median of 5 in milliseconds of encoding it and of the
-whole append with its commit, encoding included), and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
+thread, and on the scrape loop's thread by the module that committed, ``evidence_row`` (what writing
+evidence into the log costs that thread: an 8-GPU node, the 11 whole-ring series at 4096 samples and 4
+newest-only series per GPU; ``whole``: the first row, bytes, and the median of 5 in milliseconds of encoding
+it and of the whole append with its commit, encoding included; ``refresh``: the row 5 s later, which holds
+only the new samples), and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
 seam: today only the transition log's rows and its wake-up). A run on another checkout measures that
 version: ``PYTHONPATH=OTHER python /a/copy/outside/any/checkout/sample_path.py``.
 Last line: one JSON object. Bad arguments: one line, exit 2.
@@ -152,37 +153,61 @@ def measure(timeout_s: float) -> dict[str, Any]:
 
 
 def evidence_row(tmp: Path) -> dict[str, Any]:
-    """The cost of one evidence snapshot row, written as the alert book writes it (WAL, synchronous=NORMAL)."""
+    """The cost of one evidence row, written as the alert book writes it (WAL, synchronous=NORMAL): the
+    first, whole, and a refresh 5 s later, which carries only the new samples (``alerting.evidence_log``)."""
     import sqlite3
     import statistics
 
     import numpy as np
 
     from alerting import translog
-    from alerting.evidence import Evidence, SeriesWindow, to_record
+    from alerting.evidence import to_record
+    from alerting.translog import TransitionLog
+    from monitor.evidence import EvidenceCapture
+    from monitor.store import SeriesStore, StoreLimits
 
-    ring = [SeriesWindow(f"s{i}", {"node": "n", "job": "verl"}, np.arange(4096.0), np.random.rand(4096))
-            for i in range(11)]
-    newest = [SeriesWindow(f"g{i % 4}", {"node": "n", "gpu": str(i // 4)}, np.ones(1), np.ones(1)) for i in range(32)]
-    ev = Evidence(1.0, tuple(ring + newest), (), {"n": {"kl_coef": "0.2"}})
+    store = SeriesStore(StoreLimits(capacity=4096))
+    rng = np.random.default_rng(0)
+    ring = [store.get_or_create(f"s{i}", {"node": "n", "job": "verl"}) for i in range(11)]
+    newest = [store.get_or_create(f"g{i % 4}", {"node": "n", "gpu": str(i // 4)}) for i in range(32)]
+    for k in range(4096):
+        for s in ring:
+            s.append(5.0 * k, float(rng.random()))  # type: ignore[union-attr]
+    for s in newest:
+        s.append(5.0 * 4095, 1.0)  # type: ignore[union-attr]
+    names = [f"s{i}" for i in range(11)] + [f"g{i}" for i in range(4)]
+    capture = EvidenceCapture(store, None, names)
     conn = sqlite3.connect(str(tmp / "evidence.db"), isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     translog.create(conn)
-    encode, write = [], []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        record = to_record(ev)
-        t1 = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        translog.append_evidence(conn, ev, 1.0)
-        conn.execute("COMMIT")
-        t2 = time.perf_counter()
-        encode.append(t1 - t0)
-        write.append(t2 - t1)
+    out: dict[str, Any] = {}
+    for way in ("whole", "refresh"):
+        encode, write, size = [], [], 0
+        for k in range(5):
+            log = TransitionLog(conn)
+            ev = capture.capture(1.0, {"n"})
+            if way == "refresh":  # the whole row, then 5 s of new samples, then the measured row
+                log.append_evidence(conn, ev, 1.0)
+                for s in ring + newest:
+                    s.append(s.last_t + 5.0, float(rng.random()))  # type: ignore[union-attr]
+                ev = capture.capture(2.0, {"n"})
+            t0 = time.perf_counter()
+            if way == "whole":
+                to_record(capture.capture(1.0, {"n"}))
+            t1 = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            log.append_evidence(conn, ev, 2.0 + k)
+            conn.execute("COMMIT")
+            t2 = time.perf_counter()
+            encode.append(t1 - t0)
+            write.append(t2 - t1)
+            size = conn.execute("SELECT LENGTH(record) FROM alert_evidence ORDER BY id DESC").fetchone()[0]
+        out[way] = {"bytes": int(size), "append_commit_ms": round(statistics.median(write) * 1e3, 2)}
+        if way == "whole":
+            out[way]["encode_ms"] = round(statistics.median(encode) * 1e3, 1)
     conn.close()
-    return {"bytes": len(record), "encode_ms": round(statistics.median(encode) * 1e3, 1),
-            "append_commit_ms": round(statistics.median(write) * 1e3, 1)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     out = measure(args.timeout)
     from alerting import translog
 
-    if hasattr(translog, "append_evidence"):  # a version that writes evidence as rows of the log
+    if hasattr(translog.TransitionLog, "append_evidence"):  # a version that writes evidence rows as deltas
         out["evidence_row"] = evidence_row(Path(tempfile.mkdtemp(prefix="verl-sample-path-ev-")))
     if not args.json:
         print(f"{out['modules']} modules, {out['functions']} functions, threads {out['threads']}")

@@ -320,7 +320,7 @@ class AlertBook:
         """The snapshot that explains ``new`` (measured now, in their transaction), else one noted before."""
         snapshot = evidence(new) if evidence is not None and new else self._evidence
         if snapshot is not None:
-            translog.append_evidence(conn, snapshot, now)
+            self.log.append_evidence(conn, snapshot, now)
 
     def _reappear(self) -> None:
         if self._db is not None and self._path is not None:

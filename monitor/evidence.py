@@ -6,7 +6,7 @@ that the alert book writes into the transition log with the alerts. Alerting nev
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -45,12 +45,13 @@ class NonFiniteLog:
 class FrozenWindow(SeriesWindow):
     """A ``SeriesWindow`` of the samples a series held at the capture, decoded when a procedure first reads
     ``t`` or ``v`` (``Series.frozen``): a capture copies no history, and the windows no procedure reads are
-    never decoded."""
+    never decoded; the next evidence row takes only its samples newer than the last row's (``after``)."""
 
-    def __init__(self, name: str, labels: dict[str, str], read: Callable[[], tuple[np.ndarray, np.ndarray]]) -> None:
-        object.__setattr__(self, "name", name)  # a frozen dataclass' fields: set as its own __init__ does
-        object.__setattr__(self, "labels", labels)
-        object.__setattr__(self, "_read", read)
+    def __init__(self, s: Series) -> None:
+        object.__setattr__(self, "name", s.name)  # a frozen dataclass' fields: set as its own __init__ does
+        object.__setattr__(self, "labels", s.labels)  # a copy
+        object.__setattr__(self, "_read", s.frozen())
+        object.__setattr__(self, "_lineage", (s.id, len(s)))
         object.__setattr__(self, "_tv", None)
 
     def _decoded(self) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +68,14 @@ class FrozenWindow(SeriesWindow):
     @property  # type: ignore[override]
     def v(self) -> np.ndarray:
         return self._decoded()[1]
+
+    def lineage(self) -> tuple[int, int] | None:
+        return self._lineage
+
+    def after(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        if self.__dict__["_tv"] is not None:
+            return super().after(t)
+        return self._read.after(t)
 
 
 class EvidenceCapture:
@@ -98,7 +107,7 @@ class EvidenceCapture:
         for name in sorted(self.names) if nodes is None or nodes else ():  # no diagnosable alert: config only
             for s in self._series(name):
                 if len(s) and not s.gone and (nodes is None or _node(s) in nodes):
-                    windows.append(FrozenWindow(s.name, s.labels, s.frozen()))  # labels copy
+                    windows.append(FrozenWindow(s))
         log = self.nonfinite_log
         bad = tuple(NonFiniteTimes(s.name, s.labels, tuple(log.times[k]))
                     for k, s in log.series.items() if nodes is None or _node(s) in nodes)

@@ -225,7 +225,7 @@ class Series:
         i = int(np.searchsorted(t, since, side="left"))
         return t[i:].copy(), v[i:].copy()
 
-    def frozen(self) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    def frozen(self) -> Frozen:
         """What ``window()`` returns now, read later: the sealed chunks are immutable bytes (only the list
         of them is copied) and the raw head (<= CHUNK samples) is copied, so nothing is decoded until a
         reader asks. A diagnosis' evidence is captured every few seconds while an alert fires, on every
@@ -233,14 +233,8 @@ class Series:
         re-decoded and held (16 B a sample) for the few series a procedure reads."""
         if not self._chunks:
             t, v = self.window()
-            return lambda: (t, v)
-        blobs, blocks, keep = list(self._chunks), self._blocks, len(self)
-        head = self._tv[:, : self._n].copy()
-
-        def read() -> tuple[np.ndarray, np.ndarray]:
-            old_t, old_v = _decode(blobs, blocks)
-            return np.concatenate([old_t, head[0]])[-keep:], np.concatenate([old_v, head[1]])[-keep:]
-        return read
+            return Frozen([], 0, t.size, np.stack([t, v]))
+        return Frozen(list(self._chunks), self._blocks, len(self), self._tv[:, : self._n].copy())
 
     def __len__(self) -> int:
         if self._chunks is None:
@@ -269,6 +263,36 @@ def _decode(blobs: list[bytes], blocks: int) -> tuple[np.ndarray, np.ndarray]:
         return chunks.decode_all(blobs, CHUNK)
     (bt, bv), (ct, cv) = chunks.decode_all(blobs[:blocks], BLOCK), chunks.decode_all(blobs[blocks:], CHUNK)
     return np.concatenate([bt, ct]), np.concatenate([bv, cv])
+
+
+class Frozen:
+    """A series' history as it was when frozen (``Series.frozen``): called, its samples; ``after(t)``, only
+    those newer than ``t``, decoding at most the newest sealed chunk (the next evidence row of a firing
+    node carries only what is new: ``alerting.evidence_log``)."""
+
+    __slots__ = ("blobs", "blocks", "keep", "head")
+
+    def __init__(self, blobs: list[bytes], blocks: int, keep: int, head: np.ndarray) -> None:
+        self.blobs, self.blocks, self.keep, self.head = blobs, blocks, keep, head
+
+    def __call__(self) -> tuple[np.ndarray, np.ndarray]:
+        head = self.head
+        if not self.blobs:
+            return head[0], head[1]
+        old_t, old_v = _decode(self.blobs, self.blocks)
+        keep = self.keep
+        return np.concatenate([old_t, head[0]])[-keep:], np.concatenate([old_v, head[1]])[-keep:]
+
+    def after(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        head = self.head
+        if self.blobs and not (head.shape[1] and head[0, 0] <= t):
+            newest = chunks.decode(self.blobs[-1], BLOCK if len(self.blobs) == self.blocks else CHUNK)
+            if newest[0].size and newest[0][0] <= t:
+                head = np.concatenate([np.stack(newest), head], axis=1)
+            else:  # older than the newest chunk: the whole history
+                head = np.stack(self())
+        i = int(head[0].searchsorted(t, "right"))  # the method: np.searchsorted's dispatch was ~10 us of ~6 000 calls
+        return head[0, i:].copy(), head[1, i:].copy()
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sample_path.py"
 # what the alert book's own write uses of alerting: the clock, its storage helpers, the rows and the log
-ROWS_AND_HELPERS = {"alerting/clock.py", "alerting/durable.py", "alerting/evidence.py", "alerting/model.py",
-                    "alerting/translog.py"}
+ROWS_AND_HELPERS = {"alerting/clock.py", "alerting/durable.py", "alerting/evidence.py", "alerting/evidence_log.py",
+                    "alerting/model.py", "alerting/translog.py"}
 
 
 def test_one_sample_pages_and_the_scrape_loop_runs_no_engine_code(tmp_path: Path) -> None:
@@ -27,6 +27,8 @@ def test_one_sample_pages_and_the_scrape_loop_runs_no_engine_code(tmp_path: Path
     assert set(out["commits_on_scrape_loop"]) == {"monitor/alerts.py"}  # the book's state.db transaction only
     assert {"alerting-timers", "deliver-demo-wecom", "scrape-loop"} <= set(out["threads"])
     assert "alerting/engine.py" in out["module_list"]  # the engine did take it, on its own thread
+    rows = out["evidence_row"]  # a refresh carries what is new, not the node's 11 histories again
+    assert rows["whole"]["bytes"] > 11 * 4096 * 16 > 100 * rows["refresh"]["bytes"]
 
 
 def test_a_bad_timeout_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ sources rename foreign metrics and convert their units before a batch leaves the
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ MERGE_FROM = 4 * BLOCK
 LONG_GAP_SAMPLES = 64
 TAIL = 17  # times of a sealed head kept raw: interval() reads the last 17 samples, all of them may be sealed
 YOUNG_EVICT_INTERVALS = 10.0  # a series with no cadence of its own yet lives this many of its source's intervals
+_ZERO, _INF = array("d", [0.0]), math.inf  # _ZERO * 2n: n samples' times then values (array("d", bytes) adds ~15 %)
 
 
 def series_key(name: str, labels: dict[str, str]) -> SeriesKey:
@@ -54,7 +56,7 @@ class Series:
     sample comes rather than by doubling, and nothing but a plot or a diagnosis decodes it (no detector
     reads the store)."""
 
-    __slots__ = ("name", "key", "id", "_tv", "_n", "_head", "_chunks", "_blocks", "last_t", "last_v",
+    __slots__ = ("name", "key", "id", "_buf", "_n", "_head", "_chunks", "_blocks", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail", "_long_gap",
                  "_long_gap_age", "bound")
 
@@ -67,11 +69,12 @@ class Series:
         self.source = source      # the source (scrape target, log) that created it: whose budget it uses
         self.seen = -math.inf     # monitor clock time the series last appeared in its source's input
         self.gone = False         # evicted: whoever still holds it (a scrape cache) must let it go
-        # Times and values share one (2, n) array: one numpy object per series, not two (~130 B each).
+        # Times, then values, in one float64 array.array (np.frombuffer views it as (2, n)): 48 B less than a numpy
+        # array, a sample stored in ~40 ns where numpy's scalar item assignment took ~70 (two each, 56 000 every 5 s)
         self._capacity = max(1, capacity)
         self._chunks: list[bytes] | None = None  # sealed chunks, oldest first (None: one raw ring)
         self._blocks = 0  # how many of them, first, are merged blocks of BLOCK samples
-        self._tv = np.empty((2, min(self._capacity, CHUNK if self._capacity <= CHUNK else HEAD_MIN)))
+        self._buf = _ZERO * 2 * min(self._capacity, CHUNK if self._capacity <= CHUNK else HEAD_MIN)
         self._n = 0       # samples in the raw ring, or in the head
         self._head = 0    # the ring's next slot (ring), unused with chunks (the head fills from 0)
         if self._capacity > CHUNK:
@@ -111,17 +114,17 @@ class Series:
                     self._chunks.append(chunks.encode(np.ascontiguousarray(t), np.ascontiguousarray(v)))
                     self._tail = t[CHUNK - TAIL:].tobytes()
                     t, v = t[:0], v[:0]
-                self._tv = np.empty((2, max(HEAD_MIN, t.size)))
-                self._tv[0, : t.size], self._tv[1, : t.size] = t, v
+                self._buf = _ZERO * 2 * max(HEAD_MIN, t.size)
+                np.frombuffer(self._buf).reshape(2, -1)[:, : t.size] = t, v
                 self._n = t.size
         else:
-            self._tv = np.empty((2, capacity))
-            self._tv[0, : t.size], self._tv[1, : t.size] = t, v
+            self._buf = _ZERO * 2 * capacity
+            np.frombuffer(self._buf).reshape(2, -1)[:, : t.size] = t, v
             self._n, self._head = t.size, t.size % capacity
 
     def _raw(self) -> tuple[np.ndarray, np.ndarray]:
         """The raw samples (the ring's, oldest first, or the head's): views or copies."""
-        tv = self._tv
+        tv = np.frombuffer(self._buf).reshape(2, -1)
         if self._chunks is not None or self._n < tv.shape[1]:
             return tv[0, : self._n], tv[1, : self._n]
         h = self._head
@@ -137,18 +140,18 @@ class Series:
             return 0.0
         # In Python floats: ~3 us where numpy's diff and median took ~20 (it is asked per active alert
         # per tick, and after each new sample), with the same result (median of the sorted gaps).
-        tv, m = self._tv, self._n
+        buf, m = self._buf, self._n
         if self._chunks is None:
-            cap = tv.shape[1]
-            times = tv[0].tolist()
+            cap = len(buf) // 2
+            times = buf[:cap].tolist()
             ts = times[self._head:] + times[:self._head] if m == cap else times[:m]
             ts = ts[-k:]
         elif m >= k:
-            ts = tv[0, m - k: m].tolist()
+            ts = buf[m - k: m].tolist()
         else:  # the head sealed under k samples ago: the rest are the sealed head's last times
             tail = self._tail if self._tail is not None and len(self._tail) >= 8 * (k - m) else \
                 self._newest_sealed_times().tobytes()
-            ts = np.frombuffer(tail, np.float64)[m - k:].tolist() + tv[0, :m].tolist()
+            ts = np.frombuffer(tail, np.float64)[m - k:].tolist() + buf[:m].tolist()
         gaps = sorted(b - a for a, b in zip(ts, ts[1:], strict=False))
         h = len(gaps) // 2
         self._interval = gaps[h] if len(gaps) % 2 else (gaps[h - 1] + gaps[h]) / 2
@@ -170,28 +173,26 @@ class Series:
 
     def append(self, t: float, value: float) -> float:
         """Store a sample (in base units: the source converted it); returns the value."""
-        tv = self._tv
+        buf = self._buf
         sealed = self._chunks
-        if sealed is None:
-            cap = tv.shape[1]
-            tv[0, self._head] = t
-            tv[1, self._head] = value
-            self._head = (self._head + 1) % cap
-            if self._n < cap:
-                self._n += 1
+        if sealed is None:  # a ring of exactly ``capacity`` samples
+            h, cap = self._head, self._capacity
+            buf[h], buf[cap + h] = t, value
+            if self._n <= h:
+                self._n = h + 1
+            self._head = h + 1 if h + 1 < cap else 0
         else:
-            n = self._n
-            if n == tv.shape[1]:  # the head grows as it fills (16, 32, 64): ~30 % less raw memory on average
-                grown = np.empty((2, min(CHUNK, 2 * n)))
-                grown[:, :n] = tv
-                self._tv = tv = grown
-            tv[0, n] = t
-            tv[1, n] = value
+            n, size = self._n, len(buf) >> 1
+            if n == size:  # the head grows as it fills (16, 32, 64): ~30 % less raw memory on average
+                size, old = min(CHUNK, 2 * n), buf
+                self._buf = buf = _ZERO * 2 * size
+                buf[:n], buf[size: size + n] = old[:n], old[n:]
+            buf[n], buf[size + n] = t, value
             n += 1
             if n == CHUNK:  # seal the head; drop the oldest chunk once the rest still holds ``capacity``
-                sealed.append(chunks.encode(tv[0], tv[1]))
-                self._tail = tv[0, CHUNK - TAIL:].tobytes()  # for interval(), not to decode the chunk
-                self._tv = np.empty((2, HEAD_MIN))
+                sealed.append(chunks.encode(*np.frombuffer(buf).reshape(2, CHUNK)))
+                self._tail = buf[CHUNK - TAIL: CHUNK].tobytes()  # for interval(), not to decode the chunk
+                self._buf = _ZERO * 2 * HEAD_MIN
                 n = 0
                 blocks = self._blocks
                 if self._capacity >= MERGE_FROM and (len(sealed) - blocks) * CHUNK == BLOCK:
@@ -205,10 +206,10 @@ class Series:
                     del sealed[0]
                     self._blocks = max(0, blocks - 1)
             self._n = n
-        gap = t - self.last_t
-        self._long_gap_age += 1
-        if math.isfinite(gap) and (gap >= self._long_gap or self._long_gap_age > LONG_GAP_SAMPLES):
-            self._long_gap, self._long_gap_age = gap, 0
+        gap, age = t - self.last_t, self._long_gap_age + 1
+        if (gap >= self._long_gap or age > LONG_GAP_SAMPLES) and -_INF < gap < _INF:  # finite: not the first
+            self._long_gap, age = gap, 0
+        self._long_gap_age = age
         self.last_t, self.last_v = t, value
         if t > self.seen:
             self.seen = t
@@ -234,7 +235,7 @@ class Series:
         if not self._chunks:
             t, v = self.window()
             return Frozen([], 0, t.size, np.stack([t, v]))
-        return Frozen(list(self._chunks), self._blocks, len(self), self._tv[:, : self._n].copy())
+        return Frozen(list(self._chunks), self._blocks, len(self), np.frombuffer(self._buf).reshape(2, -1)[:, : self._n].copy())
 
     def __len__(self) -> int:
         if self._chunks is None:

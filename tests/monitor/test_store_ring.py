@@ -19,7 +19,7 @@ def test_window_and_interval_are_those_of_the_last_capacity_samples(capacity: in
     keep = min(n, capacity)
     t, v = s.window()
     assert list(t) == list(ts[n - keep:]) and list(v) == [float(i) for i in range(n - keep, n)]
-    assert len(s) == keep and s._tv.shape[1] <= min(capacity, CHUNK)
+    assert len(s) == keep and len(s._buf) // 2 <= min(capacity, CHUNK)
     k = min(keep, 17)
     want = float(np.median(np.diff(ts[n - k:]))) if k >= 4 else 0.0
     assert s.interval() == want

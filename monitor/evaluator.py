@@ -17,6 +17,7 @@ from typing import Any
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
+from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.work import WorkLog
 from monitor.history import samples_needed
 from monitor.model import PLUMBING_LABELS
@@ -149,8 +150,8 @@ class Evaluator:
             self._by_series[series.id] = bound
             self._size(series, bound)
             for b in found:  # after the ring is sized: a detector replays from it only where it holds enough
-                if b.detector.history_samples:
-                    b.detector.replay_from(series)  # type: ignore[attr-defined]
+                if isinstance(b.detector, CadenceScaled):
+                    b.detector.replay_from(series)
         return bound
 
     def _work_log(self, ri: int, ci: int, labels: dict[str, str]) -> WorkLog:

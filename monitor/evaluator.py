@@ -17,6 +17,7 @@ from typing import Any
 
 from alerting.model import fingerprint
 from monitor.detectors.base import Detector, Finding
+from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.work import WorkLog
 from monitor.history import samples_needed
 from monitor.model import PLUMBING_LABELS
@@ -148,6 +149,9 @@ class Evaluator:
         if found:
             self._by_series[series.id] = bound
             self._size(series, bound)
+            for b in found:  # after the ring is sized: a detector replays from it only where it holds enough
+                if isinstance(b.detector, CadenceScaled):
+                    b.detector.replay_from(series)
         return bound
 
     def _work_log(self, ri: int, ci: int, labels: dict[str, str]) -> WorkLog:
@@ -161,7 +165,8 @@ class Evaluator:
         """Room in the series' ring for the longest history one of its bindings reads, at its interval."""
         if self.reserve is not None:
             interval = series.interval()
-            self.reserve(series, max(samples_needed(b.rule, b.cond, interval) for b in bound))
+            self.reserve(series, max(max(samples_needed(b.rule, b.cond, interval), b.detector.history_samples)
+                                     for b in bound))
 
     def alert_labels(self, rule: Rule, series_labels: dict[str, str], series_name: str = "") -> dict[str, str]:
         labels = {k: v for k, v in series_labels.items() if k not in PLUMBING_LABELS}

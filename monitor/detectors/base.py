@@ -37,6 +37,9 @@ class Detector(ABC):
     # an absence detector is ticked and fed the scrape's time (``staleness.py``); read per sample, so a
     # class attribute here rather than a missed lookup on each of the ~22 000 bindings at 1000 GPUs
     ticks = False
+    # samples of its series' ring it reads back (``cadence.CadenceScaled.replay_from``): the evaluator
+    # reserves them and hands the series over at binding time (0: it reads none)
+    history_samples = 0
 
     @abstractmethod
     def update(self, t: float, value: float) -> Finding:

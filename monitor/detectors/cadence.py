@@ -65,12 +65,22 @@ class CadenceScaled(Detector):
 
     ``warmup_steps``: the first samples of the series are not shown to the detector (a verl run's first
     steps compile kernels and fill caches: its memory peaks ratchet up then, and that is no leak). On a
-    re-size the new detector is replayed the retained samples (at most ``history``), so it decides on the
-    same data the old one had.
+    re-size the new detector is replayed the samples it was fed (the last ``history`` of them), so it
+    decides on the same data the old one had.
+
+    Where they come from: the store's own ring of the series (``replay_from``), or a private copy. The
+    evaluator hands over the ring at binding time; it holds every sample the detector is fed, and the same
+    values, as long as each stored sample is fed right after it is stored (the pipeline's order) -- then the
+    detector's last ``n`` samples are the ring's last ``n``. A private copy duplicated ~2 000 samples of each
+    of 2 625 bindings at 1000 GPUs (~25-31 MiB, full after ~2.8 h) and ~4 % of the daemon's CPU encoding
+    them. Kept private: an absence detector (fed the scrape's time and refused samples, not the stamps the
+    ring holds), a ring that may not hold ``history`` (the store's capacity), and a caller that feeds
+    samples it never stored (checked on each sample: the ring's newest must be this one).
     """
 
     __slots__ = ("factory", "params", "steps", "warmup_steps", "per_step", "ticks", "_history_len", "interval",
-                 "used", "_prev_t", "_floor_gap", "inner", "_history", "_seen", "_last")
+                 "used", "_prev_t", "_floor_gap", "inner", "_history", "_seen", "_fed", "_last", "_ring",
+                 "history_samples")
 
     def __init__(self, factory: Callable[[dict[str, Any]], Detector], params: dict[str, Any],
                  steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = 2048,
@@ -79,6 +89,9 @@ class CadenceScaled(Detector):
         self.per_step = per_step
         self.ticks = ticks
         self._history_len = history
+        self._ring: Series | None = None  # the store's ring of the series, replayed from (``replay_from``)
+        # the ring the evaluator reserves for this binding (0: none, an absence detector keeps its own copy)
+        self.history_samples = 0 if ticks else history
         self.reset()
 
     def reset(self) -> None:
@@ -87,11 +100,48 @@ class CadenceScaled(Detector):
         self._prev_t = math.inf
         self._floor_gap = min((float(self.params.get(k, 0.0)) / n for k, n in self.steps.items()), default=0.0)
         self.inner = self.factory(dict(self.params))
-        # the samples a re-sized detector is replayed, in a store ring (16 B a sample, growing as they
-        # come): a deque of (t, v) tuples was ~110 B a sample, ~220 KB for every leak binding after 3 h
-        self._history = Series("", {}, self._history_len, 0)
+        # without the store's ring, the samples a re-sized detector is replayed, in a ring of its own (16 B a
+        # sample, growing as they come; a deque of (t, v) tuples was ~110 B a sample), made at the first one
+        self._history: Series | None = None
         self._seen = 0
+        self._fed = 0  # samples fed to the detector (after the warm-up): the ring's last ones are they
         self._last = Finding(0.0, False)
+
+    def replay_from(self, series: Series) -> bool:
+        """Replay from ``series``' ring (the one this detector's samples are stored in) instead of a copy
+        of its own; True where it will. Only before the first sample and where the ring holds ``history``
+        (its capacity never shrinks)."""
+        if self.ticks or self._seen or series.capacity < self._history_len:
+            return False
+        self._ring = series
+        return True
+
+    def _private(self) -> Series:
+        """The detector's own copy of what it was fed, from now on: made at its first sample, or where the
+        ring stopped holding it (a caller fed a sample it had not stored), from the ring's samples up to the
+        last one fed."""
+        history = Series("", {}, self._history_len, 0)
+        ring, self._ring = self._ring, None
+        if ring is not None and self._fed:
+            ts, vs = ring.window()
+            end = int(ts.searchsorted(self._prev_t, side="right"))
+            for ht, hv in zip(ts[max(0, end - self._fed):end].tolist(), vs[max(0, end - self._fed):end].tolist(),
+                              strict=True):
+                history.append(ht, hv)
+        self._history = history
+        return history
+
+    def _replayed(self) -> tuple[list[float], list[float]]:
+        """The samples fed before the newest one, the last ``history - 1`` of them, oldest first."""
+        ring = self._ring
+        if ring is not None:
+            ts, vs = ring.window()
+            k = min(self._fed, self._history_len)  # the ring holds them (capacity >= history, all stored)
+            assert ts.size >= k, "the ring lost samples the detector was fed"
+            return ts[ts.size - k: -1].tolist(), vs[vs.size - k: -1].tolist()
+        assert self._history is not None  # a sample was fed
+        ts, vs = self._history.window()
+        return ts[:-1].tolist(), vs[:-1].tolist()
 
     def _needs_resize(self, want: dict[str, Any]) -> bool:
         for key in self.steps:
@@ -109,7 +159,10 @@ class CadenceScaled(Detector):
         self.interval.add(t)
         if self._seen <= self.warmup_steps:
             return Finding(t, False)
-        self._history.append(t, value)
+        ring = self._ring
+        if ring is None or ring.last_t != t or ring.last_v != value:  # == 1 float compare each, ~60 ns
+            (self._history or self._private()).append(t, value)
+        self._fed += 1
         # fast path for scraped series (this runs on each of their samples): while unscaled and the gap is far
         # below every seconds/steps ratio, the seconds win and nothing needs computing
         gap = t - self._prev_t
@@ -122,8 +175,8 @@ class CadenceScaled(Detector):
             if not self._last.active and self._needs_resize(want):
                 self.used = want if want != self.params else self.params
                 self.inner = self.factory(dict(want))
-                ts, vs = self._history.window()
-                for ht, hv in zip(ts[:-1].tolist(), vs[:-1].tolist(), strict=True):
+                ts, vs = self._replayed()
+                for ht, hv in zip(ts, vs, strict=True):
                     self.inner.update(ht, hv)
         self._last = self.inner.update(t, value)
         return self._last

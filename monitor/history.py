@@ -1,8 +1,9 @@
 """How much of a series' history a rule binding reads: the ring capacity its series is given.
 
-Detectors keep their own bounded state (``detectors/base.py``) and never read the ring; the alert's plot
-does (the detector's window and as much context before it, ``plots.render_fit``). So only the primary
-condition of a rule with ``plot: true`` asks for history: the span its detector judges, in seconds over the
+Detectors keep their own bounded state (``detectors/base.py``) and read the ring only to replay a re-size
+(a step-cadence detector: ``CadenceScaled.history_samples``, which the evaluator reserves beside this); the
+alert's plot reads it (the detector's window and as much context before it, ``plots.render_fit``). So only
+the primary condition of a rule with ``plot: true`` asks for history here: the span its detector judges, in seconds over the
 series' own interval (``Series.interval``) with a margin, or in samples where the detector counts samples;
 ``steps:`` scale as the detector itself scales them (``cadence.scaled``). Any other binding asks for none:
 its series keeps the store's short history (``store.UNREAD_HISTORY``) unless the diagnosis evidence reads

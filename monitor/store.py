@@ -53,8 +53,8 @@ class Series:
     A short history (``capacity <= CHUNK``) is one raw ring of exactly that size. A longer one is a raw head
     of up to ``CHUNK`` samples (its buffer grows 16, 32, 64 as it fills) and the chunks sealed before it, each compressed losslessly (``monitor.chunks``,
     ~3-5 B a sample against 16): the memory of a full history is ~5x smaller, it is allocated when the
-    sample comes rather than by doubling, and nothing but a plot or a diagnosis decodes it (no detector
-    reads the store)."""
+    sample comes rather than by doubling, and only a plot, a diagnosis or a re-sized step-cadence detector
+    (``detectors/cadence.py``, replaying its series) decodes it."""
 
     __slots__ = ("name", "key", "id", "_buf", "_n", "_head", "_chunks", "_blocks", "last_t", "last_v",
                  "_interval", "_interval_at", "source", "seen", "gone", "_capacity", "_tail", "_long_gap",

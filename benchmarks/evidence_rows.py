@@ -61,8 +61,6 @@ def run(nodes: int, gpus: int, hours: float, refreshes: int) -> dict[str, Any]:
     from alerting.clock import SimulatedClock
     from monitor.config import load_config
     from monitor.daemon import Daemon
-    from monitor.sources.prom_text import parse_exposition
-    from monitor.sources.relabel import KnownUnits, relabel
 
     cluster = monitor_scale.Cluster(nodes, gpus)
     work = Path(tempfile.mkdtemp(prefix="evidence-rows-"))
@@ -70,21 +68,14 @@ def run(nodes: int, gpus: int, hours: float, refreshes: int) -> dict[str, Any]:
     clock = SimulatedClock(monitor_memory.T0)
     daemon = Daemon(config, clock)
     pipeline = daemon.pipeline
-    for t in config.targets:
-        daemon.intake.caches[t.name] = t.cache
+    targets = monitor_memory.load_targets(config, daemon)
     rounds = 0
 
     def one_round() -> None:
         nonlocal rounds
         now = monitor_memory.T0 + rounds * monitor_memory.PERIOD_S
         clock.set(now)
-        cluster.rebuild(now)
-        for t in config.targets:
-            path = t.url.removeprefix("http://127.0.0.1:9").removesuffix("/metrics")
-            batch = parse_exposition(cluster.bodies[path].decode(), now, t.name, t.node,
-                                     {"job": t.job, "target": t.name}, t.honor_timestamps, t.cache)
-            pipeline.verl_nodes |= relabel(batch, KnownUnits())
-            daemon.intake.ingest(batch, t.name, now)
+        monitor_memory.scrape_round(daemon, cluster, targets, now)
         rounds += 1
 
     for _ in range(3):

@@ -100,6 +100,34 @@ def fill(store: Any, cluster: Any, last_round: int, rounds: int) -> int:
     return appended
 
 
+def load_targets(config: Any, daemon: Any) -> list[tuple[Any, str, dict[str, str], Any]]:
+    """The load's targets as ``scrape_round`` reads them (each with its scrape cache given to the daemon)."""
+    from monitor.sources.relabel import KnownUnits
+
+    targets = []
+    for t in config.targets:
+        path = t.url.removeprefix("http://127.0.0.1:9").removesuffix("/metrics")
+        extra = {"job": t.job, "target": t.name, "instance": "127.0.0.1:9"}
+        targets.append((t, path, extra, KnownUnits()))
+        daemon.intake.caches[t.name] = t.cache
+    return targets
+
+
+def scrape_round(daemon: Any, cluster: Any, targets: list[tuple[Any, str, dict[str, str], Any]], now: float) -> None:
+    """One 5-s round of the load through the scrape's own path after the fetch (module docstring)."""
+    from monitor.model import Sample, with_node
+    from monitor.sources.prom_text import parse_exposition, refuse_out_of_bounds
+    from monitor.sources.relabel import relabel
+
+    cluster.rebuild(now)
+    for t, path, extra, units in targets:
+        batch = parse_exposition(cluster.bodies[path].decode(), now, t.name, t.node, extra, t.honor_timestamps, t.cache)
+        refuse_out_of_bounds(batch, now)
+        batch.samples.append(Sample("up", with_node(dict(extra), t.node), 1.0, now))
+        daemon.pipeline.verl_nodes |= relabel(batch, units)
+        daemon.intake.ingest(batch, t.name, now)
+
+
 def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h: float | None = None) -> dict[str, Any]:
     """``refill_h``: fast-forward to ``refill_h`` before each checkpoint more than twice that beyond the
     previous one (``fill``), then run the last ``refill_h`` of rounds through the whole pipeline: the
@@ -108,22 +136,13 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
     from alerting.clock import SimulatedClock
     from monitor.config import load_config
     from monitor.daemon import Daemon
-    from monitor.model import Sample, with_node
-    from monitor.sources.prom_text import parse_exposition, refuse_out_of_bounds
-    from monitor.sources.relabel import KnownUnits, relabel
-
     cluster = monitor_scale.Cluster(nodes, gpus)
     work = Path(tempfile.mkdtemp(prefix="monitor-memory-"))
     config = load_config(str(monitor_vs_prometheus.monitor_config(9, nodes, work, "500ms")))  # nothing is fetched
     clock = SimulatedClock(T0)
     daemon = Daemon(config, clock)
     rss_start = rss_bytes()
-    targets = []
-    for t in config.targets:
-        path = t.url.removeprefix("http://127.0.0.1:9").removesuffix("/metrics")
-        extra = {"job": t.job, "target": t.name, "instance": "127.0.0.1:9"}
-        targets.append((t, path, extra, KnownUnits()))
-        daemon.intake.caches[t.name] = t.cache
+    targets = load_targets(config, daemon)
     points: list[dict[str, Any]] = []
     rounds, started = 0, time.process_time()
     last_rounds, last_cpu, tick_cpu = 0, started, 0.0
@@ -139,14 +158,7 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
         while rounds < target:
             now = T0 + rounds * PERIOD_S
             clock.set(now)
-            cluster.rebuild(now)
-            for t, path, extra, units in targets:
-                batch = parse_exposition(cluster.bodies[path].decode(), now, t.name, t.node, extra,
-                                         t.honor_timestamps, t.cache)
-                refuse_out_of_bounds(batch, now)
-                batch.samples.append(Sample("up", with_node(dict(extra), t.node), 1.0, now))
-                daemon.pipeline.verl_nodes |= relabel(batch, units)
-                daemon.intake.ingest(batch, t.name, now)
+            scrape_round(daemon, cluster, targets, now)
             tick0 = time.process_time()
             daemon.pipeline.tick()
             tick_cpu += time.process_time() - tick0

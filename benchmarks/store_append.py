@@ -43,33 +43,18 @@ def record(nodes: int, gpus: int, rounds: int) -> dict[str, Any]:
     from alerting.clock import SimulatedClock
     from monitor.config import load_config
     from monitor.daemon import Daemon
-    from monitor.model import Sample, with_node
-    from monitor.sources.prom_text import parse_exposition, refuse_out_of_bounds
-    from monitor.sources.relabel import KnownUnits, relabel
 
     cluster = monitor_scale.Cluster(nodes, gpus)
     work = Path(tempfile.mkdtemp(prefix="store-append-"))
     config = load_config(str(monitor_vs_prometheus.monitor_config(9, nodes, work, "500ms")))
     clock = SimulatedClock(monitor_memory.T0)
     daemon = Daemon(config, clock)
-    targets = []
-    for t in config.targets:
-        path = t.url.removeprefix("http://127.0.0.1:9").removesuffix("/metrics")
-        extra = {"job": t.job, "target": t.name, "instance": "127.0.0.1:9"}
-        targets.append((t, path, extra, KnownUnits()))
-        daemon.intake.caches[t.name] = t.cache
+    targets = monitor_memory.load_targets(config, daemon)
     rows: dict[int, tuple[Any, list[float], list[float]]] = {}
     for r in range(rounds):
         now = monitor_memory.T0 + r * monitor_memory.PERIOD_S
         clock.set(now)
-        cluster.rebuild(now)
-        for t, path, extra, units in targets:
-            batch = parse_exposition(cluster.bodies[path].decode(), now, t.name, t.node, extra,
-                                     t.honor_timestamps, t.cache)
-            refuse_out_of_bounds(batch, now)
-            batch.samples.append(Sample("up", with_node(dict(extra), t.node), 1.0, now))
-            daemon.pipeline.verl_nodes |= relabel(batch, units)
-            daemon.intake.ingest(batch, t.name, now)
+        monitor_memory.scrape_round(daemon, cluster, targets, now)
         daemon.pipeline.tick()
         for s in daemon.pipeline.store:
             row = rows.setdefault(s.id, (s, [float("nan")] * rounds, [0.0] * rounds))

@@ -250,7 +250,7 @@ def to_record(ev: Evidence) -> bytes:
     return json.dumps(head).encode() + b"\n" + b"".join(a.tobytes() for a in arrays)
 
 
-def _labels(doc: Any) -> dict[str, str]:
+def labels_of(doc: Any) -> dict[str, str]:
     return {str(k): str(x) for k, x in dict(doc).items()}
 
 
@@ -259,7 +259,12 @@ def from_record(record: Any) -> Evidence:
     if not isinstance(record, bytes):
         raise TypeError(f"a {type(record).__name__}, not an evidence row")
     head, _, body = record.partition(b"\n")
-    doc = json.loads(head)
+    return from_parts(json.loads(head), body)
+
+
+def from_parts(doc: dict[str, Any], body: bytes) -> Evidence:
+    """A whole row from its parsed JSON head and its samples (``from_record``; a follower that read the
+    head already, ``alerting.evidence_log.fold``)."""
     samples = np.frombuffer(body, dtype="<f8") if len(body) % 8 == 0 else None
     if samples is None:
         raise ValueError(f"{len(body)} bytes of samples: not whole float64s")
@@ -268,9 +273,14 @@ def from_record(record: Any) -> Evidence:
         if nt != nv or nt < 0 or at + 2 * nt > samples.size:
             raise ValueError(f"series {name}: {nt} times, {nv} values, {samples.size - at} samples left")
         ts, vs = samples[at:at + nt].copy(), samples[at + nt:at + 2 * nt].copy()
-        series.append(SeriesWindow(str(name), _labels(labels), ts, vs))
+        series.append(SeriesWindow(str(name), labels_of(labels), ts, vs))
         at += 2 * nt
-    bad = tuple(NonFiniteTimes(str(name), _labels(labels), tuple(float(t) for t in times))
+    return with_head(doc, tuple(series))
+
+
+def with_head(doc: dict[str, Any], series: tuple[SeriesWindow, ...]) -> Evidence:
+    """``series`` as the Evidence of a row whose head is ``doc`` (its time, NaN/Inf times and config)."""
+    bad = tuple(NonFiniteTimes(str(name), labels_of(labels), tuple(float(t) for t in times))
                 for name, labels, times in doc["nonfinite"])
-    config = {str(n): _labels(i) for n, i in dict(doc["config"]).items()}
-    return Evidence(float(doc["taken_at"]), tuple(series), bad, config)
+    config = {str(n): labels_of(i) for n, i in dict(doc["config"]).items()}
+    return Evidence(float(doc["taken_at"]), series, bad, config)

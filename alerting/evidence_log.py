@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from alerting.evidence import Evidence, NonFiniteTimes, SeriesWindow, from_record, to_record
+from alerting.evidence import Evidence, SeriesWindow, from_parts, labels_of, to_record, with_head
 
 Connection = Any  # a sqlite3.Connection or a wrapper with its execute (as in alerting.translog)
 
@@ -129,10 +129,6 @@ def _delta(ev: Evidence, before: dict[int, _Held], extends: int) -> tuple[bytes,
     return json.dumps(head).encode() + b"\n" + body, held
 
 
-def _labels(doc: Any) -> dict[str, str]:
-    return {str(k): str(x) for k, x in dict(doc).items()}
-
-
 def _apply(before: Evidence, doc: dict[str, Any], body: bytes) -> Evidence:
     """The evidence a delta row (its head ``doc`` and ``body``) holds on top of ``before``, the row it
     extends; ValueError when it does not fit it."""
@@ -141,7 +137,7 @@ def _apply(before: Evidence, doc: dict[str, Any], body: bytes) -> Evidence:
         raise ValueError(f"{len(body)} bytes for {count} windows")
     cols = np.frombuffer(body, dtype="<i8", count=3 * count).reshape(3, count)
     samples = np.frombuffer(body, dtype="<f8", offset=24 * count)
-    whole = {int(i): (str(name), _labels(labels)) for i, name, labels in doc["whole"]}
+    whole = {int(i): (str(name), labels_of(labels)) for i, name, labels in doc["whole"]}
     if int(cols[1].sum()) * 2 != samples.size or cols.min(initial=0) < -1 or cols[0].max(initial=-1) >= len(before.series):
         raise ValueError(f"a delta of {count} windows that the row before cannot hold")
     series, at = [], 0
@@ -156,10 +152,7 @@ def _apply(before: Evidence, doc: dict[str, Any], body: bytes) -> Evidence:
         t = np.concatenate([old.t, new_t])[-keep:] if keep else old.t[:0]
         v = np.concatenate([old.v, new_v])[-keep:] if keep else old.v[:0]
         series.append(SeriesWindow(old.name, old.labels, t, v))
-    bad = tuple(NonFiniteTimes(str(name), _labels(labels), tuple(float(t) for t in times))
-                for name, labels, times in doc["nonfinite"])
-    config = {str(n): _labels(i) for n, i in dict(doc["config"]).items()}
-    return Evidence(float(doc["taken_at"]), tuple(series), bad, config)
+    return with_head(doc, tuple(series))
 
 
 def fold(rows: Iterable[tuple[int, Any]], base: tuple[int, Evidence] | None = None) -> Evidence | None:
@@ -172,8 +165,10 @@ def fold(rows: Iterable[tuple[int, Any]], base: tuple[int, Evidence] | None = No
             raise TypeError(f"a {type(record).__name__}, not an evidence row")
         head, _, body = record.partition(b"\n")
         doc = json.loads(head)
-        if not isinstance(doc, dict) or "extends" not in doc:
-            ev = from_record(record)
+        if not isinstance(doc, dict):
+            raise ValueError(f"a JSON {type(doc).__name__}, not an evidence row's head")
+        if "extends" not in doc:
+            ev = from_parts(doc, body)
         elif ev is not None and int(doc["extends"]) == place:
             ev = _apply(ev, doc, body)
         else:

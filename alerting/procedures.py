@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from alerting.evidence import Reading
 from alerting.findings import CONFIG_SOURCE, Case, Diagnosis, PathFinding, coef, fmt, when
 
 # Thresholds of the failure paths, named once.
@@ -303,7 +304,9 @@ def data_loading(case: Case) -> PathFinding | None:
             if tok is not None and tok_before is not None else "throughput dropped (ThroughputDrop)")
     loader = None
     for name, match in LOADER_SERIES:
-        now, before = ev.latest(name, node, match), _before(case, name, node, match)
+        # its level since the case began, not its newest sample: one slow batch on a busy host is not a rise
+        now = ev.median(name, case.since, ev.now(), node, match) or ev.latest(name, node, match)
+        before = _before(case, name, node, match)
         if now is not None and before is not None:
             loader = (now, before)
             break
@@ -348,8 +351,15 @@ def data_loading(case: Case) -> PathFinding | None:
     if alike:
         f.checked.append("; ".join(facts) + ": every stage slowed alike, the host is slower -- not the data path")
         return f
-    # num_workers 0 is the cause only while the loader's time is not measured: measured steady, it is not
-    if not (rose or cpu or (workers == 0 and loader is None)):
+    tok_since = ev.median("verl_actor_tokens_per_second", case.since, ev.now(), node) or tok
+    short = _loader_short_of_drop(loader, rest, tok_since, tok_before) if rose else None
+    if short is not None:
+        f.checked.append("; ".join(facts) + f": {short} -- not the data path")
+        return f
+    # A busy CPU or num_workers 0 starves the trainer only through the loader's time: they implicate the data
+    # path while that time is not measured; measured and steady, it is not the data path, whatever else is
+    # seen (a CI runner's other jobs keep a host CPU-bound while a run's tokens per step fall for its own reasons)
+    if not (rose if loader is not None else cpu or workers == 0):
         f.checked.append("; ".join(facts) + ": not the data path")
         return f
     f.cause, f.summary = True, "Data loading starves the trainer"
@@ -372,11 +382,34 @@ def data_loading(case: Case) -> PathFinding | None:
     return f
 
 
+def _loader_short_of_drop(loader: tuple[Reading, Reading] | None, rest: tuple[float, float] | None,
+                          tok: Reading | None, tok_before: Reading | None) -> str | None:
+    """Why a loader that rose still cannot be what cut tokens/s, or None: at the same tokens per step, the fall
+    needs the step to take ``before / now - 1`` of its time more, and the loader's rise must be at least
+    ``LOADER_SHARE`` of that (a loader 10 -> 40 ms is no cause of a halved tokens/s on a 0.5-s step). Judged
+    only where the whole step is timed (loader and other stages) and both tokens/s readings are positive."""
+    if loader is None or rest is None or tok is None or tok_before is None or not 0 < tok.value < tok_before.value:
+        return None
+    needed = (loader[1].value + rest[0]) * (tok_before.value / tok.value - 1.0)
+    grew = loader[0].value - loader[1].value
+    if grew >= LOADER_SHARE * needed:
+        return None
+    return (f"the loader's +{fmt(round(grew, 3))} s per step is under half the +{fmt(round(needed, 3))} s "
+            "that the fall of tokens/s needs at the same tokens per step")
+
+
+# Timed stages outside the step's own work: checkpoint saves and validation run every N steps, not per step
+NOT_PER_STEP = frozenset({None, "", "dataloader", "checkpoint", "validation"})
+
+
 def _rest_of_step(case: Case, node: str | None) -> tuple[float, float] | None:
     """The step's stages other than the dataloader (``verl_stage_seconds``), summed: their median time per
-    step before the alerts and since; None when no other stage is timed on both sides."""
+    step before the alerts and since; None when no other stage is timed on both sides. verl's own
+    ``timing_s/step`` (stage ``step``) already holds its stages, so where it is timed it is the rest alone."""
     ev, before, since, timed = case.evidence, 0.0, 0.0, False
-    stages = {r.labels.get("stage") for r in ev.readings("verl_stage_seconds", node)} - {None, "", "dataloader"}
+    stages = {r.labels.get("stage") for r in ev.readings("verl_stage_seconds", node)} - NOT_PER_STEP
+    if "step" in stages:
+        stages = {"step"}
     for stage in sorted(stages):  # each stage once, however many series carry it
         b = _before(case, "verl_stage_seconds", node, {"stage": stage})
         n = ev.median("verl_stage_seconds", case.since, ev.now(), node, {"stage": stage})

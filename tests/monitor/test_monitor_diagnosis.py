@@ -223,6 +223,54 @@ def test_a_loader_that_makes_the_slowdown_is_still_data_loading_with_the_other_s
     assert "the other stages took 0.5 -> 0.6 s per step" in f.root_cause[0]
 
 
+def test_a_cpu_bound_host_with_a_steady_loader_is_not_data_loading() -> None:
+    # a CI runner's other jobs keep the host CPU-bound while the run's tokens per step fall for its own
+    # reasons (a policy collapsing to short answers): the loader's measured time held, so it is not the cause
+    w = loader_world(0.01)
+    f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), alert("CPUBoundBottleneck", T0 + 1290),
+                            data_num_workers="0"))
+    assert f is not None and not f.cause and not f.root_cause
+    assert "host CPU-bound (CPUBoundBottleneck)" in f.checked[0] and f.checked[0].endswith("not the data path")
+
+
+def test_cpu_bound_still_implicates_the_data_path_when_the_loader_is_not_measured() -> None:
+    w, t = World(T0 + 45 * 60), grid(15.0, 45.0)
+    w.put("verl_actor_tokens_per_second", t, np.where(t >= T0 + 1200, 6000.0, 12000.0))
+    f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), alert("CPUBoundBottleneck", T0 + 1290),
+                            data_num_workers="2"))
+    assert f is not None and f.cause and "data loading starves the trainer" in f.root_cause[0]
+
+
+def test_a_loader_rise_too_small_for_the_fall_of_tokens_is_not_data_loading() -> None:
+    # 10 -> 40 ms doubled by over 20 ms, the other stages held at 0.5 s: halving tokens/s at the same tokens
+    # per step needs +0.51 s per step, and the loader gave 0.03 of it -- fewer tokens per step, not a slow loader
+    w = host_slowed_world(0.04, 0.5)
+    f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="2"))
+    assert f is not None and not f.cause and not f.root_cause
+    assert f.checked[0].endswith("the loader's +0.03 s per step is under half the +0.51 s that the fall of "
+                                 "tokens/s needs at the same tokens per step -- not the data path")
+
+
+def test_one_slow_batch_at_the_end_is_no_loader_rise() -> None:
+    w = loader_world(0.01)
+    s = w.store.get_or_create("verl_dataloader_wait_seconds", {"node": NODE})
+    assert s is not None
+    s.append(T0 + 45 * 60 + 1, 0.9)  # the newest sample: one batch waited on a busy host
+    w.clock.advance(1)
+    f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="8"))
+    assert f is not None and not f.cause and "held at 0.01 -> 0.01 s" in f.checked[0]
+
+
+def test_verl_step_timer_is_the_rest_of_the_step_not_added_to_its_stages() -> None:
+    # verl's timing_s/step holds gen, update_actor, ...; summing it with them counted the step twice
+    w = host_slowed_world(0.04, 1.0)
+    t = grid(15.0, 45.0)
+    w.put("verl_stage_seconds", t, np.where(t >= T0 + 1200, 1.0, 0.5), stage="step")
+    w.put("verl_stage_seconds", t, np.full(len(t), 30.0), stage="validation")
+    f = data_loading(w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="2"))
+    assert f is not None and "the other stages slowed too, 0.5 -> 1 s per step" in f.checked[0]
+
+
 def test_undetermined_diagnosis_reports_what_it_checked() -> None:
     w = loader_world(0.01)
     d = diagnose(["data_loading", "kl_coef"], w.case(alert("ThroughputDrop", T0 + 1300), data_num_workers="8"))

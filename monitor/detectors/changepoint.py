@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from monitor.detectors.base import Detector, Finding, SampleWindow, short_window
+from monitor.detectors.base import Detector, Finding, SampleWindow, median, short_window
 from monitor.detectors.lazy_scipy import kendalltau, mannwhitneyu
 
 Direction = Literal["down", "up", "both"]
@@ -157,9 +157,9 @@ class LevelShiftDetector(Detector):
         if len(base) < self.min_baseline or len(recent) < self.min_recent:
             return self._status(t, recent, p_value=1.0)
 
-        before, after = float(np.median(base)), float(np.median(recent))
+        before, after = median(base), median(recent)
         rel = self._relative(before, after)
-        sigma = 1.4826 * float(np.median(np.abs(base - before)))
+        sigma = 1.4826 * median(np.abs(base - before))
         z = abs(after - before) / sigma if sigma > 0 else (math.inf if after != before else 0.0)
         if abs(rel) < self.min_relative_shift or z < self.min_z or self._trending(base, after - before):
             return self._status(t, recent, p_value=1.0)
@@ -196,7 +196,7 @@ class LevelShiftDetector(Detector):
     def _status(self, t: float, recent: np.ndarray, p_value: float) -> Finding:
         if self._reference is None or len(recent) == 0:
             return Finding(t=t, active=False, score=1.0 - p_value)
-        level = float(np.median(recent))
+        level = median(recent)
         rel = self._relative(self._reference, level)
         if not self._matches_direction(rel):
             return Finding(t=t, active=False, score=1.0 - p_value)

@@ -48,15 +48,33 @@ def test_a_bound_series_holds_its_rules_window_and_an_unread_one_a_short_history
     leak = feed(pipe, "DCGM_FI_DEV_FB_USED", node, times)  # MemoryLeakSuspected: 30 min window, plot: true
     nvlink = feed(pipe, "verl_gpu_nvlink_errors_total", {**node, "link": "0"}, times)  # counter_increase 10 min
     clock = feed(pipe, "DCGM_FI_DEV_SM_CLOCK", node, times)  # no rule, no plot, no diagnosis
-    kl = feed(pipe, "verl_kl_coef", {"node": "gpu-000"}, times)  # diagnosis evidence: held_since reads it all
+    kl = feed(pipe, "verl_kl_coef", {"node": "gpu-000"}, times)  # diagnosis evidence, but no engine diagnoses
     t, _ = leak.window()
     assert t[-1] - t[0] >= 2 * 1800  # the plot: the 30-min window and as much before it
     # its rule (counter_increase, 10 min) does not plot, and its detector keeps its own window: nothing reads
     # more than the short history
     assert nvlink.capacity == UNREAD_HISTORY and len(nvlink) == UNREAD_HISTORY
     assert len(clock) == UNREAD_HISTORY and clock.interval() == 5.0
-    assert len(kl) == len(times)
+    assert kl.capacity == UNREAD_HISTORY  # a monitor without an engine reads no evidence
     assert leak.capacity < StoreLimits().capacity  # 900 samples, not 4096
+
+
+class Follower:
+    """An engine as the pipeline sees it: it follows the alert book's log (and reads nothing here)."""
+
+    def follow(self, log: Any) -> None:
+        pass
+
+
+def test_with_an_engine_the_diagnosis_evidence_keeps_the_whole_ring(tmp_path: Path) -> None:
+    pipe = Pipeline(load_rule_files(None), SimulatedClock(T0), db_path=str(tmp_path / "state.db"), engine=Follower())
+    times = T0 + 5.0 * np.arange(1440)
+    kl = feed(pipe, "verl_kl_coef", {"node": "gpu-000"}, times)  # held_since reads it all
+    stage = feed(pipe, "verl_stage_seconds", {"node": "gpu-000", "stage": "rollout"}, times)
+    clock = feed(pipe, "DCGM_FI_DEV_SM_CLOCK", {"node": "gpu-000", "gpu": "0"}, times)
+    assert len(kl) == len(stage) == len(times) and kl.capacity == StoreLimits().capacity
+    assert clock.capacity == UNREAD_HISTORY
+    pipe.close()
 
 
 def test_a_reader_that_needs_more_later_grows_the_ring_from_then_on(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -251,12 +252,20 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is, so every ``with``/``finally`` of the stack runs."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.demo", description=__doc__.splitlines()[0],
                                 epilog="Exit status: 0 when every injected fault was detected, delivered and "
                                        "diagnosed; 1 when one was MISSED, an expected alert paged before its fault "
                                        "(a false page), or the stack did not start; 2 on bad "
-                                       "arguments; 130 on Ctrl-C.")
+                                       "arguments; 130 on Ctrl-C; 143 on SIGTERM (the stack stopped either way).")
     p.add_argument("--duration", type=float, default=160.0, help="stop after this many seconds (default 160)")
     p.add_argument("--linger", type=float, default=15.0, help="seconds to wait for deliveries after the trainer exits")
     p.add_argument("--max-steps", type=int, default=100000, help="trainer.total_steps")
@@ -283,8 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary_json and not Path(args.summary_json).parent.is_dir():
         print(f"demo: --summary-json {args.summary_json}: directory does not exist; create it first", file=sys.stderr)
         return 2
+    # SIGTERM (timeout(1), a CI job's cancel, kill) stops the stack as Ctrl-C does: the trainer runs in a session
+    # of its own, so a demo that died on the default action left it training (trainer.total_steps=100000)
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         summary = run_demo(args)
+    except _Terminated:
+        print("\ndemo: terminated; trainer, monitor and robot stand-in stopped", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("\ndemo: interrupted; trainer, monitor and robot stand-in stopped", file=sys.stderr)
         return 130

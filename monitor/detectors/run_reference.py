@@ -17,16 +17,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from monitor.detectors.base import Detector, Finding
+from monitor.detectors.base import Detector, Finding, median
 
 TRANSFORMS = ("identity", "one_minus", "abs")
-
-
-def _median(values: list[float]) -> float:
-    """The median of a handful of samples (numpy's call overhead is 10x the sort of 10 floats)."""
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else 0.5 * (s[mid - 1] + s[mid])
 DIRECTIONS = ("up", "down", "both")
 
 
@@ -87,7 +80,7 @@ class RunReferenceDetector(Detector):
         if len(vals) < self.reference + self.recent:
             return Finding(t, False)
         n = len(vals)
-        now = _median([vals[i] for i in range(n - self.recent, n)])
+        now = median([vals[i] for i in range(n - self.recent, n)])
         if self._frozen is not None:
             moved = self._beyond(self._frozen, now, self.hold_ratio, 0.0, self.min_delta / 2.0)
             if moved is not None:
@@ -98,8 +91,8 @@ class RunReferenceDetector(Detector):
         early = [vals[i] for i in range(self.reference)]
         late = [vals[i] for i in range(n - self.recent - self.reference, n - self.recent)]
         for window in (early, late):
-            ref = _median(window)
-            spread = 1.4826 * _median([abs(v - ref) for v in window]) if self.min_z else 0.0
+            ref = median(window)
+            spread = 1.4826 * median([abs(v - ref) for v in window]) if self.min_z else 0.0
             moved = self._beyond(ref, now, self.ratio, spread)
             if moved is not None:
                 self._frozen = ref

@@ -40,4 +40,3 @@ def test_nan_anywhere_gives_nan_as_numpy_does(values: list[float]) -> None:
 def test_overflowing_middle_pair_matches_numpy() -> None:
     x = np.array([1.7e308, 1.7e308, -1.0, 1.8e308])
     assert median(x) == float(np.median(x))
-

@@ -257,6 +257,7 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
     import monitor.daemon as daemon_mod
     import monitor.sources.scrape as scrape_mod
     from monitor.config import load_config
+    from monitor.serve import run_event_loop
 
     cfg = load_config(config)
     d = daemon_mod.Daemon(cfg)
@@ -333,12 +334,12 @@ def monitor_main(config: str, seconds: float, stats_path: str, profile: bool = F
         import pstats
 
         prof = cProfile.Profile()
-        prof.runcall(asyncio.run, run())
+        prof.runcall(run_event_loop, run())
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
         hot = buf.getvalue().splitlines()
     else:
-        asyncio.run(run())
+        run_event_loop(run())  # the loop the daemon runs on (uvloop where installed)
     Path(stats_path).write_text(json.dumps({
         "t_start": t_start, "ingest_lags": ingest_lags.rows(), "eval_lags": eval_lags.rows(), "ticks": ticks.rows(),
         "gauge": gauge.rows(), "profile": hot, "first_fired": first_fired, "lag_parts": lag_parts.rows(),

@@ -246,17 +246,16 @@ class Monitor:
     """The monitor daemon in this process, its alert and alerting records routed to the journal."""
 
     def __init__(self, config_path: Path, journal: Journal) -> None:
-        import asyncio
-
         from monitor.config import load_config
         from monitor.daemon import Daemon
+        from monitor.serve import run_event_loop
 
         self.daemon = Daemon(load_config(config_path))
         self.daemon.pipeline.on_record = journal.record
         if self.daemon.engine is not None:
             self.daemon.engine.on_record = journal.record
         ready = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.daemon.run(ready)), daemon=True)
+        self.thread = threading.Thread(target=lambda: run_event_loop(self.daemon.run(ready)), daemon=True)
         self.thread.start()
         if not ready.wait(30):
             raise RuntimeError("monitor daemon did not start within 30 s")

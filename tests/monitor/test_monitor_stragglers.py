@@ -127,10 +127,13 @@ LEAN = ("metrics.prompt_analysis=lexical", "metrics.layer_kl=false")
 def test_a_slow_rank_in_a_stage_with_a_collective_is_paged_by_rank_stage_and_node(tmp_path: Path) -> None:
     """torchrun, 2 ranks, gloo, the tiny model; rank 0 sleeps 0.6 s in reward from step 8, where the gather
     of the scores makes rank 1 wait as long (both walls equal); the daemon scrapes rank 0 and pages
-    within 60 s of the onset (benchmarks/straggler_paging.py's run, which also reports the delay)."""
+    within 60 s of the onset (benchmarks/straggler_paging.py's run, which also reports the delay). The run's
+    own bound is the benchmark's 240 s from the trainer's first line, which covers the 8 steps before the
+    onset too: a 120-s bound ran out once on a loaded machine with nothing paged. The page itself is
+    held to 60 s below, so a slow page fails with its delay rather than as "nothing paged"."""
     from benchmarks.straggler_paging import measure
 
-    out = measure(tmp_path, slow_rank=0, stage="reward", slow_s=0.6, from_step=8, timeout=120, overrides=LEAN)
+    out = measure(tmp_path, slow_rank=0, stage="reward", slow_s=0.6, from_step=8, overrides=LEAN)
     assert out.get("paged") == f"rank=0 stage=reward node={socket.gethostname()}", out
     assert out["delay_s"] <= 60 and list(out["alerts_seen"]) == ["rank=0 stage=reward"], out
     assert "the other ranks wait" in str(out["summary"]), out

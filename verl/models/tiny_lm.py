@@ -1,18 +1,23 @@
 """The tiny actor/critic model: a GPT-2-shaped causal LM written on ``torch.nn``, without transformers.
 
-Importing transformers cost a tiny trainer process 2.6 of its 9.9 CPU-seconds (its lazy import structure
-scans a directory, GPT-2's modeling pulls torch._dynamo), paid by every rank, rollout worker and test
-subprocess. This module reproduces, bit for bit in float32 on CPU, what transformers' ``GPT2LMHeadModel`` /
-``GPT2Model`` with the SDPA attention do for the calls the trainer makes, so the tuned trajectories (fault
-timings, KL collapse, exact resume) are unchanged: the same parameters under the same seed (constructor
-draws, then GPT-2's re-initialisation in the same order), the same state_dict keys (checkpoints load both
-ways), the same ops in the same order for the forward, and ``verl.models.tiny_generate`` for generation.
-``tests/verl/test_tiny_lm.py`` checks all three against transformers with ``torch.equal``.
+Importing transformers (its lazy import structure scans a directory, GPT-2's modeling pulls torch._dynamo)
+was a quarter of a tiny trainer process's CPU, paid by every rank, rollout forkserver and test subprocess:
+a 1-rank 4-step ``verl-train`` run took 11.3-13.0 CPU-s with it, 8.2-9.8 without; the forkserver's preload
+9.0-9.4, now 3.9-4.2 (benchmarks/RESULTS.md).
+
+This module reproduces, bit for bit in float32 on CPU, what transformers' ``GPT2LMHeadModel`` /
+``GPT2Model`` with the SDPA attention (their default) do for the calls the trainer makes, so the tuned
+trajectories (fault timings, KL collapse, exact resume) are unchanged: the same parameters under the same
+seed (constructor draws, then GPT-2's re-initialisation in the same order), the same state_dict keys
+(checkpoints load both ways), the same ops in the same order for the forward, and
+``verl.models.tiny_generate`` for generation. ``tests/verl/test_tiny_lm.py`` checks all three against
+transformers with ``torch.equal``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -228,7 +233,8 @@ class TinyCausalLM(nn.Module):
     activation_checkpointing_enable = gradient_checkpointing_enable
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
-                 eos_token_id: int, pad_token_id: int, logits_processor: object,
+                 eos_token_id: int, pad_token_id: int,
+                 logits_processor: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                  synced_gpus: bool = False) -> torch.Tensor:
         from verl.models.tiny_generate import greedy_generate
 

@@ -9,7 +9,7 @@ When the active process dies abnormally (a signal such as SIGKILL, or exit code 
 one line to the standby's stdin; the standby binds the metrics port, resumes from the newest checkpoint
 (the in-memory tier's snapshot of the last step when ``checkpoint.memory_interval`` is on, else disk) and
 trains on. A new standby is started once the new active process has logged its first step, so its start-up
-never competes with a resume. What a cold restart pays -- interpreter, torch and transformers imports,
+never competes with a resume. What a cold restart pays -- interpreter, torch (and transformers) imports,
 model build, worker start -- the standby paid while the old process was still training.
 
 Exit codes 0 (finished), 2 (bad input), 3 (stopped on purpose) and 130 (interrupted) end the run: the

@@ -57,8 +57,8 @@ def _require_checkpoint(checkpoint_dir: str) -> None:
 
 
 def _precheck_checkpoint(checkpoint_dir: str) -> None:
-    """Structure, versions and DCP metadata of the checkpoint to resume, before transformers is imported
-    and models are built: a defective one fails in seconds. Checksums are left to the resume itself, so
+    """Structure, versions and DCP metadata of the checkpoint to resume, before the trainer's heavy
+    imports and model build: a defective one fails in seconds. Checksums are left to the resume itself, so
     a large checkpoint is hashed once."""
     from verl.checkpoint import CheckpointError, latest_complete, verify
 
@@ -120,17 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         if config.rollout_worker_num > 0 and config.rollout.engine == "hf":
             from verl.workers import start_worker_server
 
-            # the workers' server imports torch + transformers while this process does the same; the
-            # list is verl.rollout.worker_engine.WORKER_PRELOAD (importing that here would import torch first)
-            start_worker_server(["verl.rollout.worker_engine"])
-        import transformers
-
+            # the workers' server imports torch (and transformers for an HF model) while this process does
+            # the same; the list is verl.rollout.worker_engine.worker_preload (importing that here would
+            # import torch first)
+            hf = [] if config.actor.model == "tiny" else ["verl.models.hf_loading"]
+            start_worker_server(["verl.rollout.worker_engine", *hf])
         from verl.trainer import RLTrainer  # heavy imports only after the config is known good
-
-        # transformers warns about a missing attention mask inside generate() although one is passed
-        # (tests/verl/test_rollout_reward.py::test_sample_independent_of_batch_and_padding checks left
-        # padding); keep the console readable.
-        transformers.logging.set_verbosity_error()
 
         trainer = RLTrainer(config, checkpoint_dir=args.checkpoint_dir)
         if args.standby and not wait_for_takeover():

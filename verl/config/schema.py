@@ -156,7 +156,7 @@ class RewardConfig:
 @dataclass
 class RolloutConfig:
     engine: str = "hf"
-    """hf (transformers generate) or vllm (needs the [vllm] extra)."""
+    """hf (in-process generate: the tiny model's own, transformers' for an HF model) or vllm (needs the [vllm] extra)."""
     response_length: int = 16
     """Maximum new tokens per response."""
     temperature: float = 1.0

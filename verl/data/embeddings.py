@@ -74,6 +74,7 @@ class SentenceEmbedder:
 
         path = path or model_dir()
         hf_logging.disable_progress_bar()  # "Loading weights" bars would land in the trainer's log
+        hf_logging.set_verbosity_error()  # as the trainer's own HF loads (verl.models.hf_loading)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             self.model = AutoModel.from_pretrained(str(path), local_files_only=True).eval()

@@ -1,6 +1,6 @@
-"""Build the actor/reference/critic from config: the tiny random-init GPT-2 or a local HF directory.
-
-Nothing is ever downloaded: HF loads use ``local_files_only=True``.
+"""Build the actor/reference/critic from config: the tiny random-init GPT-2-shaped model
+(``verl.models.tiny_lm``, no transformers) or a local HF directory (``verl.models.hf_loading``, imported
+only then).
 """
 
 from __future__ import annotations
@@ -10,38 +10,29 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import (
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    GPT2Config,
-    GPT2LMHeadModel,
-    GPT2Model,
-)
 
 from verl.config.errors import TrainerConfigError
 from verl.config.schema import TinyModelConfig
+from verl.models.tiny_lm import TinyCausalLM, TinyLMConfig, TinyTransformer
 from verl.models.tokenizer import ByteTokenizer
 from verl.utils.seeding import derive_seed
 
 
-def tiny_gpt2_config(shape: TinyModelConfig, n_positions: int) -> GPT2Config:
+def tiny_config(shape: TinyModelConfig, n_positions: int) -> TinyLMConfig:
     tok = ByteTokenizer()
-    return GPT2Config(
+    return TinyLMConfig(
         vocab_size=tok.vocab_size, n_positions=n_positions, n_embd=shape.n_embd, n_layer=shape.n_layer,
         n_head=shape.n_head, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        pad_token_id=tok.pad_token_id,
     )
 
 
 def load_tokenizer(model: str) -> Any:
     if model == "tiny":
         return ByteTokenizer()
-    tok = AutoTokenizer.from_pretrained(_local_dir(model, "actor.model"), local_files_only=True)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = "left"
-    return tok
+    from verl.models import hf_loading
+
+    return hf_loading.load_tokenizer(_local_dir(model, "actor.model"))
 
 
 def load_causal_lm(model: str, shape: TinyModelConfig, n_positions: int, seed: int) -> nn.Module:
@@ -49,14 +40,14 @@ def load_causal_lm(model: str, shape: TinyModelConfig, n_positions: int, seed: i
         # Same seed on every rank and for actor and reference: identical initial weights.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "actor-init"))
-            lm = GPT2LMHeadModel(tiny_gpt2_config(shape, n_positions))
+            lm = TinyCausalLM(tiny_config(shape, n_positions))
         return _printable_only(lm)
-    lm = AutoModelForCausalLM.from_pretrained(_local_dir(model, "actor.model"), local_files_only=True)
-    lm.config.pad_token_id = lm.config.pad_token_id or lm.config.eos_token_id
-    return lm
+    from verl.models import hf_loading
+
+    return hf_loading.load_causal_lm(_local_dir(model, "actor.model"))
 
 
-def _printable_only(lm: GPT2LMHeadModel) -> GPT2LMHeadModel:
+def _printable_only(lm: TinyCausalLM) -> TinyCausalLM:
     """Give the byte tokenizer's unprintable ids a logit of -1e4 (probability 0, log-probability finite,
     so entropies stay finite). Responses carrying them are dropped by rollout validation and never
     scored, so nothing in PPO's objective pushes the policy away from them: unmasked, a random-init model
@@ -91,12 +82,14 @@ def load_critic(model: str, shape: TinyModelConfig, n_positions: int, seed: int)
     if model == "tiny":
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, "critic-init"))
-            cfg = tiny_gpt2_config(shape, n_positions)
-            critic = ValueModel(GPT2Model(cfg), cfg.n_embd)
+            cfg = tiny_config(shape, n_positions)
+            critic = ValueModel(TinyTransformer(cfg), cfg.n_embd)
             nn.init.zeros_(critic.value_head.weight)
             nn.init.zeros_(critic.value_head.bias)
         return critic
-    backbone = AutoModel.from_pretrained(_local_dir(model, "critic.model"), local_files_only=True)
+    from verl.models import hf_loading
+
+    backbone = hf_loading.load_backbone(_local_dir(model, "critic.model"))
     critic = ValueModel(backbone, backbone.config.hidden_size)
     nn.init.zeros_(critic.value_head.weight)
     nn.init.zeros_(critic.value_head.bias)

@@ -81,7 +81,9 @@ class HFReward:
 
     def __init__(self, path: str, device: str = "cpu", batch_size: int = 64) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.set_verbosity_error()  # as the trainer's own HF loads (verl.models.hf_loading)
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -1,4 +1,6 @@
-"""Rollouts with transformers' ``generate``.
+"""Rollouts in the trainer's process: greedy generation with Gumbel noise, through the tiny model's own
+``generate`` (``verl.models.tiny_generate``, equal bit for bit to transformers') or transformers'
+``generate`` for a local HF model (``verl.models.hf_loading``, imported only then).
 
 Sampling is made deterministic per (seed, step, prompt_id) with the Gumbel-max trick: ``generate`` runs
 greedy, and a logits processor adds Gumbel noise drawn from each row's own generator, so
@@ -8,19 +10,22 @@ composition, rank, worker or wall time (HF's own sampling draws from the global 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from verl.data.buffer import Rollout
 from verl.data.loader import PromptItem
+from verl.models.tiny_lm import TinyCausalLM
 from verl.utils.clock import Clock
 from verl.utils.seeding import generator_for
 
 
-class GumbelSampling(LogitsProcessor):
+class GumbelSampling:
+    """A logits processor (transformers' interface: ``(input_ids, scores) -> scores``)."""
+
     def __init__(self, generators: list[torch.Generator], temperature: float) -> None:
         self.generators = generators
         self.temperature = temperature
@@ -66,17 +71,17 @@ class HFRolloutEngine:
             input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[i, width - len(ids):] = 1
         generators = [generator_for(self.seed, "rollout", step, p.prompt_id) for p in prompts]
-        gen_config = GenerationConfig(
-            do_sample=False, num_beams=1, max_new_tokens=self.response_length,
-            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        )
+        sampling = GumbelSampling(generators, self.temperature)
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=gen_config,
-            logits_processor=LogitsProcessorList([GumbelSampling(generators, self.temperature)]),
-            synced_gpus=self.synced_gpus,
-        )
+        if isinstance(self.model, TinyCausalLM):
+            generate = self.model.generate
+        else:
+            from verl.models import hf_loading
+
+            generate = functools.partial(hf_loading.generate, self.model)
+        out = generate(input_ids.to(device), attention.to(device), self.response_length, tok.eos_token_id,
+                       tok.pad_token_id, sampling, self.synced_gpus)
         self.model.train(was_training)
         now = self.clock.now()
         rollouts = []

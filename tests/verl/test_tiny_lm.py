@@ -217,7 +217,8 @@ from verl.config.schema import TinyModelConfig
 from verl.data.loader import PromptItem
 from verl.models.loading import load_causal_lm, load_critic, load_tokenizer
 from verl.rollout.hf import HFRolloutEngine
-from verl.rollout.worker_engine import ModelSpec, SharedWeightsGenerator, worker_preload
+from verl.models.preload import worker_preload
+from verl.rollout.worker_engine import ModelSpec, SharedWeightsGenerator
 from verl.trainer import RLTrainer  # noqa: F401
 from verl.utils.clock import SimulatedClock
 

@@ -118,13 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume or args.resume_or_start:
             _precheck_checkpoint(args.checkpoint_dir)
         if config.rollout_worker_num > 0 and config.rollout.engine == "hf":
+            from verl.models.preload import worker_preload
             from verl.workers import start_worker_server
 
-            # the workers' server imports torch (and transformers for an HF model) while this process does
-            # the same; the list is verl.rollout.worker_engine.worker_preload (importing that here would
-            # import torch first)
-            hf = [] if config.actor.model == "tiny" else ["verl.models.hf_loading"]
-            start_worker_server(["verl.rollout.worker_engine", *hf])
+            # the workers' server imports torch (and transformers for an HF model) while this process does the same
+            start_worker_server(worker_preload(config.actor.model))
         from verl.trainer import RLTrainer  # heavy imports only after the config is known good
 
         trainer = RLTrainer(config, checkpoint_dir=args.checkpoint_dir)

@@ -24,17 +24,12 @@ from torch import nn
 from verl.data.buffer import Rollout
 from verl.data.loader import PromptItem
 from verl.models.loading import load_causal_lm, load_tokenizer
+from verl.models.preload import worker_preload
 from verl.rollout.hf import HFRolloutEngine
 from verl.utils.clock import Clock, SystemClock
 from verl.utils.seeding import derive_seed
 
 log = logging.getLogger(__name__)
-
-
-def worker_preload(model: str) -> list[str]:
-    """What the workers' forkserver imports once: torch and the model code, and transformers for an HF
-    model directory (the tiny model does without it: the preload took 9.0-9.4 CPU-s with it, 3.9-4.2 without)."""
-    return ["verl.rollout.worker_engine", *([] if model == "tiny" else ["verl.models.hf_loading"])]
 
 
 @dataclass

@@ -87,9 +87,9 @@ LONG_GAP_MARGIN = 1.5
 EVICT_INTERVALS = 10.0
 _UNBOUND: tuple[Binding, ...] = ()  # bindings of a series no rule matches
 _FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
-# ... and at which its series' ring is sized again: from the 4th sample on its interval is known, and a
-# per-step series' interval moves (the ring was sized at the first sample with no interval: 20 samples)
-_SIZE_CHECKS = frozenset({4, 20, 200, 2000})
+# ... and at which its series' ring is sized again: from the 4th sample on its interval is known (from the
+# 6th a step-cadence detector's own: ``cadence._GROW_AT``), and a per-step series' interval moves
+_SIZE_CHECKS = frozenset({4, 6, 20, 200, 2000})
 
 
 class Evaluator:
@@ -316,9 +316,15 @@ class Evaluator:
         # paged again at every burst -- or, once the series has come back after a longer gap, past
         # LONG_GAP_MARGIN of that gap: a run whose collapse made its steps 150 s validates and saves in 723-s
         # steps, and a held collapse resolved and paged again at each of them
-        horizon = max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval(),
-                      LONG_GAP_MARGIN * b.series.longest_gap())
-        return b.active and (now - b.last_t <= horizon or b.detector.ticks)
+        if not b.active:
+            return False
+        age = now - b.last_t
+        # every horizon is at least ``stale_after_s``: a series sampled since needs no interval worked out
+        # (a median of 16 gaps, per firing alert per tick: at 1000 GPUs with 627 firing, most of a tick)
+        if age <= self.stale_after_s or b.detector.ticks:
+            return True
+        return age <= max(self.horizon(b.series), b.rule.keep_firing_for_steps * b.series.interval(),
+                          LONG_GAP_MARGIN * b.series.longest_gap())
 
     def _joint_since(self, b: Binding, now: float) -> float | None:
         if not self._fresh(b, now) or b.since is None:

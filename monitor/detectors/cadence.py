@@ -26,6 +26,13 @@ from monitor.store import Series
 
 _REBUILD_RATIO = 1.25  # re-size when a scaled window is off by more than this factor
 _MIN_INTERVALS = 5     # intervals seen before the steps count
+# a scraped series' re-size replays its spans twice over (a window, and as much before it to fill and confirm
+# in), counted at its interval with a margin for jitter; a per-step log's rules replay up to HISTORY samples
+_REPLAY_SPANS, _JITTER, HISTORY = 2.0, 1.25, 2048
+# samples seen at which that count is worked out again (from the 6th the interval is known: _MIN_INTERVALS):
+# the evaluator re-reserves the ring at these counts too (``evaluator._SIZE_CHECKS``), right after this
+# detector's update, before the next sample is stored
+_GROW_AT = frozenset({_MIN_INTERVALS + 1, 20, 200, 2000})
 
 
 class IntervalEstimate:
@@ -65,8 +72,13 @@ class CadenceScaled(Detector):
 
     ``warmup_steps``: the first samples of the series are not shown to the detector (a verl run's first
     steps compile kernels and fill caches: its memory peaks ratchet up then, and that is no leak). On a
-    re-size the new detector is replayed the samples it was fed (the last ``history`` of them), so it
-    decides on the same data the old one had.
+    re-size the new detector is replayed the samples it was fed, so it decides on the same data the old one
+    had: a per-step rule the last ``history`` of them; any other the last ``history_samples``, its spans
+    twice over at its series' interval (``_REPLAY_SPANS``) -- a scraped series re-sizes only when its
+    cadence slows past ``seconds / steps``, and 2048 samples of 5-s GPU memory were 2.8 h that no re-sized
+    30-min window reads (~6.8 MiB of rings at 1000 GPUs). That count only grows, as the ring's room does,
+    and a replay takes no more samples than were fed since it last grew, so the ring and a private copy
+    replay the same ones.
 
     Where they come from: the store's own ring of the series (``replay_from``), or a private copy. The
     evaluator hands over the ring at binding time; it holds every sample the detector is fed, and the same
@@ -78,21 +90,38 @@ class CadenceScaled(Detector):
     samples it never stored (checked on each sample: the ring's newest must be this one).
     """
 
-    __slots__ = ("factory", "params", "steps", "warmup_steps", "per_step", "ticks", "_history_len", "interval",
-                 "used", "_prev_t", "_floor_gap", "inner", "_history", "_seen", "_fed", "_last", "_ring",
-                 "history_samples")
+    __slots__ = ("factory", "params", "steps", "warmup_steps", "per_step", "ticks", "_history_len", "_max_history",
+                 "interval", "used", "_prev_t", "_floor_gap", "inner", "_history", "_seen", "_held", "_last",
+                 "_ring", "history_samples")
 
     def __init__(self, factory: Callable[[dict[str, Any]], Detector], params: dict[str, Any],
-                 steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = 2048,
+                 steps: dict[str, float], warmup_steps: int = 0, ticks: bool = False, history: int = HISTORY,
                  per_step: bool = False) -> None:
         self.factory, self.params, self.steps, self.warmup_steps = factory, params, steps, warmup_steps
         self.per_step = per_step
         self.ticks = ticks
-        self._history_len = history
+        self._max_history = history
+        # samples a re-size replays (at most): before the interval is known, what the steps ask for; grows
+        # (``_grow``), never shrinks: it is the ring's room
+        # (none without steps: nothing re-sizes, only a warm-up is skipped)
+        self._history_len = 0 if not steps else history if per_step else min(history, math.ceil(
+            _REPLAY_SPANS * _JITTER * sum(steps.values())))
         self._ring: Series | None = None  # the store's ring of the series, replayed from (``replay_from``)
         # the ring the evaluator reserves for this binding (0: none, an absence detector keeps its own copy)
-        self.history_samples = 0 if ticks else history
+        self.history_samples = 0 if ticks else self._history_len
         self.reset()
+
+    def _grow(self) -> None:
+        """A scraped series' replay at its interval now: its scaled spans, twice over, in samples."""
+        interval = self.interval.value()
+        if self.per_step or self.ticks or not self.steps or interval is None or interval <= 0:
+            return
+        spans = sum(float(v) for k, v in scaled(self.params, self.steps, interval).items() if k in self.steps)
+        want = min(self._max_history, math.ceil(_REPLAY_SPANS * _JITTER * spans / interval))
+        if want > self._history_len:
+            self._history_len = self.history_samples = want
+            if self._history is not None:
+                self._history.reserve(want)
 
     def reset(self) -> None:
         self.interval = IntervalEstimate()
@@ -104,14 +133,17 @@ class CadenceScaled(Detector):
         # sample, growing as they come; a deque of (t, v) tuples was ~110 B a sample), made at the first one
         self._history: Series | None = None
         self._seen = 0
-        self._fed = 0  # samples fed to the detector (after the warm-up): the ring's last ones are they
+        # samples fed to the detector (after the warm-up) that a ring of ``_history_len`` holds: the ring's last
+        # ones are they (at most ``_history_len``; a ring that grows holds no more of the older ones than before)
+        self._held = 0
         self._last = Finding(0.0, False)
 
     def replay_from(self, series: Series) -> bool:
         """Replay from ``series``' ring (the one this detector's samples are stored in) instead of a copy
-        of its own; True where it will. Only before the first sample and where the ring holds ``history``
-        (its capacity never shrinks)."""
-        if self.ticks or self._seen or series.capacity < self._history_len:
+        of its own; True where it will. Only before the first sample and where the ring holds what a re-size
+        replays (its capacity never shrinks; the evaluator reserves ``history_samples`` as that grows), and
+        not where nothing is replayed (no ``steps``)."""
+        if self.ticks or self._seen or not self._history_len or series.capacity < self._history_len:
             return False
         self._ring = series
         return True
@@ -122,26 +154,25 @@ class CadenceScaled(Detector):
         last one fed."""
         history = Series("", {}, self._history_len, 0)
         ring, self._ring = self._ring, None
-        if ring is not None and self._fed:
+        if ring is not None and self._held:
             ts, vs = ring.window()
             end = int(ts.searchsorted(self._prev_t, side="right"))
-            for ht, hv in zip(ts[max(0, end - self._fed):end].tolist(), vs[max(0, end - self._fed):end].tolist(),
+            for ht, hv in zip(ts[max(0, end - self._held):end].tolist(), vs[max(0, end - self._held):end].tolist(),
                               strict=True):
                 history.append(ht, hv)
         self._history = history
         return history
 
     def _replayed(self) -> tuple[list[float], list[float]]:
-        """The samples fed before the newest one, the last ``history - 1`` of them, oldest first."""
-        ring = self._ring
-        if ring is not None:
-            ts, vs = ring.window()
-            k = min(self._fed, self._history_len)  # the ring holds them (capacity >= history, all stored)
-            assert ts.size >= k, "the ring lost samples the detector was fed"
-            return ts[ts.size - k: -1].tolist(), vs[vs.size - k: -1].tolist()
-        assert self._history is not None  # a sample was fed
-        ts, vs = self._history.window()
-        return ts[:-1].tolist(), vs[:-1].tolist()
+        """The samples fed before the newest one, the last ``_held - 1`` of them, oldest first: the same from
+        the ring and from a private copy (either may hold more: a grown ring keeps older samples it had room
+        for, a store's chunks some beyond their capacity)."""
+        source = self._ring if self._ring is not None else self._history
+        assert source is not None  # a sample was fed
+        ts, vs = source.window()
+        # a store whose ``limits.capacity`` is below what the replay wants caps the ring: it replays what it holds
+        k = min(self._held, ts.size)
+        return ts[ts.size - k: -1].tolist(), vs[vs.size - k: -1].tolist()
 
     def _needs_resize(self, want: dict[str, Any]) -> bool:
         for key in self.steps:
@@ -158,11 +189,15 @@ class CadenceScaled(Detector):
         self._seen += 1
         self.interval.add(t)
         if self._seen <= self.warmup_steps:
+            if self._seen in _GROW_AT:
+                self._grow()
             return Finding(t, False)
         ring = self._ring
-        if ring is None or ring.last_t != t or ring.last_v != value:  # == 1 float compare each, ~60 ns
+        if self._history_len and (ring is None or ring.last_t != t or ring.last_v != value):  # ~60 ns a compare
             (self._history or self._private()).append(t, value)
-        self._fed += 1
+        self._held = min(self._held + 1, self._history_len)  # before a growth: the ring held no more
+        if self._seen in _GROW_AT:
+            self._grow()
         # fast path for scraped series (this runs on each of their samples): while unscaled and the gap is far
         # below every seconds/steps ratio, the seconds win and nothing needs computing
         gap = t - self._prev_t

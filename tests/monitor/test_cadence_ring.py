@@ -47,14 +47,14 @@ def findings(cond: Condition, samples: list[tuple[float, float]], ring: bool) ->
     assert isinstance(det, CadenceScaled)
     series = Series("x", {}, 4096, 0)
     if ring:
-        assert det.replay_from(series)
+        assert det.replay_from(series) == bool(det.history_samples)  # none without steps: nothing re-sizes
     out, inner, resized = [], det.inner, 0
     for t, v in samples:
         series.append(t, v)
         out.append(repr(det.update(t, v)))
         resized += det.inner is not inner
         inner = det.inner
-    assert (det._history is None) == (ring or not det._fed)  # one copy: the ring's (none before a sample)
+    assert (det._history is None) == (ring or not det._held)  # one copy: the ring's (none before a sample)
     return out, resized
 
 
@@ -117,8 +117,8 @@ def test_no_ring_for_absence_detectors_or_a_ring_too_short() -> None:
     assert isinstance(ticking, CadenceScaled) and ticking.history_samples == 0
     assert not ticking.replay_from(Series("x", {}, 4096, 0))  # fed scrape times and refused samples
     det = CONDS[0].new_detector()
-    assert isinstance(det, CadenceScaled)
-    assert not det.replay_from(Series("x", {}, 2047, 0))
+    assert isinstance(det, CadenceScaled) and det.history_samples > 0
+    assert not det.replay_from(Series("x", {}, det.history_samples - 1, 0))
     det.update(1.0, 1.0)
     assert not det.replay_from(Series("x", {}, 4096, 0))  # after its first sample: the ring may lack it
 
@@ -127,13 +127,13 @@ def test_the_evaluator_reserves_the_ring_and_hands_it_over() -> None:
     """Bound through the evaluator as the pipeline binds: the series' ring is reserved to the replay's length
     from a short start, each step-cadence binding replays from it, and the alerts' decisions match an
     evaluator whose detectors keep their own copies (a series of the same samples whose ring is too short
-    to replay from: 2047)."""
+    to replay from: 64)."""
     store = SeriesStore(history=lambda s: 0)
     shared = Evaluator(RULES, reserve=lambda s, n: s.reserve(store.bounded(n)))
     private = Evaluator(RULES)
     labels = {"job": "verl_jsonl", "node": "n1", "stat": "peak", "gpu": "0"}
     series = store.get_or_create("verl_gpu_memory_used_bytes", labels, "log")
-    alone = Series("verl_gpu_memory_used_bytes", labels, 2047, 1)
+    alone = Series("verl_gpu_memory_used_bytes", labels, 64, 1)
     assert series is not None and series.capacity < 2048
     states = []
     for t, v in run(11, 1500, 20.0, 10):
@@ -150,3 +150,46 @@ def test_the_evaluator_reserves_the_ring_and_hands_it_over() -> None:
     assert all(isinstance(b.detector, CadenceScaled) and b.detector._ring is None for b in alone.bound or ()
                if isinstance(b.detector, CadenceScaled))
     assert any(b.active for b in series.bound or ()) and not math.isnan(series.last_v)
+
+
+def _scraped_leak() -> Condition:
+    rule = next(r for r in RULES if r.alert == "MemoryLeakSuspected"
+                and r.conditions[0].matches("DCGM_FI_DEV_FB_USED", {"gpu": "0"}))
+    return rule.conditions[0]
+
+
+def test_a_scraped_series_ring_holds_its_replay_not_2048_samples() -> None:
+    """At a 5-s scrape the GPU-memory leak rule's re-size replays its spans twice over (30 min + 1 min, x2,
+    with a 25 % margin: 930 samples), not the 2048 (2.8 h) a per-step rule keeps: the ring reserved for
+    it stops there over hours."""
+    store = SeriesStore(history=lambda s: 0)
+    ev = Evaluator(RULES, reserve=lambda s, n: s.reserve(store.bounded(n)))
+    series = store.get_or_create("DCGM_FI_DEV_FB_USED", {"gpu": "0", "node": "n1"}, "dcgm")
+    assert series is not None
+    rng = np.random.default_rng(5)
+    for i in range(3 * 720):  # 3 h at 5 s
+        t, v = 1.7e9 + 5.0 * i + float(rng.uniform(-0.1, 0.1)), 8e9 + float(rng.normal(0, 1e7))
+        series.append(t, v)
+        ev.observe(series, t, v)
+    det = next(b.detector for b in series.bound or () if isinstance(b.detector, CadenceScaled))
+    assert 920 <= det.history_samples <= 950 and det._ring is series  # 930 at 5 s (median of 5-16 jittered gaps)
+    assert 930 <= series.capacity < 2048
+
+
+def test_a_resize_after_the_cadence_slows_replays_the_whole_new_window() -> None:
+    """Hours at 5 s, then the scrape slows to 120 s a sample: the window grows to 30 x 120 s = 1 h, and the
+    detector replayed into it holds that hour at once (it judges at its next evaluation; it does not wait
+    an hour for the window to fill)."""
+    det = _scraped_leak().new_detector()
+    assert isinstance(det, CadenceScaled)
+    series = Series("x", {}, 4096, 0)
+    assert det.replay_from(series)
+    t, inner = 1.7e9, det.inner
+    for i in range(3 * 720 + 40):
+        t += 5.0 if i < 3 * 720 else 120.0
+        series.append(t, 8e9)
+        det.update(t, 8e9)
+    assert det.inner is not inner and det.history_samples == 930  # re-sized
+    window = det.inner._window
+    span = float(window.ts[-1] - window.ts[0])
+    assert det.inner.window_s >= 3000.0 and span >= 0.9 * det.inner.window_s, (span, det.inner.window_s)

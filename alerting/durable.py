@@ -34,6 +34,7 @@ log = logging.getLogger("verl.storage")
 LOG_EVERY_S = 60.0
 CRASH_ENV = "VERL_CRASH_AFTER_COMMIT"
 STORAGE_ERRORS = (sqlite3.Error, OSError)
+CACHE_KIB = 512  # page cache of each connection to a state database (``_connect``)
 
 
 class StorageUnavailable(Exception):
@@ -244,6 +245,10 @@ def _connect(path: Path) -> sqlite3.Connection:
                            factory=StateConnection)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
+    # SQLite's default page cache (2 MiB a connection) fills as the file grows: at 1000 GPUs it was 1.7 MiB
+    # of the monitor's growth from 25 min to 6 h (sqlite3_memory_used 0.47 -> 2.16 MiB, state.db 6 MB). A
+    # transaction touches a few pages and a follower reads the log's tail; the rest come from the OS's cache
+    conn.execute(f"PRAGMA cache_size={-CACHE_KIB}")
     conn.identity = _identity(path)
     return conn
 

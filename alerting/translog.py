@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from alerting import evidence_log
+from alerting.durable import CACHE_KIB
 from alerting.evidence import Evidence
 from alerting.evidence_log import EvidenceWriter
 from alerting.model import Alert, alert_from_json
@@ -269,6 +270,7 @@ class OwnReader(TransitionLog):
                 # mode=rw: never creates the file; the writer made it (a deleted one is its to recreate)
                 self._own = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=rw", uri=True, timeout=10.0,
                                             isolation_level=None, check_same_thread=False)
+                self._own.execute(f"PRAGMA cache_size={-CACHE_KIB}")  # it reads the log's tail (durable.py)
             # else held in memory (HeldInMemory): its copy answers, as it refuses every write
             self._seen = current
         return self._own if self._own is not None else current

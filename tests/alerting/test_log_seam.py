@@ -14,6 +14,7 @@ import numpy as np
 
 from alerting import translog
 from alerting.clock import SimulatedClock
+from alerting.durable import CACHE_KIB, open_sqlite
 from alerting.engine import AlertEngine
 from alerting.evidence import Evidence, NonFiniteTimes, SeriesWindow
 from alerting.translog import TransitionLog
@@ -122,3 +123,17 @@ def test_a_follower_reopens_its_connection_when_the_writer_replaces_the_file(tmp
     assert reader.head() == 1 and [a.name for _, a in reader.after(0) if a is not None] == ["New"]
     reader.close()
     log.conn.close()
+
+
+def test_the_writer_and_a_follower_keep_a_small_page_cache(tmp_path: Path) -> None:
+    """Each connection to a state database caps SQLite's page cache (the default, 2 MiB a connection, grew
+    the monitor by 1.7 MiB over 6 h at 1000 GPUs as state.db grew): the writer's, and a follower's own."""
+    conn = open_sqlite(tmp_path / "state.db", translog.SCHEMA)
+    log = TransitionLog(conn, tmp_path / "state.db")
+    reader = log.reader()
+    translog.append(log.conn, alert("One"), T0)
+    assert reader.head() == 1
+    for c in (conn, reader._db()):
+        assert c.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB == -512
+    reader.close()
+    conn.close()

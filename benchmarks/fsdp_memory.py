@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import time
@@ -29,16 +28,13 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from harness.ports import free_port  # noqa: E402
+
 
 def _local_bytes(t: torch.Tensor) -> int:
     local = t.to_local() if hasattr(t, "to_local") else t
     return local.numel() * local.element_size()
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, strategy: str, args: argparse.Namespace, out: Any) -> None:
@@ -82,7 +78,7 @@ def _worker(rank: int, world: int, port: int, strategy: str, args: argparse.Name
 def measure(strategy: str, world: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, strategy, args, out)) for r in range(world)]
     for p in procs:
         p.start()

@@ -28,17 +28,15 @@ import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from harness.ports import free_port  # noqa: E402
 
 
 def run(tree: Path, idle: int, polls: int) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="idle-flood-"))
-    port = _free_port()
+    port = free_port()
     (work / "monitor.yaml").write_text(yaml.safe_dump({
         "listen": f"127.0.0.1:{port}", "state_db": str(work / "state" / "state.db"), "targets": [],
         "bearer_token": "bench", "eval_interval": "1s"}))

@@ -46,7 +46,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,13 +61,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import _victoria  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
+from harness.ports import free_port  # noqa: E402
 
 FAULT_ALERT = "RewardModelOOM"  # what the generator's fault (monitor_scale.inject_fault) must raise
 

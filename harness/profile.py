@@ -6,13 +6,13 @@ when it starts."""
 from __future__ import annotations
 
 import copy
-import socket
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from alerting.config import DEFAULT_RULES as DEFAULT_CORRELATION
+from harness.ports import free_port
 from harness.standin import RobotStandIn
 from monitor.rules import DEFAULT_RULES
 
@@ -45,11 +45,6 @@ HOST_LEAK_SELECTOR = 'process_resident_memory_bytes{job="verl-process"}'
 HOST_LEAK_MIN_SLOPE = 150e6
 DEMO_CORRELATION_WINDOW = "20s"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def demo_rules(host_leak: bool) -> dict[str, Any]:

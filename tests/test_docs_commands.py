@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+
+from harness.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "prometheus/README.md", "alerting/README.md", "monitor/README.md")
@@ -214,11 +215,6 @@ def test_check_commands_run() -> None:
         assert res.returncode == 0, f"{norm}:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.slow
 def test_documented_servers_start_and_listen_on_loopback_only(tmp_path: Path) -> None:
@@ -228,7 +224,7 @@ def test_documented_servers_start_and_listen_on_loopback_only(tmp_path: Path) ->
     for norm, how in COVERED.items():
         if how != SERVE:
             continue
-        port = _free_port()
+        port = free_port()
         argv = [re.sub(r"127\.0\.0\.1:\d+", f"127.0.0.1:{port}", a) for a in shlex.split(norm)]
         assert argv != shlex.split(norm), f"{norm}: no 127.0.0.1 listen address to move"
         proc = subprocess.Popen([program(argv[0]) or argv[0], *argv[1:]], cwd=tmp_path, stdout=subprocess.DEVNULL,

@@ -5,7 +5,6 @@ on a timeout, what the robot got, and one outage with its page and resolve. The 
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -14,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness import ports
 from harness.ha_pair import FAST_GROUP_INTERVAL_S, PEER_TIMEOUT_S, PORTS, HAPair
 from tests.live_poll import poll
 
@@ -32,15 +32,7 @@ FIRING, RESOLVED = "P1: Reward Model Circuit Open", "RESOLVED P1: Reward Model C
 
 
 def free_ports() -> dict[str, int]:
-    socks = []
-    for _ in PORTS:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = {k: s.getsockname()[1] for k, s in zip(PORTS, socks, strict=True)}
-    for s in socks:
-        s.close()
-    return ports
+    return ports.free_ports(PORTS)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, pair: HAPair) -> Any:

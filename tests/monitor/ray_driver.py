@@ -11,7 +11,9 @@ Answers on the pipe ``RAY_DRIVER_ANSWER_FD`` names (Ray's own components write t
 - ``sigkill``: a ``RolloutWorker`` is sent SIGKILL -- the signal the kernel OOM killer sends (the kernel
   itself is not driven out of memory on a shared machine);
 
-answering ``done <command> <pid>``; stdin closed: ``ray.shutdown()``.
+answering ``done <command> <pid> <how the call ended>`` (``returned`` or the exception's class name, e.g.
+``OutOfMemoryError``: a test that finds no death can tell Ray's not killing from the monitor's not paging);
+stdin closed: ``ray.shutdown()``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def main() -> None:
         cmd = line.strip()
         worker = RolloutWorker.remote()
         pid = ray.get(worker.pid.remote(), timeout=120)
+        ended = "returned"
         try:
             if cmd == "exit":
                 ray.get(worker.exit.remote())
@@ -59,8 +62,9 @@ def main() -> None:
                 os.kill(pid, signal.SIGKILL)
                 time.sleep(1.0)
         except Exception as exc:  # noqa: BLE001 - the death is the point
-            print(f"# {cmd}: {type(exc).__name__}", file=sys.stderr, flush=True)
-        print(f"done {cmd} {pid}", file=answers, flush=True)
+            ended = type(exc).__name__
+            print(f"# {cmd}: {ended}: {str(exc)[:600]}", file=sys.stderr, flush=True)
+        print(f"done {cmd} {pid} {ended}", file=answers, flush=True)
     ray.shutdown()
 
 

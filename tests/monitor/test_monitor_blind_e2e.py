@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 import yaml
 from monitor_http import GOOD, metric, wait_for
 
+from harness.ports import free_port
 from harness.standin import WebhookStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,11 +77,6 @@ class Peers:
         self.server.shutdown()
         self.server.server_close()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

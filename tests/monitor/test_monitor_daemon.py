@@ -17,6 +17,8 @@ import pytest
 import yaml
 from monitor_http import RunningDaemon, Targets, metric, wait_for
 
+from harness.ports import free_port
+
 RULES = {"rules": [{"alert": "RewardModelCircuitOpen", "severity": "P1",
                     "select": "verl_reward_model_circuit_state",
                     "detector": {"type": "threshold", "op": ">=", "value": 2},
@@ -103,16 +105,11 @@ def test_api_bearer_token_webhook_and_plots(tmp_path: Path) -> None:
         d.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.slow
 def test_kill_9_and_restart_mid_incident_restores_firing_alert_without_duplicates(tmp_path: Path,
                                                                                     targets: Targets) -> None:
-    port = _free_port()
+    port = free_port()
     cfg = write_config(tmp_path, [{"name": "trainer", "url": f"{targets.url}/good", "node": "gpu-08",
                                    "interval": "0.2s"}])
     data = yaml.safe_load(cfg.read_text())

@@ -25,6 +25,7 @@ import httpx
 import pytest
 import yaml
 
+from harness.ports import free_port
 from harness.standin import WebhookStandIn
 from tests.live_poll import poll
 from tests.test_docs_commands import all_commands
@@ -38,13 +39,6 @@ RESEND, BEHIND_RESOLVE_TIMEOUT = "2s", "5s"
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def binary(name: str) -> str:

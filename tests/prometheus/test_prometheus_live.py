@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # dashboards/ is a tool directory next to the packages, not installed
 
 from dashboards.gen import lint  # noqa: E402
+from harness.ports import free_port  # noqa: E402
 
 DCGM_SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm-exporter-sample.prom"
 DASHBOARDS = ("verl-training.json", "gpu-dcgm.json", "monitor.json")
@@ -38,11 +38,6 @@ READY_TIMEOUT_S = 150
 
 pytestmark = pytest.mark.slow
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stack:

@@ -22,6 +22,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,10 @@ from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, 
 from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.translog import TransitionLog
-from monitor.evaluator import Candidate
+from monitor.evaluator import Binding, Candidate, binding_value
 
 Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
+_NOTHING_HELD: Mapping[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,22 @@ class AlertState:
     external: bool = False  # held firing by an alert that came through Alertmanager, until it resolves
     own_active: bool = False  # the monitor's own rules hold it (as of the last evaluation)
     plot_file: str = ""  # the PNG rendered when it started firing: travels with the alert
+    # the binding whose value a firing alert reports while its own ready condition holds: read when asked,
+    # not copied every tick (``value`` keeps the last one read once it stops holding)
+    live: Binding | None = None
+
+    def current_value(self) -> float | None:
+        return binding_value(self.live) if self.live is not None else self.value
+
+    def let_go(self) -> None:
+        """Keep the value it has now; the binding stops speaking for it."""
+        if self.live is not None:
+            self.value, self.live = binding_value(self.live), None
 
     def to_alert(self) -> Alert:
         return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
                      ends_at=self.ends_at, status="resolved" if self.status == "resolved" else "firing",
-                     value=self.value, generator_url=self.generator_url, plot_file=self.plot_file)
+                     value=self.current_value(), generator_url=self.generator_url, plot_file=self.plot_file)
 
 
 class AlertBook:
@@ -177,9 +190,13 @@ class AlertBook:
             return out
 
     def update(self, now: float, candidates: list[Candidate],
-               annotations: Mapping[str, Annotated] | None = None, evidence: Explain | None = None) -> list[Alert]:
-        """``annotations``: fingerprint -> what the annotate stage rendered for the ``starting`` ones;
-        ``evidence``: measures what explains the new transitions, written in their transaction."""
+               annotations: Mapping[str, Annotated] | None = None, evidence: Explain | None = None,
+               held: Mapping[str, Any] = _NOTHING_HELD) -> list[Alert]:
+        """``candidates``: the alert instances that changed (every candidate of a changed fingerprint);
+        ``held``: fingerprints that still hold unchanged since they were last among the candidates (a
+        fingerprint in neither has stopped holding). ``annotations``: fingerprint -> what the annotate
+        stage rendered for the ``starting`` ones; ``evidence``: measures what explains the new
+        transitions, written in their transaction."""
         with self._lock:
             by_fp = self._by_fp(candidates)
             for fp, group in by_fp.items():
@@ -193,26 +210,28 @@ class AlertBook:
                     elif st.status == "firing":
                         st.cleared_at = None  # still active, only its `for` restarted: keep firing
                         st.own_active = True
+                        st.let_go()
                     continue
                 c = min(ready, key=lambda c: c.since)
                 if st is not None and st.status == "firing":
-                    st.cleared_at, st.value, st.own_active = None, c.value, True
+                    st.cleared_at, st.value, st.own_active, st.live = None, c.value, True, c.binding
                     if st.restored or st.external:
                         st.restored, st.keep_firing_for = False, keep
                     continue
                 done = (annotations or {}).get(fp) or Annotated({})
                 st = AlertState(dict(c.labels), dict(done.annotations), "firing", c.since, value=c.value,
                                 keep_firing_for=keep, generator_url=self._url(fp), own_active=True,
-                                plot_file=done.plot_file)
+                                plot_file=done.plot_file, live=c.binding)
                 self.states[fp] = st
                 self._transition(fp, st, now)
             for fp, st in list(self.states.items()):
-                if fp in by_fp:
+                if fp in by_fp or fp in held:
                     continue
                 if st.status == "pending":
                     del self.states[fp]
                 elif st.status == "firing":
                     st.own_active = False
+                    st.let_go()
                     if st.external:
                         st.cleared_at = None  # Prometheus still reports it: it resolves through the webhook
                         continue
@@ -361,6 +380,18 @@ class AlertBook:
     def firing(self) -> list[Alert]:
         with self._lock:
             return [s.to_alert() for s in self.states.values() if s.status == "firing"]
+
+    def firing_counts(self) -> Counter[tuple[str, str]]:
+        """(alertname, severity) -> how many fire: the firing gauge, without an Alert built per firing alert
+        (at 627 firing that was most of a tick with a transition)."""
+        with self._lock:
+            return Counter((s.labels["alertname"], s.labels.get("severity", "P3"))
+                           for s in self.states.values() if s.status == "firing")
+
+    def firing_labels(self) -> list[dict[str, str]]:
+        """The labels of every firing alert, not copied: read them, never change them."""
+        with self._lock:
+            return [s.labels for s in self.states.values() if s.status == "firing"]
 
     def get(self, fp: str) -> Alert | None:
         with self._lock:

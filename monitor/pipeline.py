@@ -230,9 +230,9 @@ class Pipeline:
         if now - self._trimmed_at >= heap.TRIM_EVERY_S:
             self._trimmed_at = now
             heap.trim()
-        candidates = self.evaluator.tick(now)
-        annotations = self.annotator.annotate(self.book.starting(candidates))
-        transitions = self.book.update(now, candidates, annotations, self._explain())
+        evaluation = self.evaluator.tick(now)
+        annotations = self.annotator.annotate(self.book.starting(evaluation.candidates))
+        transitions = self.book.update(now, evaluation.candidates, annotations, self._explain(), evaluation.held)
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         if math.isfinite(self._newest):
             self.metrics.eval_lag.set(max(0.0, now - self._newest))
@@ -249,26 +249,26 @@ class Pipeline:
     def _explain(self) -> Callable[[list[Alert]], Evidence] | None:
         return self._capture if self._diagnosed else None
 
-    def _diagnosable_nodes(self, alerts: list[Alert]) -> set[str] | None:
-        """Nodes of the firing alerts a diagnosis procedure explains (None: one has no node, so all)."""
+    def _diagnosable_nodes(self, firing: list[dict[str, str]]) -> set[str] | None:
+        """Nodes of the firing alerts (their labels) a diagnosis procedure explains (None: one has no node, so all)."""
         nodes: set[str] = set()
-        for a in alerts:
-            if a.status == "firing" and a.name in self.needs.trigger_alerts:
-                if "node" not in a.labels:
+        for labels in firing:
+            if labels["alertname"] in self.needs.trigger_alerts:
+                if "node" not in labels:
                     return None
-                nodes.add(a.labels["node"])
+                nodes.add(labels["node"])
         return nodes
 
     def _capture(self, alerts: list[Alert]) -> Evidence:
         now = self.clock.now()
         self._evidence_due = now + self.needs.rediagnose_s
-        nodes = self._diagnosable_nodes(self.book.firing() + alerts)
-        return self.evidence.capture(now, nodes, self.config_info)
+        firing = self.book.firing_labels() + [a.labels for a in alerts if a.status == "firing"]
+        return self.evidence.capture(now, self._diagnosable_nodes(firing), self.config_info)
 
     def _refresh_evidence(self, now: float) -> None:
         """While a diagnosable alert fires, its evidence is measured again and written to the log."""
         self._evidence_due = now + self.needs.rediagnose_s
-        if self._diagnosable_nodes(self.book.firing()) != set():
+        if self._diagnosable_nodes(self.book.firing_labels()) != set():
             self.book.note_evidence(self._capture([]), now)
 
     def set_base_url(self, base: str) -> None:
@@ -293,8 +293,8 @@ class Pipeline:
     def _refresh_firing_gauge(self) -> None:
         g = self.metrics.alerts_firing
         g.clear()
-        for a in self.book.firing():
-            g.labels(a.name, a.severity).inc()
+        for (name, severity), n in self.book.firing_counts().items():
+            g.labels(name, severity).set(n)
 
     def close(self) -> None:
         self.book.close()

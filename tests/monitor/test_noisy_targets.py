@@ -173,7 +173,7 @@ def test_a_for_rule_starts_when_the_monitor_saw_the_sample_not_at_its_stamp() ->
     clock = SimulatedClock(T0)
     pipe = Pipeline(rules, clock)
     pipe.ingest([Sample("up", {"job": "verl", "node": "n1"}, 0.0, T0 - 100)], "trainer", T0)
-    (c,) = pipe.evaluator.tick(T0)
+    (c,) = pipe.evaluator.tick(T0).candidates
     assert c.since == T0 and not c.ready
     pipe.close()
 

@@ -67,7 +67,9 @@ def test_evaluator_bindings_end_as_without_the_quiet_path(monkeypatch) -> None:
                     values[i] = 0.0
                 s.append(t, values[i])
                 ev.observe(s, t, values[i], t + 0.01)
-            out.append(sorted((c.fp, c.since) for c in ev.tick(t + 0.5)))
+            e = ev.tick(t + 0.5)
+            out.append((sorted((c.fp, c.since) for c in e.candidates),
+                        sorted((fp, b.said) for fp, group in e.held.items() for b in group.values())))
         for s in series:
             out.append([(b.active, b.since, b.finding, b.last_t, b.samples) for b in s.bound])
         # three of the names bind counter_increase itself, the fourth through CadenceScaled (no shortcut)

@@ -146,6 +146,7 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
     points: list[dict[str, Any]] = []
     rounds, started = 0, time.process_time()
     last_rounds, last_cpu, tick_cpu = 0, started, 0.0
+    quiet_cpu, quiet_ticks, transitions = 0.0, 0, 0
     for h in sorted(hours):
         target = math.ceil(h * 3600 / PERIOD_S)
         filled = 0
@@ -155,13 +156,18 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
             rounds += skip
             filled = skip
             last_rounds, last_cpu, tick_cpu = rounds, time.process_time(), 0.0
+            quiet_cpu, quiet_ticks, transitions = 0.0, 0, 0
         while rounds < target:
             now = T0 + rounds * PERIOD_S
             clock.set(now)
             scrape_round(daemon, cluster, targets, now)
             tick0 = time.process_time()
-            daemon.pipeline.tick()
-            tick_cpu += time.process_time() - tick0
+            moved = len(daemon.pipeline.tick())
+            spent = time.process_time() - tick0
+            tick_cpu += spent
+            transitions += moved
+            if not moved:
+                quiet_cpu, quiet_ticks = quiet_cpu + spent, quiet_ticks + 1
             daemon._freeze_if_grown()  # what the daemon's source loop does after each round
             rounds += 1
         gc.collect()
@@ -171,8 +177,15 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
                        "series": len(daemon.pipeline.store), "ring_samples_held": held, "rounds_filled": filled,
                        "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1),
                        "cpu_per_round_ms": round((time.process_time() - last_cpu) * 1e3 / max(1, rounds - last_rounds), 1),
-                       "tick_cpu_ms": round(tick_cpu * 1e3 / max(1, rounds - last_rounds), 2)})
+                       "tick_cpu_ms": round(tick_cpu * 1e3 / max(1, rounds - last_rounds), 2),
+                       # a tick's cost apart from its transitions (each one rendered, committed, plotted):
+                       # the ticks that moved no alert, and how many alerts fire and move
+                       "tick_cpu_ms_no_transition": round(quiet_cpu * 1e3 / max(1, quiet_ticks), 2),
+                       "ticks_no_transition": quiet_ticks,
+                       "transitions_per_tick": round(transitions / max(1, rounds - last_rounds), 2),
+                       "firing": sum(daemon.pipeline.book.firing_counts().values())})
         last_rounds, last_cpu, tick_cpu = rounds, time.process_time(), 0.0
+        quiet_cpu, quiet_ticks, transitions = 0.0, 0, 0
         result = {"benchmark": "monitor_memory", "gpus": nodes * gpus, "nodes": nodes, "targets": len(targets),
                   "interval_s": PERIOD_S, "rss_before_series_bytes": rss_start, "points": points,
                   "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
@@ -185,7 +198,8 @@ def show(result: dict[str, Any]) -> None:
     p = result["points"][-1]
     print(f"{p['hours']:5.2f} h  rss {p['rss_bytes'] / 1e6:7.1f} MB  series {p['series']}  ring samples "
           f"{p['ring_samples_held']}" + (f" of {p['ring_samples_allowed']}" if p["ring_samples_allowed"] else "")
-          + f"  cpu/round {p['cpu_per_round_ms']} ms  tick {p['tick_cpu_ms']} ms",
+          + f"  cpu/round {p['cpu_per_round_ms']} ms  tick {p['tick_cpu_ms']} ms ({p['tick_cpu_ms_no_transition']} "
+          f"without a transition; {p['transitions_per_tick']} transitions a tick, {p['firing']} firing)",
           flush=True)
 
 

@@ -15,6 +15,10 @@ def test_rounds_of_simulated_scrapes_fill_the_store_and_stay_within_the_ring_cap
     assert first["ring_samples_held"] < second["ring_samples_held"] <= second["ring_samples_allowed"]
     # 15 rounds: a series nothing reads holds them all (20 samples of room), so the rings hold every sample
     assert second["ring_samples_held"] == 15 * second["series"]
+    # the tick's cost is also given apart from its transitions: every tick is one or the other
+    for p, rounds in ((first, 8), (second, 7)):
+        assert 0 <= p["ticks_no_transition"] <= rounds and p["transitions_per_tick"] >= 0 and p["firing"] >= 0
+        assert p["tick_cpu_ms_no_transition"] <= p["tick_cpu_ms"] * rounds / max(1, p["ticks_no_transition"])
 
 
 def test_a_fast_forwarded_store_holds_what_the_real_rounds_would_have() -> None:

@@ -1,0 +1,23 @@
+"""benchmarks/leak_random_walk.py: the leak detector on the 1000-GPU load's wandering GPU memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.leak_random_walk import first_fire_h, main
+
+
+def test_a_walk_is_judged_and_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--walks", "2", "--hours", "0.4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 0.4 h is under the 30-min window's 27 min to fill plus two judgements: nothing can fire yet
+    assert out == {"benchmark": "leak_random_walk", "walks": 2, "hours": 0.4, "fired": 0, "median_first_fire_h": None}
+    assert first_fire_h(0, 0.4) is None
+
+
+@pytest.mark.parametrize("bad", [["--walks", "0"], ["--hours", "nan"], ["--hours", "-1"]])
+def test_bad_counts_exit_2(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(bad) == 2
+    assert "must be > 0" in capsys.readouterr().err

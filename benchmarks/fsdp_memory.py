@@ -36,7 +36,6 @@ def _local_bytes(t: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-
 def _worker(rank: int, world: int, port: int, strategy: str, args: argparse.Namespace, out: Any) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -46,7 +46,6 @@ HOST_LEAK_MIN_SLOPE = 150e6
 DEMO_CORRELATION_WINDOW = "20s"
 
 
-
 def demo_rules(host_leak: bool) -> dict[str, Any]:
     doc = yaml.safe_load(DEFAULT_RULES.read_text(encoding="utf-8"))
     extra = []

@@ -215,7 +215,6 @@ def test_check_commands_run() -> None:
         assert res.returncode == 0, f"{norm}:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
 
 
-
 @pytest.mark.slow
 def test_documented_servers_start_and_listen_on_loopback_only(tmp_path: Path) -> None:
     """The README's prometheus / prometheus-alertmanager commands, as written except for free ports, run

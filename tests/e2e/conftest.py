@@ -10,13 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.ha_pair import HAPair
-from tests.e2e.ha_pair_steps import free_ports, wait_for
+from harness.ha_pair import PORTS, HAPair
+from harness.ports import free_ports
+from tests.e2e.ha_pair_steps import wait_for
 
 
 @pytest.fixture()
 def pair(tmp_path: Path) -> Iterator[HAPair]:
-    with HAPair(tmp_path, free_ports(), fast=True) as p:
+    with HAPair(tmp_path, free_ports(PORTS), fast=True) as p:
         wait_for("both Alertmanager peers in one cluster", lambda: all(
             len(httpx.get(f"{p.url(k)}/api/v2/status").json()["cluster"]["peers"]) == 2 for k in ("am_a", "am_b")),
             60, p)

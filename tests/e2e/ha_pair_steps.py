@@ -1,4 +1,4 @@
-"""The HA pair's test steps (``tests/e2e/test_ha_pair*.py``): free ports, waiting with the stack's logs
+"""The HA pair's test steps (``tests/e2e/test_ha_pair*.py``): waiting with the stack's logs
 on a timeout, what the robot got, and one outage with its page and resolve. The stack itself is the
 ``pair`` fixture of tests/e2e/conftest.py, one per test."""
 
@@ -13,8 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness import ports
-from harness.ha_pair import FAST_GROUP_INTERVAL_S, PEER_TIMEOUT_S, PORTS, HAPair
+from harness.ha_pair import FAST_GROUP_INTERVAL_S, PEER_TIMEOUT_S, HAPair
 from tests.live_poll import poll
 
 # past the peers' position wait and a group_interval (2 s and 8 s, harness/ha_pair.py FAST): a duplicate shows
@@ -29,10 +28,6 @@ GAP_S = 11.0  # after a resolve, as long: a late or repeated message of the outa
 # With both peers up, the next outage starts after both dropped the group.
 REOPEN_S = 30.0 + FAST_GROUP_INTERVAL_S + PEER_TIMEOUT_S[True] + 1.0
 FIRING, RESOLVED = "P1: Reward Model Circuit Open", "RESOLVED P1: Reward Model Circuit Open"
-
-
-def free_ports() -> dict[str, int]:
-    return ports.free_ports(PORTS)
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, pair: HAPair) -> Any:

@@ -78,7 +78,6 @@ class Peers:
         self.server.server_close()
 
 
-
 @pytest.mark.slow
 def test_the_monitor_keeps_watching_while_its_peers_misbehave(tmp_path: Path) -> None:
     peers = Peers()

@@ -105,7 +105,6 @@ def test_api_bearer_token_webhook_and_plots(tmp_path: Path) -> None:
         d.stop()
 
 
-
 @pytest.mark.slow
 def test_kill_9_and_restart_mid_incident_restores_firing_alert_without_duplicates(tmp_path: Path,
                                                                                     targets: Targets) -> None:

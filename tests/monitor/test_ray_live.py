@@ -177,15 +177,14 @@ def test_dead_actors_paged_with_class_node_pid_and_cause(ray_cluster, tmp_path: 
         print("ray deaths paged after (s, wall, incl. Ray's own reporting):", measured, "calls ended:", endings)
         # through file_sd; Ray's metrics agent exports the object store's gauges on its own wall-clock period,
         # so when the deaths were paged fast they may not have been scraped yet: wait for them in wall time
-        # (a simulated round here takes ~0.1 s: 12 of them, ~1 s of wall time, missed the export in a run today)
+        # (12 simulated rounds, ~1 s of wall time, missed the export in a run on 2026-12-06)
         wanted = {"ray_node_mem_available", "ray_object_store_available_memory"}
         deadline = time.monotonic() + 60
         while True:
             names = {s.name for s in mon.daemon.pipeline.store}
             if wanted <= names or time.monotonic() > deadline:
                 break
-            time.sleep(1)
-            mon.run(5)
+            _round_at_wall_clock(mon)
         assert wanted <= names, sorted(n for n in names if n.startswith("ray_"))[:40]
     finally:
         mon.close()

@@ -40,7 +40,6 @@ RESEND, BEHIND_RESOLVE_TIMEOUT = "2s", "5s"
 pytestmark = pytest.mark.slow
 
 
-
 def binary(name: str) -> str:
     path = shutil.which(name)
     if path is None:

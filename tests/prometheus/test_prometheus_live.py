@@ -39,7 +39,6 @@ READY_TIMEOUT_S = 150
 pytestmark = pytest.mark.slow
 
 
-
 class Stack:
     """Processes and ports of one live run; `prom(query)` asks the Prometheus server."""
 

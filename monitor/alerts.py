@@ -36,7 +36,6 @@ from alerting.translog import TransitionLog
 from monitor.evaluator import Binding, Candidate, binding_value
 
 Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
-_NOTHING_HELD: Mapping[str, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -189,9 +188,8 @@ class AlertBook:
                     out.append(min(ready, key=lambda c: c.since))
             return out
 
-    def update(self, now: float, candidates: list[Candidate],
-               annotations: Mapping[str, Annotated] | None = None, evidence: Explain | None = None,
-               held: Mapping[str, Any] = _NOTHING_HELD) -> list[Alert]:
+    def update(self, now: float, candidates: list[Candidate], held: Mapping[str, Any],
+               annotations: Mapping[str, Annotated] | None = None, evidence: Explain | None = None) -> list[Alert]:
         """``candidates``: the alert instances that changed (every candidate of a changed fingerprint);
         ``held``: fingerprints that still hold unchanged since they were last among the candidates (a
         fingerprint in neither has stopped holding). ``annotations``: fingerprint -> what the annotate

@@ -113,7 +113,7 @@ def test_a_quiet_firing_alert_is_not_looked_at_again(tmp_path: Path) -> None:
         clock.set(now)
         pipe.ingest([Sample("gpu_temp", {"node": "n0", "gpu": "0", "job": "dcgm"}, 90.0 + r, now)], "test", now)
         evaluation = pipe.evaluator.tick(now)
-        pipe.book.update(now, evaluation.candidates, held=evaluation.held)
+        pipe.book.update(now, evaluation.candidates, evaluation.held)
         if r == 10:
             (fp,) = evaluation.held
         if r > 10:

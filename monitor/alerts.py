@@ -18,12 +18,13 @@ when neither side holds it any more.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, 
 from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.translog import TransitionLog
-from monitor.evaluator import Binding, Candidate, binding_value
+from monitor.evaluator import Binding, Candidate, Evaluation, binding_value
 
 Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
 
@@ -84,6 +85,7 @@ class AlertState:
     # the binding whose value a firing alert reports while its own ready condition holds: read when asked,
     # not copied every tick (``value`` keeps the last one read once it stops holding)
     live: Binding | None = None
+    seq: int = 0  # when its fingerprint entered the book: the order of the resolves one update writes
 
     def current_value(self) -> float | None:
         return binding_value(self.live) if self.live is not None else self.value
@@ -115,6 +117,12 @@ class AlertBook:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.RLock()
         self.states: dict[str, AlertState] = {}
+        self._seq = itertools.count()
+        # fingerprints of firing states the evaluator stopped holding (restored, cleared and kept firing for a
+        # while, or held by Prometheus alone since): each update looks at these and at the ones that changed,
+        # never at every state (one that only ever came from Prometheus waits for its resolve through the
+        # webhook: nothing to look at)
+        self._loose: set[str] = set()
         self.restore_grace_s = restore_grace_s
         self.url_prefix = url_prefix  # generatorURL of own alerts: <url_prefix>/<fingerprint> (the monitor's API)
         self.health = health or StorageHealth()
@@ -141,9 +149,15 @@ class AlertBook:
                 "SELECT fingerprint, labels, annotations, starts_at, value, generator_url, external, plot_file "
                 "FROM alerts WHERE status='firing'"):
             # A restored alert waits for its detectors to warm up again before it may resolve.
-            self.states[fp] = AlertState(json.loads(labels), json.loads(ann), "firing", starts, value=value,
-                                         restored=True, keep_firing_for=self.restore_grace_s,
-                                         generator_url=url or "", external=bool(external), plot_file=plot or "")
+            self._put(fp, AlertState(json.loads(labels), json.loads(ann), "firing", starts, value=value,
+                                     restored=True, keep_firing_for=self.restore_grace_s,
+                                     generator_url=url or "", external=bool(external), plot_file=plot or ""))
+            self._loose.add(fp)
+
+    def _put(self, fp: str, st: AlertState) -> None:
+        old = self.states.get(fp)
+        st.seq = old.seq if old is not None else next(self._seq)
+        self.states[fp] = st
 
     def resolved_record(self, fp: str) -> Alert | None:
         """The committed resolve of ``fp`` (the API's view of an alert no longer firing), None when it has none."""
@@ -188,15 +202,15 @@ class AlertBook:
                     out.append(min(ready, key=lambda c: c.since))
             return out
 
-    def update(self, now: float, candidates: list[Candidate], held: Mapping[str, Any],
-               annotations: Mapping[str, Annotated] | None = None, evidence: Explain | None = None) -> list[Alert]:
-        """``candidates``: the alert instances that changed (every candidate of a changed fingerprint);
-        ``held``: fingerprints that still hold unchanged since they were last among the candidates (a
-        fingerprint in neither has stopped holding). ``annotations``: fingerprint -> what the annotate
-        stage rendered for the ``starting`` ones; ``evidence``: measures what explains the new
-        transitions, written in their transaction."""
+    def update(self, now: float, evaluation: Evaluation, annotations: Mapping[str, Annotated] | None = None,
+               evidence: Explain | None = None) -> list[Alert]:
+        """``evaluation``: the alert instances that changed (every candidate of a changed fingerprint), the
+        fingerprints that hold (a fingerprint in neither has stopped holding) and those that changed.
+        ``annotations``: fingerprint -> what the annotate stage rendered for the ``starting`` ones;
+        ``evidence``: measures what explains the new transitions, written in their transaction."""
+        held = evaluation.held
         with self._lock:
-            by_fp = self._by_fp(candidates)
+            by_fp = self._by_fp(evaluation.candidates)
             for fp, group in by_fp.items():
                 ready = [c for c in group if c.ready]
                 st = self.states.get(fp)
@@ -204,7 +218,7 @@ class AlertBook:
                 if not ready:
                     if st is None or st.status == "resolved":
                         c = min(group, key=lambda c: c.since)
-                        self.states[fp] = AlertState(dict(c.labels), {}, "pending", c.since, value=c.value)
+                        self._put(fp, AlertState(dict(c.labels), {}, "pending", c.since, value=c.value))
                     elif st.status == "firing":
                         st.cleared_at = None  # still active, only its `for` restarted: keep firing
                         st.own_active = True
@@ -220,16 +234,17 @@ class AlertBook:
                 st = AlertState(dict(c.labels), dict(done.annotations), "firing", c.since, value=c.value,
                                 keep_firing_for=keep, generator_url=self._url(fp), own_active=True,
                                 plot_file=done.plot_file, live=c.binding)
-                self.states[fp] = st
+                self._put(fp, st)
                 self._transition(fp, st, now)
-            for fp, st in list(self.states.items()):
-                if fp in by_fp or fp in held:
-                    continue
+            loose: set[str] = set()
+            for fp in self._unheld(by_fp, held, evaluation.changed):
+                st = self.states[fp]
                 if st.status == "pending":
                     del self.states[fp]
                 elif st.status == "firing":
                     st.own_active = False
                     st.let_go()
+                    loose.add(fp)
                     if st.external:
                         st.cleared_at = None  # Prometheus still reports it: it resolves through the webhook
                         continue
@@ -239,7 +254,16 @@ class AlertBook:
                         st.status, st.ends_at = "resolved", now
                         self._transition(fp, st, now)
                         del self.states[fp]
+                        loose.discard(fp)
+            self._loose = loose
             return self._commit(now, evidence)
+
+    def _unheld(self, by_fp: Mapping[str, Any], held: Mapping[str, Any], changed: Set[str]) -> list[str]:
+        """The states nothing holds now, in the order they entered the book: of those that changed, and
+        of those nothing held at the last update (``_loose``). Every other state is held as it was."""
+        states = self.states
+        fps = [fp for fp in changed | self._loose if fp in states and fp not in by_fp and fp not in held]
+        return sorted(fps, key=lambda fp: states[fp].seq)
 
     def receive(self, alerts: list[Alert], now: float, evidence: Explain | None = None) -> list[Alert]:
         """Alerts that arrived already evaluated (Alertmanager webhook), all in one transaction (a
@@ -271,7 +295,7 @@ class AlertBook:
                     return
                 st = AlertState(dict(alert.labels), dict(alert.annotations), "firing", alert.starts_at or now,
                                 value=alert.value, generator_url=alert.generator_url, external=True)
-                self.states[fp] = st
+                self._put(fp, st)
             else:
                 if st is None or st.status != "firing":
                     return

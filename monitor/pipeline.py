@@ -232,7 +232,7 @@ class Pipeline:
             heap.trim()
         evaluation = self.evaluator.tick(now)
         annotations = self.annotator.annotate(self.book.starting(evaluation.candidates))
-        transitions = self.book.update(now, evaluation.candidates, evaluation.held, annotations, self._explain())
+        transitions = self.book.update(now, evaluation, annotations, self._explain())
         self.metrics.detector_eval.observe(time.perf_counter() - started)
         if math.isfinite(self._newest):
             self.metrics.eval_lag.set(max(0.0, now - self._newest))

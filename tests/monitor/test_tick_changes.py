@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from alerting.clock import SimulatedClock
+from monitor.alerts import AlertBook
 from monitor.evaluator import Evaluation, Evaluator
 from monitor.model import Sample
 from monitor.pipeline import Pipeline
@@ -55,6 +56,9 @@ def _run(tmp_path: Path, seed: int, every_tick: bool, monkeypatch: pytest.Monkey
             self._changed |= set(self._given)
             return told(self, now)
         monkeypatch.setattr(Evaluator, "tick", tick_all)
+        # ... and the book looks at every state that nothing holds, not only at those that changed or were loose
+        monkeypatch.setattr(AlertBook, "_unheld", lambda self, by_fp, held, changed: [
+            fp for fp in self.states if fp not in by_fp and fp not in held])
     (tmp_path / "rules.yaml").write_text(RULES)
     clock = SimulatedClock(T0)
     pipe = Pipeline(load_rules(tmp_path / "rules.yaml"), clock, db_path=tmp_path / f"state-{every_tick}.db")
@@ -113,7 +117,7 @@ def test_a_quiet_firing_alert_is_not_looked_at_again(tmp_path: Path) -> None:
         clock.set(now)
         pipe.ingest([Sample("gpu_temp", {"node": "n0", "gpu": "0", "job": "dcgm"}, 90.0 + r, now)], "test", now)
         evaluation = pipe.evaluator.tick(now)
-        pipe.book.update(now, evaluation.candidates, evaluation.held)
+        pipe.book.update(now, evaluation)
         if r == 10:
             (fp,) = evaluation.held
         if r > 10:

@@ -34,7 +34,7 @@ from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, 
 from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.translog import TransitionLog
-from monitor.evaluator import Binding, Candidate, Evaluation, binding_value
+from monitor.instances import Binding, Candidate, Evaluation, binding_value
 
 Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
 

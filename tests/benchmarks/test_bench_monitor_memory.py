@@ -19,6 +19,8 @@ def test_rounds_of_simulated_scrapes_fill_the_store_and_stay_within_the_ring_cap
     for p, rounds in ((first, 8), (second, 7)):
         assert 0 <= p["ticks_no_transition"] <= rounds and p["transitions_per_tick"] >= 0 and p["firing"] >= 0
         assert p["tick_cpu_ms_no_transition"] <= p["tick_cpu_ms"] * rounds / max(1, p["ticks_no_transition"])
+        # ... and, of the quiet ones, those without the minutely housekeeping: the first tick evicts and trims
+        assert p["ticks_evaluation_only"] <= p["ticks_no_transition"] - (p is first)
 
 
 def test_a_fast_forwarded_store_holds_what_the_real_rounds_would_have() -> None:

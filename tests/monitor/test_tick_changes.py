@@ -10,7 +10,8 @@ import pytest
 
 from alerting.clock import SimulatedClock
 from monitor.alerts import AlertBook
-from monitor.evaluator import Evaluation, Evaluator
+from monitor.evaluator import Evaluator
+from monitor.instances import Evaluation
 from monitor.model import Sample
 from monitor.pipeline import Pipeline
 from monitor.rules import load_rules

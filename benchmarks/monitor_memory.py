@@ -15,7 +15,8 @@ round (parse, ingest, evaluation) and the evaluation tick alone (``cpu_per_round
 while history fills means the cost does not grow with it), the ticks that moved no alert apart
 (``tick_cpu_ms_no_transition``: each transition is rendered, committed and plotted, so the whole tick moves
 with how often this load's alerts move) and, of those, the ones without the minutely O(series) housekeeping
-(``tick_cpu_ms_evaluation_only``). ``--hours 0.42,1,2,4,6``: the 25-min figure of the
+(``tick_cpu_ms_evaluation_only``); ``steady``: the same over the last 12 minutes before the checkpoint (a
+fast-forward leaves the detectors a gap of hours to take in first, and the windows a warm-up to refill). ``--hours 0.42,1,2,4,6``: the 25-min figure of the
 wall-clock side-by-side run and the steady state of full histories (~5.7 h at 5 s) without waiting hours;
 ~0.3 CPU s a round, so 6 h is ~25 CPU min. ``--fast-forward 0.5``: a checkpoint more than 1 h after the
 previous one is reached by filling the store in bulk (``fill``: every series' samples on the same 5-s grid,
@@ -131,6 +132,24 @@ def scrape_round(daemon: Any, cluster: Any, targets: list[tuple[Any, str, dict[s
         daemon.intake.ingest(batch, t.name, now)
 
 
+STEADY_ROUNDS = 144  # the last 12 simulated minutes before a checkpoint: past the warm-up a fast-forward starts
+
+
+def tick_figures(ticks: list[tuple[float, int, bool]]) -> dict[str, Any]:
+    """The tick's CPU over ``ticks`` (CPU s, transitions, housekeeping ran): all of them; apart from their
+    transitions (each one rendered, committed, plotted), the ticks that moved no alert; and of those, the
+    ones without the store's eviction scan or malloc_trim (each minute, each O(series)): evaluation and the
+    alert book alone."""
+    quiet = [cpu for cpu, moved, _ in ticks if not moved]
+    plain = [cpu for cpu, moved, housekept in ticks if not moved and not housekept]
+    return {"tick_cpu_ms": round(sum(cpu for cpu, _, _ in ticks) * 1e3 / max(1, len(ticks)), 2),
+            "tick_cpu_ms_no_transition": round(sum(quiet) * 1e3 / max(1, len(quiet)), 2),
+            "ticks_no_transition": len(quiet),
+            "tick_cpu_ms_evaluation_only": round(sum(plain) * 1e3 / max(1, len(plain)), 3),
+            "ticks_evaluation_only": len(plain),
+            "transitions_per_tick": round(sum(moved for _, moved, _ in ticks) / max(1, len(ticks)), 2)}
+
+
 def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h: float | None = None) -> dict[str, Any]:
     """``refill_h``: fast-forward to ``refill_h`` before each checkpoint more than twice that beyond the
     previous one (``fill``), then run the last ``refill_h`` of rounds through the whole pipeline: the
@@ -148,9 +167,8 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
     targets = load_targets(config, daemon)
     points: list[dict[str, Any]] = []
     rounds, started = 0, time.process_time()
-    last_rounds, last_cpu, tick_cpu = 0, started, 0.0
-    quiet_cpu, quiet_ticks, transitions = 0.0, 0, 0
-    plain_cpu, plain_ticks = 0.0, 0
+    last_rounds, last_cpu = 0, started
+    ticks: list[tuple[float, int, bool]] = []  # since the last checkpoint: (CPU s, transitions, housekeeping)
     pipeline = daemon.pipeline
     for h in sorted(hours):
         target = math.ceil(h * 3600 / PERIOD_S)
@@ -160,9 +178,7 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
             fill(daemon.pipeline.store, cluster, rounds - 1, skip)
             rounds += skip
             filled = skip
-            last_rounds, last_cpu, tick_cpu = rounds, time.process_time(), 0.0
-            quiet_cpu, quiet_ticks, transitions = 0.0, 0, 0
-            plain_cpu, plain_ticks = 0.0, 0
+            last_rounds, last_cpu, ticks = rounds, time.process_time(), []
         while rounds < target:
             now = T0 + rounds * PERIOD_S
             clock.set(now)
@@ -170,13 +186,7 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
             housekept = (pipeline._evicted_at, pipeline._trimmed_at)
             tick0 = time.process_time()
             moved = len(pipeline.tick())
-            spent = time.process_time() - tick0
-            tick_cpu += spent
-            transitions += moved
-            if not moved:
-                quiet_cpu, quiet_ticks = quiet_cpu + spent, quiet_ticks + 1
-                if housekept == (pipeline._evicted_at, pipeline._trimmed_at):
-                    plain_cpu, plain_ticks = plain_cpu + spent, plain_ticks + 1
+            ticks.append((time.process_time() - tick0, moved, housekept != (pipeline._evicted_at, pipeline._trimmed_at)))
             daemon._freeze_if_grown()  # what the daemon's source loop does after each round
             rounds += 1
         gc.collect()
@@ -186,20 +196,9 @@ def run(nodes: int, gpus: int, hours: list[float], report: Any = print, refill_h
                        "series": len(daemon.pipeline.store), "ring_samples_held": held, "rounds_filled": filled,
                        "ring_samples_allowed": allowed, "cpu_seconds": round(time.process_time() - started, 1),
                        "cpu_per_round_ms": round((time.process_time() - last_cpu) * 1e3 / max(1, rounds - last_rounds), 1),
-                       "tick_cpu_ms": round(tick_cpu * 1e3 / max(1, rounds - last_rounds), 2),
-                       # a tick's cost apart from its transitions (each one rendered, committed, plotted):
-                       # the ticks that moved no alert, and how many alerts fire and move
-                       "tick_cpu_ms_no_transition": round(quiet_cpu * 1e3 / max(1, quiet_ticks), 2),
-                       "ticks_no_transition": quiet_ticks,
-                       # ... and of those, the ticks without the store's eviction scan or malloc_trim (every
-                       # minute, each O(series)): evaluation and the alert book alone
-                       "tick_cpu_ms_evaluation_only": round(plain_cpu * 1e3 / max(1, plain_ticks), 3),
-                       "ticks_evaluation_only": plain_ticks,
-                       "transitions_per_tick": round(transitions / max(1, rounds - last_rounds), 2),
+                       **tick_figures(ticks), "steady": tick_figures(ticks[-STEADY_ROUNDS:]),
                        "firing": sum(daemon.pipeline.book.firing_counts().values())})
-        last_rounds, last_cpu, tick_cpu = rounds, time.process_time(), 0.0
-        quiet_cpu, quiet_ticks, transitions = 0.0, 0, 0
-        plain_cpu, plain_ticks = 0.0, 0
+        last_rounds, last_cpu, ticks = rounds, time.process_time(), []
         result = {"benchmark": "monitor_memory", "gpus": nodes * gpus, "nodes": nodes, "targets": len(targets),
                   "interval_s": PERIOD_S, "rss_before_series_bytes": rss_start, "points": points,
                   "cpu_count": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
@@ -213,7 +212,8 @@ def show(result: dict[str, Any]) -> None:
     print(f"{p['hours']:5.2f} h  rss {p['rss_bytes'] / 1e6:7.1f} MB  series {p['series']}  ring samples "
           f"{p['ring_samples_held']}" + (f" of {p['ring_samples_allowed']}" if p["ring_samples_allowed"] else "")
           + f"  cpu/round {p['cpu_per_round_ms']} ms  tick {p['tick_cpu_ms']} ms ({p['tick_cpu_ms_no_transition']} "
-          f"without a transition, {p['tick_cpu_ms_evaluation_only']} of them evaluation only; {p['transitions_per_tick']} transitions a tick, {p['firing']} firing)",
+          f"without a transition, {p['tick_cpu_ms_evaluation_only']} of them evaluation only; {p['transitions_per_tick']} transitions a tick, {p['firing']} firing; last 12 min: tick "
+          f"{p['steady']['tick_cpu_ms']} ms, {p['steady']['tick_cpu_ms_evaluation_only']} evaluation only)",
           flush=True)
 
 

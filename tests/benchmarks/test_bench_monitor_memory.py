@@ -21,6 +21,10 @@ def test_rounds_of_simulated_scrapes_fill_the_store_and_stay_within_the_ring_cap
         assert p["tick_cpu_ms_no_transition"] <= p["tick_cpu_ms"] * rounds / max(1, p["ticks_no_transition"])
         # ... and, of the quiet ones, those without the minutely housekeeping: the first tick evicts and trims
         assert p["ticks_evaluation_only"] <= p["ticks_no_transition"] - (p is first)
+    # the steady figures are the same measure over the last 144 rounds: here every round of the point
+    assert second["steady"] == {k: second[k] for k in second["steady"]}
+    fast = run(1, 2, [0.21], lambda r: None)["points"][0]
+    assert fast["steady"]["ticks_no_transition"] <= 144 < fast["ticks_no_transition"]
 
 
 def test_a_fast_forwarded_store_holds_what_the_real_rounds_would_have() -> None:

@@ -28,7 +28,7 @@ from monitor.detectors.base import Finding
 from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.work import WorkLog
 from monitor.history import samples_needed
-from monitor.instances import Binding, Candidate, Evaluation, binding_value
+from monitor.instances import NOT_CALM, Binding, Candidate, Evaluation, binding_value
 from monitor.model import PLUMBING_LABELS
 from monitor.rules import SERIES_NAME_LABEL, Rule
 from monitor.store import Series
@@ -36,7 +36,6 @@ from monitor.store import Series
 STALE_INTERVALS = 3.0
 LONG_GAP_MARGIN = 1.5
 EVICT_INTERVALS = 10.0
-_NOT_CALM = -math.inf  # a binding's ``calm_until`` while the tick must look at it
 _UNBOUND: tuple[Binding, ...] = ()  # bindings of a series no rule matches
 _FILL_CHECKS = frozenset({20, 200, 2000})  # sample counts at which a binding's window capacity is checked
 # ... and at which its series' ring is sized again: from the 4th sample on its interval is known (from the
@@ -171,7 +170,7 @@ class Evaluator:
             if b.rule.keep_firing_for_steps:
                 f = self._held(b, f, t)
             b.record(f, t, seen)
-            if b.cond == 0 and (b.active or b.said is not None) and b.calm_until == _NOT_CALM:
+            if b.cond == 0 and (b.active or b.said is not None) and b.calm_until == NOT_CALM:
                 self._wake(b)
         if bound and bound[0].samples in _SIZE_CHECKS:
             self._size(series, bound)
@@ -220,7 +219,7 @@ class Evaluator:
     def tick(self, now: float) -> Evaluation:
         for b in self._ticking:
             b.record(b.detector.tick(now), now)  # type: ignore[attr-defined]
-            if b.cond == 0 and (b.active or b.said is not None) and b.calm_until == _NOT_CALM:
+            if b.cond == 0 and (b.active or b.said is not None) and b.calm_until == NOT_CALM:
                 self._wake(b)
         for b in self._read:
             b.parting = None
@@ -228,13 +227,13 @@ class Evaluator:
         given, hot, awake, calm = self._given, self._hot, self._awake, self._calm
         while calm and calm[0][0] <= now:
             until, _, b = heapq.heappop(calm)
-            if b.calm_until == until and hot.get(id(b)) is b:
+            if self._still_calm(until, b):
                 awake[id(b)] = b
         for key, b in list(awake.items()):
             since = self._joint_since(b, now)
             if since is None:
                 del hot[key], awake[key]
-                b.calm_until = -math.inf
+                b.calm_until = NOT_CALM
                 if b.said is not None:
                     self._take_back(b, changed)
                 continue
@@ -247,11 +246,11 @@ class Evaluator:
                 b.said = (since, ready)
                 changed.add(b.fp)
             b.calm_until = self._calm_until(b, ready)
-            if b.calm_until != _NOT_CALM:
+            if b.calm_until != NOT_CALM:
                 del awake[key]
                 heapq.heappush(calm, (b.calm_until, next(self._calm_seq), b))
         if len(calm) > 2 * len(hot) + 64:  # entries of bindings that woke or left since: drop them
-            self._calm = [e for e in calm if e[2].calm_until == e[0] and hot.get(id(e[2])) is e[2]]
+            self._calm = [e for e in calm if self._still_calm(e[0], e[2])]
             heapq.heapify(self._calm)
         self._read, self._parted = self._parted, []
         if not changed:
@@ -260,6 +259,10 @@ class Evaluator:
         # hot: the book's transitions come out in it
         bound = sorted((b for fp in changed for b in given.get(fp, {}).values()), key=lambda b: b.hot_seq)
         return Evaluation([self._candidate(b, now) for b in bound], given, changed)
+
+    def _still_calm(self, until: float, b: Binding) -> bool:
+        """A heap entry (``until``, ``b``) still stands: ``b`` is hot and calm until then (it neither woke nor left)."""
+        return b.calm_until == until and self._hot.get(id(b)) is b
 
     def _wake(self, b: Binding) -> None:
         """``b`` is active, or was given and its condition flipped: the next tick looks at it."""
@@ -275,7 +278,7 @@ class Evaluator:
         are looked at every tick (a pending one's ``for`` runs, a join's partners may go stale, a
         ``for_steps`` rule's duration moves with the series' interval)."""
         if not ready or len(b.rule.conditions) > 1 or b.rule.for_steps:
-            return -math.inf
+            return NOT_CALM
         return math.inf if b.detector.ticks else b.last_t + self.stale_after_s
 
     def _take_back(self, b: Binding, changed: set[str]) -> None:

@@ -14,6 +14,7 @@ from monitor.detectors.base import Detector, Finding
 from monitor.rules import Rule
 from monitor.store import Series
 
+NOT_CALM = -math.inf  # a binding's ``calm_until`` while the evaluator's tick must look at it
 _NO_LABELS: dict[str, str] = {}  # every binding's labels until the evaluator's ``_identity`` replaces them (never mutated)
 
 
@@ -40,7 +41,7 @@ class Binding:
     unfillable: str | None = None  # why its window cannot fill (said once)
     join: tuple[str, ...] = ()  # a primary's values of its rule's join_on labels (node by default)
     said: tuple[float, bool] | None = None  # (since, ready) as last given to the alert book; None: not given
-    calm_until: float = -math.inf  # until then a given binding has nothing new to say (no flip, still fresh)
+    calm_until: float = NOT_CALM  # until then a given binding has nothing new to say (no flip, still fresh)
     hot_seq: int = 0  # when it last joined the hot bindings: their order, which the book's transitions keep
     parting: Finding | None = None  # a given binding's last active finding, once its condition cleared
 
@@ -54,11 +55,11 @@ class Binding:
         if f.active:
             if not self.active:
                 self.since = t if at is None else at
-                self.calm_until, self.parting = -math.inf, None
+                self.calm_until, self.parting = NOT_CALM, None
             self.finding = f
         else:
             if self.active:
-                self.calm_until = -math.inf
+                self.calm_until = NOT_CALM
                 if self.said is not None:
                     self.parting = self.finding
             self.since = self.finding = None
@@ -99,4 +100,4 @@ class Evaluation:
 
     candidates: list[Candidate]
     held: Mapping[str, Any]
-    changed: Set[str] = frozenset()
+    changed: Set[str]

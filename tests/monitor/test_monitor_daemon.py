@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from monitor_http import RunningDaemon, Targets, metric, wait_for
+from monitor_http import DRIFTING, RunningDaemon, Targets, metric, wait_for
 
 from harness.ports import free_port
 
@@ -190,10 +190,16 @@ def test_reward_drift_alert_carries_top_3_prompts_and_silences_api(tmp_path: Pat
     data = yaml.safe_load(cfg.read_text())
     data["rules"] = ["drift.yaml"]
     cfg.write_text(yaml.safe_dump(data))
+    # The prompts come from their own source (every 10 s): the std drifts only once the first fetch is
+    # filed, since an alert that starts before it carries none (nothing is known yet to carry).
+    targets.bodies["/drifting"] = "verl_reward_std 0.5\n"
     d = RunningDaemon(cfg)
     try:
         def drift() -> list[dict]:
             return [a for a in httpx.get(f"{d.url}/api/v1/alerts").json()["data"] if a["state"] == "firing"]
+        assert wait_for(lambda: d.daemon.sources.states["reward outliers"].last_round is not None)
+        assert not drift()
+        targets.bodies["/drifting"] = DRIFTING
         assert wait_for(lambda: bool(drift()))
         ann = drift()[0]["annotations"]
         assert ann["top_prompts"].splitlines()[0] == "-4.1: Q: 2+2? A: fish"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -34,17 +35,10 @@ from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, 
 from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.translog import TransitionLog
-from monitor.instances import Binding, Candidate, Evaluation, binding_value
+from monitor.deadlines import Deadlines
+from monitor.instances import AlertState, Annotated, Candidate, Evaluation
 
 Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
-
-
-@dataclass(frozen=True)
-class Annotated:
-    """What the annotate stage rendered for an alert that starts firing."""
-
-    annotations: dict[str, str]
-    plot_file: str = ""
 
 
 SCHEMA = """
@@ -67,40 +61,6 @@ class _Write:
     at: float
 
 
-@dataclass
-class AlertState:
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    status: str  # pending | firing | resolved
-    starts_at: float
-    ends_at: float | None = None
-    value: float | None = None
-    cleared_at: float | None = None  # first evaluation where the condition no longer held
-    keep_firing_for: float = 0.0
-    restored: bool = False
-    generator_url: str = ""
-    external: bool = False  # held firing by an alert that came through Alertmanager, until it resolves
-    own_active: bool = False  # the monitor's own rules hold it (as of the last evaluation)
-    plot_file: str = ""  # the PNG rendered when it started firing: travels with the alert
-    # the binding whose value a firing alert reports while its own ready condition holds: read when asked,
-    # not copied every tick (``value`` keeps the last one read once it stops holding)
-    live: Binding | None = None
-    seq: int = 0  # when its fingerprint entered the book: the order of the resolves one update writes
-
-    def current_value(self) -> float | None:
-        return binding_value(self.live) if self.live is not None else self.value
-
-    def let_go(self) -> None:
-        """Keep the value it has now; the binding stops speaking for it."""
-        if self.live is not None:
-            self.value, self.live = binding_value(self.live), None
-
-    def to_alert(self) -> Alert:
-        return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
-                     ends_at=self.ends_at, status="resolved" if self.status == "resolved" else "firing",
-                     value=self.current_value(), generator_url=self.generator_url, plot_file=self.plot_file)
-
-
 class AlertBook:
     """Owns alert states. ``update`` takes the evaluator's active candidates at ``now`` and returns
     the transitions (firing and resolved ``Alert`` objects) to hand to the alerting engine.
@@ -119,10 +79,15 @@ class AlertBook:
         self.states: dict[str, AlertState] = {}
         self._seq = itertools.count()
         # fingerprints of firing states the evaluator stopped holding (restored, cleared and kept firing for a
-        # while, or held by Prometheus alone since): each update looks at these and at the ones that changed,
-        # never at every state (one that only ever came from Prometheus waits for its resolve through the
-        # webhook: nothing to look at)
-        self._loose: set[str] = set()
+        # while, or held by Prometheus alone since), each due when its keep_firing_for or restore grace may
+        # have run out: an update looks at the ones that changed and at those due, never at every state nor
+        # at every loose one (at 1 h of the 1000-GPU load, 171 kept-firing leak alerts were most of a quiet
+        # tick's book); one held by Prometheus, or that only ever came from it, waits for the webhook
+        self._loose = Deadlines()
+        # (alertname, severity) -> firing states, kept as states enter and leave firing: the firing gauge is
+        # refreshed on every tick with a transition, and counting the states then cost O(firing) -- at 6 h of
+        # the 1000-GPU load, ~800 firing, a third of such a tick (benchmarks/monitor_memory.py)
+        self._firing: Counter[tuple[str, str]] = Counter()
         self.restore_grace_s = restore_grace_s
         self.url_prefix = url_prefix  # generatorURL of own alerts: <url_prefix>/<fingerprint> (the monitor's API)
         self.health = health or StorageHealth()
@@ -152,12 +117,31 @@ class AlertBook:
             self._put(fp, AlertState(json.loads(labels), json.loads(ann), "firing", starts, value=value,
                                      restored=True, keep_firing_for=self.restore_grace_s,
                                      generator_url=url or "", external=bool(external), plot_file=plot or ""))
-            self._loose.add(fp)
+            self._loose.set(fp, -math.inf)  # looked at on the first update: its grace starts there
 
     def _put(self, fp: str, st: AlertState) -> None:
         old = self.states.get(fp)
+        if old is not None:
+            self._count(old, -1)
         st.seq = old.seq if old is not None else next(self._seq)
         self.states[fp] = st
+        self._count(st, 1)
+
+    def _drop(self, fp: str) -> None:
+        """Take ``fp``'s state out of the book (before a firing one's status changes to resolved)."""
+        st = self.states.pop(fp, None)
+        self._loose.discard(fp)
+        if st is not None:
+            self._count(st, -1)
+
+    def _count(self, st: AlertState, sign: int) -> None:
+        if st.status == "firing":
+            key = (st.labels["alertname"], st.labels.get("severity", "P3"))
+            n = self._firing[key] + sign
+            if n:
+                self._firing[key] = n
+            else:
+                del self._firing[key]
 
     def resolved_record(self, fp: str) -> Alert | None:
         """The committed resolve of ``fp`` (the API's view of an alert no longer firing), None when it has none."""
@@ -211,6 +195,9 @@ class AlertBook:
         held = evaluation.held
         with self._lock:
             by_fp = self._by_fp(evaluation.candidates)
+            for fp in evaluation.changed:
+                if fp in by_fp or fp in held:
+                    self._loose.discard(fp)  # held again
             for fp, group in by_fp.items():
                 ready = [c for c in group if c.ready]
                 st = self.states.get(fp)
@@ -236,33 +223,32 @@ class AlertBook:
                                 plot_file=done.plot_file, live=c.binding)
                 self._put(fp, st)
                 self._transition(fp, st, now)
-            loose: set[str] = set()
-            for fp in self._unheld(by_fp, held, evaluation.changed):
+            for fp in self._unheld(by_fp, held, evaluation.changed | self._loose.pop_due(now)):
                 st = self.states[fp]
                 if st.status == "pending":
-                    del self.states[fp]
+                    self._drop(fp)
                 elif st.status == "firing":
                     st.own_active = False
                     st.let_go()
-                    loose.add(fp)
                     if st.external:
                         st.cleared_at = None  # Prometheus still reports it: it resolves through the webhook
+                        self._loose.set(fp, math.inf)
                         continue
                     if st.cleared_at is None:
                         st.cleared_at = now  # also starts a restored alert's grace period
                     if now - st.cleared_at >= st.keep_firing_for:
+                        self._drop(fp)
                         st.status, st.ends_at = "resolved", now
                         self._transition(fp, st, now)
-                        del self.states[fp]
-                        loose.discard(fp)
-            self._loose = loose
+                    else:
+                        self._loose.set(fp, st.cleared_at + st.keep_firing_for)
             return self._commit(now, evidence)
 
-    def _unheld(self, by_fp: Mapping[str, Any], held: Mapping[str, Any], changed: Set[str]) -> list[str]:
-        """The states nothing holds now, in the order they entered the book: of those that changed, and
-        of those nothing held at the last update (``_loose``). Every other state is held as it was."""
+    def _unheld(self, by_fp: Mapping[str, Any], held: Mapping[str, Any], looked_at: Set[str]) -> list[str]:
+        """Of ``looked_at`` (the fingerprints that changed and the loose ones due), the states nothing holds
+        now, in the order they entered the book. Every other state is held as it was."""
         states = self.states
-        fps = [fp for fp in changed | self._loose if fp in states and fp not in by_fp and fp not in held]
+        fps = [fp for fp in looked_at if fp in states and fp not in by_fp and fp not in held]
         return sorted(fps, key=lambda fp: states[fp].seq)
 
     def receive(self, alerts: list[Alert], now: float, evidence: Explain | None = None) -> list[Alert]:
@@ -304,8 +290,8 @@ class AlertBook:
                         st.external = False
                         self._save_flags(fp, st)
                     return
+                self._drop(fp)
                 st.status, st.ends_at = "resolved", alert.ends_at or now
-                self.states.pop(fp, None)
             self._transition(fp, st, now)
 
     def _save_flags(self, fp: str, st: AlertState) -> None:
@@ -404,11 +390,9 @@ class AlertBook:
             return [s.to_alert() for s in self.states.values() if s.status == "firing"]
 
     def firing_counts(self) -> Counter[tuple[str, str]]:
-        """(alertname, severity) -> how many fire: the firing gauge, without an Alert built per firing alert
-        (at 627 firing that was most of a tick with a transition)."""
+        """(alertname, severity) -> how many fire: the firing gauge."""
         with self._lock:
-            return Counter((s.labels["alertname"], s.labels.get("severity", "P3"))
-                           for s in self.states.values() if s.status == "firing")
+            return Counter(self._firing)
 
     def firing_labels(self) -> list[dict[str, str]]:
         """The labels of every firing alert, not copied: read them, never change them."""

@@ -14,8 +14,7 @@ from typing import Any
 
 from alerting.clock import Clock
 from alerting.vocabulary import Vocabulary
-from monitor.alerts import Annotated
-from monitor.instances import Candidate
+from monitor.instances import Annotated, Candidate
 from monitor.plot_worker import PlotWorker
 from monitor.plots import render_fit, write_png
 

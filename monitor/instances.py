@@ -1,7 +1,8 @@
 """Alert instances as the evaluator holds them and tells them to the alert book: a ``Binding`` (a rule's
 condition on one series, with its own detector), a ``Candidate`` (an instance that changed, as the book
-reads it) and an ``Evaluation`` (one tick's word). The book and the annotate stage read these, never the
-evaluator itself."""
+reads it) and an ``Evaluation`` (one tick's word); what the annotate stage renders for one that starts
+firing (``Annotated``) and the book's state of each (``AlertState``). The stages read these, never each
+other."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
+from alerting.model import Alert
 from monitor.detectors.base import Detector, Finding
 from monitor.rules import Rule
 from monitor.store import Series
@@ -101,3 +103,46 @@ class Evaluation:
     candidates: list[Candidate]
     held: Mapping[str, Any]
     changed: Set[str]
+
+
+@dataclass(frozen=True)
+class Annotated:
+    """What the annotate stage rendered for an alert that starts firing."""
+
+    annotations: dict[str, str]
+    plot_file: str = ""
+
+
+
+@dataclass
+class AlertState:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    status: str  # pending | firing | resolved
+    starts_at: float
+    ends_at: float | None = None
+    value: float | None = None
+    cleared_at: float | None = None  # first evaluation where the condition no longer held
+    keep_firing_for: float = 0.0
+    restored: bool = False
+    generator_url: str = ""
+    external: bool = False  # held firing by an alert that came through Alertmanager, until it resolves
+    own_active: bool = False  # the monitor's own rules hold it (as of the last evaluation)
+    plot_file: str = ""  # the PNG rendered when it started firing: travels with the alert
+    # the binding whose value a firing alert reports while its own ready condition holds: read when asked,
+    # not copied every tick (``value`` keeps the last one read once it stops holding)
+    live: Binding | None = None
+    seq: int = 0  # when its fingerprint entered the book: the order of the resolves one update writes
+
+    def current_value(self) -> float | None:
+        return binding_value(self.live) if self.live is not None else self.value
+
+    def let_go(self) -> None:
+        """Keep the value it has now; the binding stops speaking for it."""
+        if self.live is not None:
+            self.value, self.live = binding_value(self.live), None
+
+    def to_alert(self) -> Alert:
+        return Alert(labels=dict(self.labels), annotations=dict(self.annotations), starts_at=self.starts_at,
+                     ends_at=self.ends_at, status="resolved" if self.status == "resolved" else "firing",
+                     value=self.current_value(), generator_url=self.generator_url, plot_file=self.plot_file)

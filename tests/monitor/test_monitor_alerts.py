@@ -120,3 +120,38 @@ def test_an_alerts_generator_url_answers_from_the_alert_book_after_it_resolved(t
     finally:
         api.stop()
         p.close()
+
+
+def test_the_firing_counts_follow_restores_external_alerts_and_resolves(tmp_path: Path) -> None:
+    """The firing gauge's counts are kept as states change, not recounted: every way into and out of
+    firing moves them (a firing alert restored, one from Prometheus and its repeat, a resolve of each)."""
+    from alerting.model import Alert
+
+    clock, recs = SimulatedClock(0), []
+    p = make(tmp_path, clock, recs)
+    for t in range(0, 70, 10):
+        feed(p, clock, t, 90)
+    assert p.book.firing_counts() == {("Hot", "P1"): 1}
+    ext = Alert(labels={"alertname": "Ext", "severity": "P2", "node": "n"}, annotations={}, starts_at=65.0)
+    p.submit_external([ext])
+    p.submit_external([ext])  # a repeat changes nothing
+    assert p.book.firing_counts() == {("Hot", "P1"): 1, ("Ext", "P2"): 1}
+    assert metric_value(p, "Ext") == 1.0
+    p.submit_external([Alert(labels=dict(ext.labels), annotations={}, starts_at=65.0, ends_at=68.0,
+                             status="resolved")])
+    assert p.book.firing_counts() == {("Hot", "P1"): 1} and metric_value(p, "Ext") is None
+    p.close()
+    p2 = make(tmp_path, clock, [])
+    assert p2.book.firing_counts() == {("Hot", "P1"): 1}  # restored
+    feed(p2, clock, 100, 50)
+    feed(p2, clock, 220, 50)  # the restore grace (120 s) is over: it resolves
+    assert p2.book.firing_counts() == {} and p2.book.firing() == []
+    p2.close()
+
+
+def metric_value(p: Pipeline, alertname: str) -> float | None:
+    for fam in p.metrics.alerts_firing.collect():
+        for s in fam.samples:
+            if s.labels.get("alertname") == alertname:
+                return s.value
+    return None

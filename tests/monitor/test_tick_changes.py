@@ -4,6 +4,7 @@ out as when every active instance is told again at every tick (how the evaluator
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,12 @@ def _run(tmp_path: Path, seed: int, every_tick: bool, monkeypatch: pytest.Monkey
                     for a in transitions])
         out.append(sorted((a.fingerprint, a.starts_at, a.value) for a in pipe.book.firing()))
         out.append(sorted(a.fingerprint for a in pipe.book.pending()))
+        # the loose timers are exactly the firing states nothing holds (no alert here comes from Prometheus)
+        assert set(pipe.book._loose._due) == {fp for fp, st in pipe.book.states.items()
+                                              if st.status == "firing" and not st.own_active}
+        # the firing gauge's counts, kept as states change, are the firing states counted afresh
+        assert pipe.book.firing_counts() == Counter((a.labels["alertname"], a.labels["severity"])
+                                                    for a in pipe.book.firing())
     pipe.close()
     return out
 

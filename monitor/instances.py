@@ -113,9 +113,10 @@ class Annotated:
     plot_file: str = ""
 
 
-
 @dataclass
 class AlertState:
+    """The alert book's state of one fingerprint: pending, firing, or resolved on its way out."""
+
     labels: dict[str, str]
     annotations: dict[str, str]
     status: str  # pending | firing | resolved

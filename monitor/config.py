@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alerting.safe_config import UnsafeYAML, load_yaml_file, number, short, unknown_key
+from alerting.safe_config import UnsafeYAML, load_yaml_file, short, unknown_key
 from monitor import config_discovery
-from monitor.durations import DurationError, parse_duration
+from monitor import config_values as value
 from monitor.errors import MonitorConfigError
-from monitor.heartbeat import HeartbeatConfig, parse_heartbeat
+from monitor.heartbeat import HEARTBEAT_KEYS, HeartbeatConfig, parse_heartbeat
 from monitor.sources.file_sd import FileSDConfig
 from monitor.sources.prom_text import Target
 from monitor.sources.ray_state import RayConfig
@@ -76,10 +76,9 @@ SECTION_KEYS = {
     "limits": {"max_series", "max_series_per_metric", "capacity", "stale_after", "evict_after"},
     "file_sd": config_discovery.FILE_SD_KEYS,
     "ray": config_discovery.RAY_KEYS,
-    "heartbeat": {"url", "url_env", "interval", "method", "timeout"},
+    "heartbeat": HEARTBEAT_KEYS,
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
-_SIZE_UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KIB": 1024, "MIB": 1024**2, "GIB": 1024**3}
 
 
 @dataclass
@@ -158,51 +157,9 @@ class MonitorConfig:
         return self.state_db.parent / "plots"
 
 
-def _dur(raw: Any, key: str) -> float:
-    """A duration > 0 and finite: 0 makes a loop spin, a negative or NaN one never ends."""
-    try:
-        seconds = parse_duration(raw, key)
-    except DurationError as exc:
-        raise MonitorConfigError(f"{key}: expected a duration like 30s, 5m, 1h, got {short(raw)}") from exc
-    if not 0 < seconds < float("inf"):
-        raise MonitorConfigError(f"{key}: must be a duration > 0 (e.g. 500ms, 5s), got {short(raw)}")
-    return seconds
-
 
 def _section(raw: Any, key: str, hint: str) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise MonitorConfigError(f"{key}: expected a mapping like {hint}, got {short(raw)}")
-    bad = unknown_key(raw, SECTION_KEYS[key.split("[")[0]])
-    if bad:
-        raise MonitorConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
-    return raw
-
-
-def _list(raw: Any, key: str) -> list[Any]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise MonitorConfigError(f"{key}: expected a list, got {short(raw)}")
-    return raw
-
-
-def _text(raw: Any, key: str) -> str:
-    if not isinstance(raw, (str, int, float)) or isinstance(raw, bool) or raw == "":
-        raise MonitorConfigError(f"{key}: expected a non-empty string, got {short(raw)}")
-    return str(raw)
-
-
-def _flag(raw: Any, key: str) -> bool:
-    if not isinstance(raw, bool):
-        raise MonitorConfigError(f"{key}: expected true or false, got {short(raw)}")
-    return raw
-
-
-def _int(raw: Any, key: str, lo: int = 1) -> int:
-    try:
-        return int(number(raw, key, integer=True, lo=lo))
-    except ValueError as exc:
-        raise MonitorConfigError(str(exc)) from None
+    return value.section(raw, key, hint, SECTION_KEYS[key.split("[")[0]])
 
 
 def _token(doc: dict[str, Any], key: str) -> str | None:
@@ -215,7 +172,7 @@ def _token(doc: dict[str, Any], key: str) -> str | None:
     if value_key in doc and env_key in doc:
         raise MonitorConfigError(f"{prefix}{value_key}/{env_key}: give one of them, not both")
     if env_key in doc:
-        env = _text(doc[env_key], f"{prefix}{env_key}")
+        env = value.text(doc[env_key], f"{prefix}{env_key}")
         token = os.environ.get(env, "").strip()
         if not token:
             raise MonitorConfigError(f"{prefix}{env_key}: environment variable {short(env, 60)} is unset or empty; export it")
@@ -229,7 +186,7 @@ def _token(doc: dict[str, Any], key: str) -> str | None:
     return None
 
 
-def _check_notify_config(path: Path, key: str = "notify_config") -> None:
+def check_notify_config(path: Path, key: str = "notify_config") -> None:
     """Parse the alerting config now, before the daemon's heavy imports: a bad notify config (an alias
     bomb, a typo) then fails in a second like this file does. The engine parses it again when it starts."""
     from alerting.config import AlertingConfigError
@@ -241,36 +198,6 @@ def _check_notify_config(path: Path, key: str = "notify_config") -> None:
     except AlertingConfigError as exc:
         raise MonitorConfigError(f"{key}: {exc}") from None
 
-
-def _path(base: Path, raw: Any, key: str, must_exist: bool = False) -> Path:
-    if not isinstance(raw, str) or not raw:
-        raise MonitorConfigError(f"{key}: expected a file path string, got {short(raw)}")
-    p = Path(raw) if Path(raw).is_absolute() else base / raw
-    if must_exist and not p.is_file():
-        raise MonitorConfigError(f"{key}: file {short(str(p), 120)} does not exist; fix the path")
-    return p
-
-
-def _size(raw: Any, key: str) -> int:
-    """Bytes: an integer or a number with B/KB/MB/GB/KiB/MiB/GiB (Prometheus' body_size_limit units)."""
-    if isinstance(raw, bool):
-        raise MonitorConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}")
-    text = str(raw).strip()
-    num = text.rstrip("BbKkMmGgIi")
-    unit = text[len(num):].upper()
-    try:
-        value = float(num) * _SIZE_UNITS[unit]
-    except (KeyError, ValueError):
-        raise MonitorConfigError(f"{key}: expected a size like 16MiB or a byte count, got {raw!r}") from None
-    if value < 0 or value != value or value > 2**40:
-        raise MonitorConfigError(f"{key}: must be between 0 (no limit) and 1TiB, got {raw!r}")
-    return int(value)
-
-
-def _count(raw: Any, key: str) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        raise MonitorConfigError(f"{key}: expected a whole number >= 0 (0 = no limit), got {raw!r}")
-    return raw
 
 
 def parse_listen(raw: Any, key: str = "listen") -> tuple[str, int]:
@@ -290,7 +217,7 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> No
         raise MonitorConfigError(f"{key}.total_steps: expected the run's trainer.total_training_steps (an integer >= 1), "
                           f"got {total!r}")
     src.total_steps = total
-    src.down_after = _dur(raw.get("down_after", 600), f"{key}.down_after")
+    src.down_after = value.duration(raw.get("down_after", 600), f"{key}.down_after")
     if src.down_after <= 0:
         raise MonitorConfigError(f"{key}.down_after: must be > 0 (e.g. 10m)")
     steps = raw.get("down_after_steps", 3)
@@ -302,9 +229,9 @@ def _jsonl_options(src: FileSourceConfig, raw: dict, key: str, base: Path) -> No
         raise MonitorConfigError(f"{key}.export: expected true or false, got {export!r}")
     src.export = export
     if raw.get("resolved_config") is not None:
-        src.resolved_config = str(_path(base, raw["resolved_config"], f"{key}.resolved_config"))
+        src.resolved_config = str(value.path(base, raw["resolved_config"], f"{key}.resolved_config"))
     if raw.get("checkpoint_dir") is not None:
-        src.checkpoint_dir = str(_path(base, raw["checkpoint_dir"], f"{key}.checkpoint_dir"))
+        src.checkpoint_dir = str(value.path(base, raw["checkpoint_dir"], f"{key}.checkpoint_dir"))
 
 
 def load_config(path: str | Path) -> MonitorConfig:
@@ -330,48 +257,48 @@ def load_config(path: str | Path) -> MonitorConfig:
 def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
     base = path.parent
     cfg = MonitorConfig(path=path)
-    cfg.cluster = _text(doc.get("cluster", "default"), "cluster")
+    cfg.cluster = value.text(doc.get("cluster", "default"), "cluster")
     if "listen" in doc:
         cfg.host, cfg.port = parse_listen(doc["listen"])
     cfg.bearer_token = _token(doc, "bearer_token")
     if "state_db" in doc:
-        cfg.state_db = _path(base, doc["state_db"], "state_db")
+        cfg.state_db = value.path(base, doc["state_db"], "state_db")
     else:
         cfg.state_db = base / "verl-monitor" / "state.db"
     if doc.get("external_url") is not None:
-        cfg.external_url = _text(doc["external_url"], "external_url")
+        cfg.external_url = value.text(doc["external_url"], "external_url")
     for key in ("grafana_url", "prometheus_url"):  # the console's links out (monitor/web/links.py)
         if doc.get(key) is not None:
-            setattr(cfg, key, _text(doc[key], key).rstrip("/"))
-    cfg.eval_interval = _dur(doc.get("eval_interval", 0.5), "eval_interval")
-    cfg.rules = [_path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(_list(doc.get("rules"), "rules"))]
+            setattr(cfg, key, value.text(doc[key], key).rstrip("/"))
+    cfg.eval_interval = value.duration(doc.get("eval_interval", 0.5), "eval_interval")
+    cfg.rules = [value.path(base, r, f"rules[{i}]", must_exist=True) for i, r in enumerate(value.listing(doc.get("rules"), "rules"))]
     if doc.get("notify_config"):
-        cfg.notify_config = _path(base, doc["notify_config"], "notify_config", must_exist=True)
-        _check_notify_config(cfg.notify_config)
-    cfg.reward_outliers = _flag(doc.get("reward_outliers", True), "reward_outliers")
+        cfg.notify_config = value.path(base, doc["notify_config"], "notify_config", must_exist=True)
+        check_notify_config(cfg.notify_config)
+    cfg.reward_outliers = value.flag(doc.get("reward_outliers", True), "reward_outliers")
     if "console" in doc:
-        cfg.console = _flag(doc["console"], "console")
+        cfg.console = value.flag(doc["console"], "console")
     names: set[str] = set()
-    for i, raw in enumerate(_list(doc.get("targets"), "targets")):
+    for i, raw in enumerate(value.listing(doc.get("targets"), "targets")):
         key = f"targets[{i}]"
         raw = _section(raw, key, "{url: http://host:port/metrics, ...}")
         if not isinstance(raw.get("url"), str):
             raise MonitorConfigError(f"{key}.url: expected {{url: http://host:port/metrics, ...}}")
         if not raw["url"].startswith(("http://", "https://")):
             raise MonitorConfigError(f"{key}.url: {short(raw['url'])!r} must start with http:// or https://")
-        name = _text(raw.get("name") or raw["url"], f"{key}.name")
+        name = value.text(raw.get("name") or raw["url"], f"{key}.name")
         if name in names:
             raise MonitorConfigError(f"{key}.name: duplicate target name {short(name)!r}; names must be unique")
         names.add(name)
-        interval = _dur(raw.get("interval", 5), f"{key}.interval")
-        timeout = _dur(raw.get("timeout", min(interval, 3.0)), f"{key}.timeout")
-        node = _text(raw["node"], f"{key}.node") if raw.get("node") is not None else None
-        cfg.targets.append(Target(name, raw["url"], node, _text(raw.get("job", "verl"), f"{key}.job"), interval, timeout,
-                                  _size(raw.get("body_size_limit", "32MiB"), f"{key}.body_size_limit"),
-                                  _count(raw.get("sample_limit", 0), f"{key}.sample_limit"),
-                                  _count(raw.get("label_limit", 0), f"{key}.label_limit"),
-                                  _count(raw.get("label_value_length_limit", 0), f"{key}.label_value_length_limit"),
-                                  _flag(raw.get("honor_timestamps", True), f"{key}.honor_timestamps")))
+        interval = value.duration(raw.get("interval", 5), f"{key}.interval")
+        timeout = value.duration(raw.get("timeout", min(interval, 3.0)), f"{key}.timeout")
+        node = value.text(raw["node"], f"{key}.node") if raw.get("node") is not None else None
+        cfg.targets.append(Target(name, raw["url"], node, value.text(raw.get("job", "verl"), f"{key}.job"), interval, timeout,
+                                  value.size(raw.get("body_size_limit", "32MiB"), f"{key}.body_size_limit"),
+                                  value.count(raw.get("sample_limit", 0), f"{key}.sample_limit"),
+                                  value.count(raw.get("label_limit", 0), f"{key}.label_limit"),
+                                  value.count(raw.get("label_value_length_limit", 0), f"{key}.label_value_length_limit"),
+                                  value.flag(raw.get("honor_timestamps", True), f"{key}.honor_timestamps")))
         token = _token(raw, f"{key}.api_token")
         if token:
             cfg.target_tokens[name] = token
@@ -379,44 +306,44 @@ def _parse(doc: dict[str, Any], path: Path) -> MonitorConfig:
         p = _section(doc["prometheus"], "prometheus", "{url: http://host:9090, queries: [...]}")
         if not isinstance(p.get("url"), str) or not p["url"].startswith(("http://", "https://")):
             raise MonitorConfigError("prometheus.url: expected {url: http://host:9090, queries: [...]}")
-        queries = _list(p.get("queries"), "prometheus.queries") or ['{__name__=~"verl_.*|DCGM_FI_.*|up"}']
+        queries = value.listing(p.get("queries"), "prometheus.queries") or ['{__name__=~"verl_.*|DCGM_FI_.*|up"}']
         cfg.prometheus = PromAPIConfig(
-            p["url"].rstrip("/"), [_text(q, f"prometheus.queries[{i}]") for i, q in enumerate(queries)],
-            _dur(p.get("step", 15), "prometheus.step"),
-            _dur(p.get("interval", 60), "prometheus.interval"), _dur(p.get("chunk", 3600), "prometheus.chunk"),
-            _dur(p.get("lookback", 600), "prometheus.lookback"), _dur(p.get("timeout", 10), "prometheus.timeout"))
+            p["url"].rstrip("/"), [value.text(q, f"prometheus.queries[{i}]") for i, q in enumerate(queries)],
+            value.duration(p.get("step", 15), "prometheus.step"),
+            value.duration(p.get("interval", 60), "prometheus.interval"), value.duration(p.get("chunk", 3600), "prometheus.chunk"),
+            value.duration(p.get("lookback", 600), "prometheus.lookback"), value.duration(p.get("timeout", 10), "prometheus.timeout"))
         if cfg.prometheus.chunk / cfg.prometheus.step > MAX_POINTS_PER_QUERY:
             raise MonitorConfigError(f"prometheus.step: {short(p.get('step'))} over a chunk of {cfg.prometheus.chunk:g}s is "
                               f"more than {MAX_POINTS_PER_QUERY} points per series; raise step or lower chunk")
     for key in ("jsonl", "dmon"):
-        for i, raw in enumerate(_list(doc.get(key), key)):
+        for i, raw in enumerate(value.listing(doc.get(key), key)):
             raw = _section(raw, f"{key}[{i}]", "{path: FILE, node: NAME}")
             if not (raw.get("path") or (key == "dmon" and raw.get("command"))):
                 raise MonitorConfigError(f"{key}[{i}].path: expected {{path: FILE, node: NAME}}")
-            command = [_text(c, f"{key}[{i}].command") for c in _list(raw.get("command"), f"{key}[{i}].command")]
-            src = FileSourceConfig(str(_path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
+            command = [value.text(c, f"{key}[{i}].command") for c in value.listing(raw.get("command"), f"{key}[{i}].command")]
+            src = FileSourceConfig(str(value.path(base, raw["path"], f"{key}[{i}].path")) if raw.get("path") else None,
                                    command or None,
-                                   _text(raw["node"], f"{key}[{i}].node") if raw.get("node") is not None else None)
+                                   value.text(raw["node"], f"{key}[{i}].node") if raw.get("node") is not None else None)
             if key == "jsonl":
                 _jsonl_options(src, raw, f"jsonl[{i}]", base)
             getattr(cfg, key).append(src)
     if "file_sd" in doc and "file_sd_configs" in doc:
         raise MonitorConfigError("file_sd/file_sd_configs: give one of them (the same section, Prometheus' spelling too)")
     raw_sd = doc.get("file_sd", doc.get("file_sd_configs"))
-    cfg.file_sd = config_discovery.file_sd(raw_sd, _section, _dur, _text, base)
-    cfg.ray = config_discovery.ray(doc.get("ray"), _section, _dur, _text)
+    cfg.file_sd = config_discovery.file_sd(raw_sd, base)
+    cfg.ray = config_discovery.ray(doc.get("ray"))
     nv = _section(doc.get("nvml") or {}, "nvml", "{enabled: true, interval: 5s}")
-    cfg.nvml = _flag(nv.get("enabled", False), "nvml.enabled")
-    cfg.nvml_interval = _dur(nv.get("interval", 5), "nvml.interval")
-    cfg.retention = _dur(doc.get("retention", "24h"), "retention")
+    cfg.nvml = value.flag(nv.get("enabled", False), "nvml.enabled")
+    cfg.nvml_interval = value.duration(nv.get("interval", 5), "nvml.interval")
+    cfg.retention = value.duration(doc.get("retention", "24h"), "retention")
     if cfg.retention <= 0:
         raise MonitorConfigError("retention: must be > 0, e.g. 24h")
-    cfg.replica = _text(doc["replica"], "replica") if "replica" in doc else ""
-    cfg.heartbeat = None if doc.get("heartbeat") is None else parse_heartbeat(doc["heartbeat"], _section, _dur, _text)
+    cfg.replica = value.text(doc["replica"], "replica") if "replica" in doc else ""
+    cfg.heartbeat = None if doc.get("heartbeat") is None else parse_heartbeat(doc["heartbeat"])
     lim = _section(doc.get("limits") or {}, "limits", "{max_series: 20000, capacity: 4096, stale_after: 5m}")
-    cfg.limits = StoreLimits(_int(lim.get("capacity", 4096), "limits.capacity", lo=2),
-                             _int(lim.get("max_series", 20000), "limits.max_series"),
-                             _int(lim.get("max_series_per_metric", 2000), "limits.max_series_per_metric"),
-                             _dur(lim.get("stale_after", 300), "limits.stale_after"),
-                             _dur(lim.get("evict_after", 3600), "limits.evict_after"))
+    cfg.limits = StoreLimits(value.integer(lim.get("capacity", 4096), "limits.capacity", lo=2),
+                             value.integer(lim.get("max_series", 20000), "limits.max_series"),
+                             value.integer(lim.get("max_series_per_metric", 2000), "limits.max_series_per_metric"),
+                             value.duration(lim.get("stale_after", 300), "limits.stale_after"),
+                             value.duration(lim.get("evict_after", 3600), "limits.evict_after"))
     return cfg

@@ -18,10 +18,10 @@ ray:                              # Ray's State API, for dead actors and workers
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from monitor import config_values as value
 from monitor.errors import MonitorConfigError
 from monitor.sources.file_sd import MAX_TARGETS_PER_FILE, FileSDConfig
 from monitor.sources.ray_state import RayConfig
@@ -29,12 +29,7 @@ from monitor.sources.ray_state import RayConfig
 FILE_SD_KEYS = {"files", "job", "interval", "timeout", "refresh_interval", "node", "target_limit"}
 RAY_KEYS = {"dashboard_url", "token", "token_env", "interval", "timeout"}
 
-Section = Callable[[Any, str, str], dict[str, Any]]
-Duration = Callable[[Any, str], float]
-Text = Callable[[Any, str], str]
-
-
-def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = Path(".")) -> list[FileSDConfig]:
+def file_sd(raw: Any, base: Path = Path(".")) -> list[FileSDConfig]:
     """``file_sd`` as a list of entries; a single entry, a path or a list of paths are accepted as short
     forms (``file_sd: targets.json`` = ``[{files: [targets.json]}]``)."""
     if raw is None:
@@ -50,19 +45,19 @@ def file_sd(raw: Any, section: Section, dur: Duration, text: Text, base: Path = 
         key = f"file_sd[{i}]"
         if isinstance(entry, str):
             entry = {"files": [entry]}
-        entry = section(entry, key, "{files: [targets.json], job: vllm}")  # file_sd_configs: the same keys
+        entry = value.section(entry, key, "{files: [targets.json], job: vllm}", FILE_SD_KEYS)  # file_sd_configs: the same keys
         files = entry.get("files")
         if isinstance(files, str):
             files = [files]
         if not isinstance(files, list) or not files or not all(isinstance(f, str) and f for f in files):
             raise MonitorConfigError(f"{key}.files: expected a list of file paths or globs, e.g. "
                               "[/tmp/ray/prom_metrics_service_discovery.json]")
-        interval = dur(entry.get("interval", 5), f"{key}.interval")
+        interval = value.duration(entry.get("interval", 5), f"{key}.interval")
         files = [f if Path(f).is_absolute() else str(base / f) for f in files]  # relative: to the config file
-        out.append(FileSDConfig(tuple(files), text(entry.get("job", "file_sd"), f"{key}.job"), interval,
-                                dur(entry.get("timeout", min(interval, 3.0)), f"{key}.timeout"),
-                                dur(entry.get("refresh_interval", 300), f"{key}.refresh_interval"),
-                                text(entry["node"], f"{key}.node") if entry.get("node") is not None else None,
+        out.append(FileSDConfig(tuple(files), value.text(entry.get("job", "file_sd"), f"{key}.job"), interval,
+                                value.duration(entry.get("timeout", min(interval, 3.0)), f"{key}.timeout"),
+                                value.duration(entry.get("refresh_interval", 300), f"{key}.refresh_interval"),
+                                value.text(entry["node"], f"{key}.node") if entry.get("node") is not None else None,
                                 _limit(entry.get("target_limit", MAX_TARGETS_PER_FILE), f"{key}.target_limit")))
     return out
 
@@ -73,10 +68,10 @@ def _limit(raw: Any, key: str) -> int:
     return raw
 
 
-def ray(raw: Any, section: Section, dur: Duration, text: Text) -> RayConfig | None:
+def ray(raw: Any) -> RayConfig | None:
     if raw is None:
         return None
-    entry = section(raw, "ray", "{dashboard_url: http://127.0.0.1:8265}")
+    entry = value.section(raw, "ray", "{dashboard_url: http://127.0.0.1:8265}", RAY_KEYS)
     url = entry.get("dashboard_url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise MonitorConfigError("ray.dashboard_url: expected the Ray dashboard's URL, e.g. http://127.0.0.1:8265")
@@ -87,5 +82,5 @@ def ray(raw: Any, section: Section, dur: Duration, text: Text) -> RayConfig | No
         raise MonitorConfigError("ray.token: empty or not a string; give the cluster's token, or remove the key to read "
                           "it as Ray does (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)")
     return RayConfig(url.rstrip("/"), token.strip() if token else None,
-                     text(entry["token_env"], "ray.token_env") if entry.get("token_env") else None,
-                     dur(entry.get("interval", 10), "ray.interval"), dur(entry.get("timeout", 5), "ray.timeout"))
+                     value.text(entry["token_env"], "ray.token_env") if entry.get("token_env") else None,
+                     value.duration(entry.get("interval", 10), "ray.interval"), value.duration(entry.get("timeout", 5), "ray.timeout"))

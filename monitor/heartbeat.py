@@ -24,6 +24,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Gauge
 
 from alerting.notifiers.base import redact
+from monitor import config_values as value
 from monitor.errors import MonitorConfigError
 
 if TYPE_CHECKING:
@@ -115,25 +116,26 @@ def pinger_tasks(cfg: HeartbeatConfig | None, progress: Progress, stop: asyncio.
     return [asyncio.create_task(pinger.run(stop))]
 
 
-def parse_heartbeat(raw: Any, section: Callable[..., dict[str, Any]], dur: Callable[[Any, str], float],
-                    text: Callable[[Any, str], str]) -> HeartbeatConfig:
+HEARTBEAT_KEYS = {"url", "url_env", "interval", "method", "timeout"}
+
+
+def parse_heartbeat(raw: Any) -> HeartbeatConfig:
     """``heartbeat: {url | url_env, interval, method, timeout}``: the URL of a dead man's switch. It carries
-    the check's token, so ``url_env`` keeps it out of the file and errors never quote it. The helpers are
-    the config module's (one error style), passed in so that it can import this module."""
-    hb = section(raw, "heartbeat", "{url_env: HEARTBEAT_URL, interval: 1m}")
+    the check's token, so ``url_env`` keeps it out of the file and errors never quote it."""
+    hb = value.section(raw, "heartbeat", "{url_env: HEARTBEAT_URL, interval: 1m}", HEARTBEAT_KEYS)
     if ("url" in hb) == ("url_env" in hb):
         raise MonitorConfigError("heartbeat: give exactly one of url or url_env (an environment variable holding it)")
     if "url_env" in hb:
-        env = text(hb["url_env"], "heartbeat.url_env")
+        env = value.text(hb["url_env"], "heartbeat.url_env")
         url = os.environ.get(env, "").strip()
         if not url:
             raise MonitorConfigError(f"heartbeat.url_env: environment variable {env[:60]} is unset or empty; export it")
     else:
-        url = text(hb["url"], "heartbeat.url")
+        url = value.text(hb["url"], "heartbeat.url")
     if not url.startswith(("http://", "https://")):
         raise MonitorConfigError("heartbeat.url: must start with http:// or https://")
     method = str(hb.get("method", "GET")).upper()
     if method not in ("GET", "POST", "HEAD"):
         raise MonitorConfigError(f"heartbeat.method: expected GET, POST or HEAD, got {method[:20]!r}")
-    return HeartbeatConfig(url, dur(hb.get("interval", 60), "heartbeat.interval"), method,
-                           dur(hb.get("timeout", 10), "heartbeat.timeout"))
+    return HeartbeatConfig(url, value.duration(hb.get("interval", 60), "heartbeat.interval"), method,
+                           value.duration(hb.get("timeout", 10), "heartbeat.timeout"))

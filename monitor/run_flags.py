@@ -7,13 +7,12 @@ import dataclasses
 import socket
 from pathlib import Path
 
+from monitor import config_values as value
 from monitor.config import (
     DEFAULT_TARGET,
     MonitorConfig,
     MonitorConfigError,
-    _check_notify_config,
-    _path,
-    _text,
+    check_notify_config,
     parse_listen,
 )
 from monitor.sources.prom_text import Target
@@ -49,8 +48,8 @@ def default_config(targets: list[str] | None = None, notify_config: str | None =
         names.add(tg.name)
         cfg.targets.append(tg)
     if notify_config is not None:
-        cfg.notify_config = _path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
-        _check_notify_config(cfg.notify_config, "--notify-config")
+        cfg.notify_config = value.path(Path.cwd(), notify_config, "--notify-config", must_exist=True)
+        check_notify_config(cfg.notify_config, "--notify-config")
     if listen is not None:
         cfg.host, cfg.port = parse_listen(listen, "--listen")
     return cfg
@@ -66,13 +65,13 @@ def label_and_rules(cfg: MonitorConfig, node: str | None = None, cluster: str | 
     address) is labelled with this machine's host name, so an alert says where it is ("127.0.0.1" says
     nothing), and a remote one keeps its host part. ``rules``: files, or ``demo``."""
     if cluster is not None:
-        cfg.cluster = _text(cluster, "--cluster")
-    cfg.rules = [DEMO_RULES if r == "demo" and not Path(r).exists() else _path(Path.cwd(), r, "--rules", must_exist=True)
+        cfg.cluster = value.text(cluster, "--cluster")
+    cfg.rules = [DEMO_RULES if r == "demo" and not Path(r).exists() else value.path(Path.cwd(), r, "--rules", must_exist=True)
                  for r in rules or []]
     for i, tg in enumerate(cfg.targets):
         host = tg.url.partition("://")[2].split("/", 1)[0].rsplit(":", 1)[0]
         if node is not None:
-            cfg.targets[i] = dataclasses.replace(tg, node=_text(node, "--node"))
+            cfg.targets[i] = dataclasses.replace(tg, node=value.text(node, "--node"))
         elif host in LOOPBACK_HOSTS and not tg.node:
             cfg.targets[i] = dataclasses.replace(tg, node=host_name() or None)
     return cfg

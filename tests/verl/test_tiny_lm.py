@@ -208,7 +208,7 @@ def test_same_tokens_and_collectives_with_synced_gpus_when_this_rank_finishes_fi
     assert torch.equal(unsynced[0], outs[0]) and torch.equal(unsynced[1], outs[1])
 
 
-def test_the_tiny_path_imports_no_transformers() -> None:
+def test_the_tiny_path_imports_no_transformers_and_deterministic_kernels_no_inductor() -> None:
     code = """
 import sys
 import torch
@@ -238,6 +238,10 @@ assert len(gen((1, [PromptItem(3, "Q: x A:")]), 0)) == 1
 assert "verl.models.hf_loading" not in worker_preload("tiny")
 loaded = sorted(m for m in sys.modules if m.split(".")[0] == "transformers")
 assert not loaded, loaded
+from verl.utils.seeding import deterministic_kernels
+deterministic_kernels()  # what trainer.deterministic (the default) asks for, without Inductor's import
+assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+assert "torch._inductor" not in sys.modules
 """
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]

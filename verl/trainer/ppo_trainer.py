@@ -53,7 +53,7 @@ from verl.trainer.reward_stage import RewardStage
 from verl.trainer.stages import STEP_END, StageTimer, StepContext, StepHooks
 from verl.trainer.telemetry import Telemetry
 from verl.utils.clock import Clock, SystemClock
-from verl.utils.seeding import seed_everything
+from verl.utils.seeding import deterministic_kernels, seed_everything
 
 log = logging.getLogger("verl.trainer")
 
@@ -116,7 +116,7 @@ class RLTrainer:
             torch.set_num_threads(cfg.trainer.torch_threads)
         seed_everything(cfg.trainer.seed + self.ctx.rank)
         if cfg.trainer.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            deterministic_kernels()
         self.placement = resolve_placement(cfg, self.ctx)
 
         self.registry = metrics_registry or MetricsRegistry()

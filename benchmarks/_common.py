@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py`: make the repo's packages importable
     sys.path.insert(0, str(ROOT))
 
-from monitor.rules import Rule, RuleError, load_rules  # noqa: E402
+from monitor.evaluation.rules import Rule, RuleError, load_rules  # noqa: E402
 
 # not in the repository (benchmarks/DATASETS.md): $VERL_OPS_DATASETS, else beside the clone
 DEFAULT_DATA = Path(os.environ.get("VERL_OPS_DATASETS") or ROOT.parent / "shared" / "datasets")

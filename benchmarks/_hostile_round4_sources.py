@@ -216,7 +216,7 @@ SCRAPE_REPEAT = """
 import random
 from monitor.sources.prom_text import parse_exposition
 from monitor.sources.scrape_cache import ScrapeCache
-from monitor.store import SeriesStore, StoreLimits, series_key
+from monitor.series.store import SeriesStore, StoreLimits, series_key
 def kept(b):
     out = {}
     series, values, _ = b.known or ([], [], 0.0)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from alerting.clock import SimulatedClock
+from monitor.evaluation.rules import Rule
 from monitor.pipeline import Pipeline
 from monitor.replay import feed
-from monitor.rules import Rule
 from monitor.sources.recorded import Recording
 
 

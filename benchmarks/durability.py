@@ -38,8 +38,8 @@ from alerting.model import Alert  # noqa: E402
 from harness.crashpoint import RULES, T0, engine_config, kill_in_flight, run_all  # noqa: E402
 from harness.standin import WebhookStandIn  # noqa: E402
 from harness.storagefault import FULL, inject  # noqa: E402
+from monitor.evaluation.rules import load_rules  # noqa: E402
 from monitor.pipeline import Pipeline  # noqa: E402
-from monitor.rules import load_rules  # noqa: E402
 
 
 def outage(tmp: Path, n: int) -> dict[str, Any]:

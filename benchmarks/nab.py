@@ -35,7 +35,7 @@ from benchmarks._nab_scoring import (
 )
 from benchmarks._replay import replay_firing
 from monitor.detectors import registry
-from monitor.rules import Rule
+from monitor.evaluation.rules import Rule
 from monitor.sources.recorded import from_columns
 
 DEFAULT_RULES = ROOT / "monitor" / "rules" / "nab.yaml"

@@ -57,10 +57,10 @@ from alerting.notifiers import build_notifier  # noqa: E402
 from alerting.notifiers.base import encode  # noqa: E402
 from alerting.silence import SilenceStore  # noqa: E402
 from alerting.templates import render  # noqa: E402
-from monitor.api import READ_DEADLINE_S, MonitorAPI  # noqa: E402
+from monitor.endpoints.api import READ_DEADLINE_S, MonitorAPI  # noqa: E402
+from monitor.evaluation.rules import load_rule_files, load_rules  # noqa: E402
 from monitor.model import Sample, SourceBatch  # noqa: E402
 from monitor.pipeline import Pipeline  # noqa: E402
-from monitor.rules import load_rule_files, load_rules  # noqa: E402
 from monitor.sources.prom_text import refuse_out_of_bounds  # noqa: E402
 
 T0 = 1_700_000_000.0

@@ -163,8 +163,8 @@ def evidence_row(tmp: Path) -> dict[str, Any]:
     from alerting import translog
     from alerting.evidence import to_record
     from alerting.translog import TransitionLog
-    from monitor.evidence import EvidenceCapture
-    from monitor.store import SeriesStore, StoreLimits
+    from monitor.book.evidence import EvidenceCapture
+    from monitor.series.store import SeriesStore, StoreLimits
 
     store = SeriesStore(StoreLimits(capacity=4096))
     rng = np.random.default_rng(0)

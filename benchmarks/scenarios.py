@@ -26,7 +26,7 @@ if __package__ in (None, ""):
 
 from benchmarks._common import emit, fail
 from benchmarks._replay import replay_firing
-from monitor.rules import Rule, RuleError, load_rule_files
+from monitor.evaluation.rules import Rule, RuleError, load_rule_files
 from monitor.sources.recorded import from_columns
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated time starts here

@@ -8,7 +8,7 @@ measures what the daemon spends on appending and sealing in steady state. The sa
 ``--record`` rounds (default 64, one chunk) of ``monitor_scale.Cluster`` through the daemon's own path
 (parse, relabel, ingest, evaluation tick, as ``monitor_memory.py`` drives it) are recorded once per series
 (time, value, and the capacity its readers reserved) and cached in the temp folder. The timed part replays
-them into fresh ``monitor.store.Series`` of the same capacities: each round appends one sample to every
+them into fresh ``monitor.series.store.Series`` of the same capacities: each round appends one sample to every
 series (times on the 5-s grid with each series' own offset; values cycle forwards then backwards through
 the recorded ones, as ``monitor_memory.fill`` does, so chunks compress as the real rounds' do). Reported:
 CPU per round (``time.process_time``) over all rounds, over the rounds that seal chunks and over the rest,
@@ -80,8 +80,8 @@ def load(nodes: int, gpus: int, rounds: int) -> dict[str, Any]:
 def replay(rec: dict[str, Any], rounds: int) -> dict[str, Any]:
     import numpy as np
 
-    from monitor import chunks
-    from monitor.store import CHUNK, Series
+    from monitor.series import chunks
+    from monitor.series.store import CHUNK, Series
 
     caps, t_rec, v_rec = rec["capacity"], rec["t"], rec["v"]
     fed = ~np.isnan(t_rec).any(axis=1)  # series fed every recorded round (the load's; a few come and go)

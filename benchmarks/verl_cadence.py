@@ -26,8 +26,8 @@ if __package__ in (None, ""):
 
 from alerting.clock import SimulatedClock
 from benchmarks.verl_runs import LiveWriter, RunSpec, generate
+from monitor.evaluation.rules import Rule, load_rule_files
 from monitor.pipeline import Pipeline
-from monitor.rules import Rule, load_rule_files
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 
 ONSET = 100

@@ -36,7 +36,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.verl_runs_real import PAGES, simulate
-from monitor.rules import load_rule_files
+from monitor.evaluation.rules import load_rule_files
 
 DATA = Path(__file__).parent / "data" / "verl_real2"
 

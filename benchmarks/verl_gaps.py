@@ -34,7 +34,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.verl_runs_real import PAGES, simulate
-from monitor.rules import load_rule_files
+from monitor.evaluation.rules import load_rule_files
 
 T0 = 1_780_000_000.0
 RULES = load_rule_files(None)

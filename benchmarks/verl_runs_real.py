@@ -35,8 +35,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from alerting.clock import SimulatedClock
+from monitor.evaluation.rules import Rule, load_rule_files
 from monitor.pipeline import Pipeline
-from monitor.rules import Rule, load_rule_files
 from monitor.sources.tail_state import OffsetStore
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 

@@ -34,8 +34,8 @@ from alerting.clock import SimulatedClock
 from alerting.config import parse_config
 from alerting.engine import AlertEngine
 from harness.standin import WebhookStandIn
+from monitor.evaluation.rules import load_rules
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rules
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00 UTC
 STEP_S = 5.0

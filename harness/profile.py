@@ -14,7 +14,7 @@ import yaml
 from alerting.config import DEFAULT_RULES as DEFAULT_CORRELATION
 from harness.ports import free_port
 from harness.standin import RobotStandIn
-from monitor.rules import DEFAULT_RULES
+from monitor.evaluation.rules import DEFAULT_RULES
 
 # Short windows for the faults the demo injects; everything else keeps the production defaults.
 # Keyed by alert and detector type: an alert may have rules of other types (KLDriftDetected's blow-up rule

@@ -18,8 +18,8 @@ def _fail(msg: str) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from alerting.config import AlertingConfigError
+    from monitor.evaluation.rules import RuleError, load_rule_files
     from monitor.replay import replay
-    from monitor.rules import RuleError, load_rule_files
     from monitor.sources.recorded import InputError
 
     try:

@@ -54,10 +54,12 @@ from monitor import config_discovery
 from monitor import config_values as value
 from monitor.errors import MonitorConfigError
 from monitor.heartbeat import HEARTBEAT_KEYS, HeartbeatConfig, parse_heartbeat
+from monitor.series.store import StoreLimits
+from monitor.sources.base import FileSourceConfig
 from monitor.sources.file_sd import FileSDConfig
+from monitor.sources.prom_api import PromAPIConfig
 from monitor.sources.prom_text import Target
 from monitor.sources.ray_state import RayConfig
-from monitor.store import StoreLimits
 
 TOP_KEYS = {"cluster", "listen", "bearer_token", "bearer_token_env", "state_db", "external_url", "eval_interval",
             "rules", "notify_config", "reward_outliers", "targets", "prometheus", "jsonl", "dmon", "nvml", "limits",
@@ -79,31 +81,6 @@ SECTION_KEYS = {
     "heartbeat": HEARTBEAT_KEYS,
 }
 MAX_POINTS_PER_QUERY = 11000  # Prometheus refuses longer query_range answers; step*this bounds each chunk
-
-
-@dataclass
-class PromAPIConfig:
-    url: str
-    queries: list[str]
-    step: float = 15.0
-    interval: float = 60.0
-    chunk: float = 3600.0
-    lookback: float = 600.0
-    timeout: float = 10.0
-
-
-@dataclass
-class FileSourceConfig:
-    path: str | None = None
-    command: list[str] | None = None
-    node: str | None = None
-    # verl JSONL only: liveness (monitor/sources/verl_jsonl.py RunLiveness) and /metrics re-export
-    total_steps: int | None = None
-    down_after: float = 600.0
-    down_after_steps: float = 3.0
-    export: bool = False
-    resolved_config: str | None = None  # the run's resolved verl config (Hydra's .hydra/config.yaml)
-    checkpoint_dir: str | None = None  # the run's trainer.default_local_dir (monitor/sources/verl_checkpoints.py)
 
 
 _JSONL_KEYS = SECTION_KEYS["jsonl"]

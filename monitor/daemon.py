@@ -1,14 +1,12 @@
 """``verl-monitor run``: the daemon only schedules. One asyncio loop runs a task per source
-(``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own timeout)
-and the evaluation tick; the HTTP listener (uvicorn, ``monitor/listener.py``) runs in its own thread and
-event loop; ``lock`` serialises the pipeline.
-
-Never blind, applied here once for every source: a round that raises is counted in
-``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target, reason), sets the
-source's ``up`` to 0, and the next round runs on schedule (rounds overrun are skipped, the phase kept).
-Nothing slow runs in the evaluation tick: notifications go to the alerting engine's per-receiver delivery
-workers, plots render in a worker thread and the trainers' reward outliers arrive from their own source.
-``/healthz`` (``monitor/health.py``) answers 503 naming the reason when a loop stopped completing.
+(``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own timeout) and
+the evaluation tick; the listener (uvicorn, ``monitor/endpoints/listener.py``) runs in its own thread and
+event loop; ``lock`` serialises the pipeline. Never blind, applied here once for every source: a round that
+raises is counted in ``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target,
+reason), sets the source's ``up`` to 0, and the next round runs on schedule (rounds overrun are skipped, the
+phase kept). Nothing slow runs in the evaluation tick: notifications go to the alerting engine's delivery
+workers, plots render in a worker process and the trainers' reward outliers arrive from their own source.
+``/healthz`` (``monitor/endpoints/health.py``) answers 503 naming the reason when a loop stopped completing.
 """
 
 from __future__ import annotations
@@ -28,20 +26,22 @@ from alerting.clock import Clock, SystemClock
 from alerting.durable import StorageHealth
 from alerting.model import Alert
 from alerting.sink import AlertSink
-from monitor import alerting_stage, health, heartbeat, listener
-from monitor.api import MonitorAPI, alert_states
+from monitor import heartbeat
+from monitor.book import alerting_stage
 from monitor.config import MonitorConfig
 from monitor.console import ConsolePrinter
+from monitor.endpoints import health, listener
+from monitor.endpoints.api import MonitorAPI, alert_states
+from monitor.endpoints.metrics import MonitorMetrics
+from monitor.endpoints.targets import SourceBoard
+from monitor.evaluation.rules import load_rule_files
 from monitor.intake import Intake
-from monitor.metrics import MonitorMetrics
 from monitor.model import SourceBatch
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files
 from monitor.sources.base import Round, Source, within
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape import ScrapeSource
 from monitor.sources.scrape_http import ScrapeClient
-from monitor.targets import SourceBoard
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")

@@ -25,7 +25,7 @@ HA_RULES = Path(__file__).parent / "rules" / "ha-pair.yaml"
 def add_peer(targets: list[Target], rules: list[Path], url: str) -> list[Path]:
     """Watch the other monitor of an HA pair: its /metrics as a target (job ``verl-monitor-peer``, which
     no training rule selects); returns the rule files with the HA rules (MonitorPeerDown) added."""
-    from monitor.rules import DEFAULT_RULES
+    from monitor.evaluation.rules import DEFAULT_RULES
 
     name = f"peer:{url}"
     if any(t.name == name for t in targets):

@@ -28,7 +28,7 @@ from monitor import config_values as value
 from monitor.errors import MonitorConfigError
 
 if TYPE_CHECKING:
-    from monitor.health import Progress
+    from monitor.endpoints.health import Progress
 
 log = logging.getLogger("monitor.heartbeat")
 

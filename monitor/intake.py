@@ -14,12 +14,12 @@ import logging
 import threading
 import time
 
-from monitor.metrics import MonitorMetrics
+from monitor.endpoints.metrics import MonitorMetrics
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.pipeline import Pipeline
+from monitor.series.store import series_key
 from monitor.sources.base import DownLabels
 from monitor.sources.scrape_cache import ScrapeCache
-from monitor.store import series_key
 from monitor.timeline import SteadyClock
 
 log = logging.getLogger("monitor.daemon")  # the daemon's voice: operators filter on it

@@ -6,7 +6,7 @@ samples -> SeriesStore -> Evaluator (detectors per rule binding) -> annotate (te
 The book commits each transition once, into the transition log (``alerting.translog``), with the
 evidence a diagnosis needs in the same transaction; the alerting engine subscribed to that log when it
 was built and reads it on its own thread from a cursor of its own: nothing here calls it. The evidence
-is captured here, where the series are (``monitor.evidence``): with every transition, and every
+is captured here, where the series are (``monitor.book.evidence``): with every transition, and every
 ``needs.rediagnose_s`` while an alert that a diagnosis procedure explains (``needs.trigger_alerts``) is
 firing (its cause may be scraped a few seconds after it fired). What the diagnoses read comes from
 alerting as data (``DiagnosisNeeds``).
@@ -29,16 +29,16 @@ from alerting.model import Alert
 from alerting.sink import DiagnosisNeeds, LogFollower, diagnosis_needs
 from alerting.vocabulary import Vocabulary
 from monitor import heap
-from monitor.alerts import AlertBook
-from monitor.annotate import Annotator, RewardOutliers
-from monitor.evaluator import Evaluator
-from monitor.evidence import EvidenceCapture, NonFiniteLog
-from monitor.metrics import MonitorMetrics
+from monitor.book.alerts import AlertBook
+from monitor.book.annotate import Annotator, RewardOutliers
+from monitor.book.evidence import EvidenceCapture, NonFiniteLog
+from monitor.book.plot_worker import PlotWorker
+from monitor.endpoints.metrics import MonitorMetrics
+from monitor.evaluation.evaluator import Evaluator
+from monitor.evaluation.rules import Rule
 from monitor.model import PLUMBING_LABELS, Sample
-from monitor.plot_worker import PlotWorker
-from monitor.rules import Rule
+from monitor.series.store import Series, SeriesStore, StoreLimits, series_key
 from monitor.sources import verl_jsonl
-from monitor.store import Series, SeriesStore, StoreLimits, series_key
 
 log = logging.getLogger("monitor.pipeline")
 
@@ -56,7 +56,7 @@ class Pipeline:
                  needs: DiagnosisNeeds | None = None, plots_in_child: bool = False) -> None:
         """``engine``: subscribed to the alert book's log here, once; ``needs``: what alerting's diagnoses
         read (this version's when not given), measured only when an engine follows; ``plots_in_child``:
-        matplotlib runs in a child process (``monitor.plot_worker``), never in this one."""
+        matplotlib runs in a child process (``monitor.book.plot_worker``), never in this one."""
         self.clock = clock
         self.needs = needs or diagnosis_needs()
         self._diagnosed = engine is not None

@@ -11,8 +11,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from alerting.clock import SimulatedClock
 from alerting.model import rfc3339
+from monitor.evaluation.rules import Rule
 from monitor.pipeline import Pipeline
-from monitor.rules import Rule
 from monitor.sources.recorded import Recording, load_recording
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from alerting.config import AlertingConfigError
 from alerting.logsafe import setup_logging
 from monitor.config import MonitorConfig
 from monitor.daemon import Daemon
+from monitor.evaluation.rules import RuleError
 from monitor.ha import set_aside_state
-from monitor.rules import RuleError
 
 log = logging.getLogger("monitor.daemon")
 SHUTDOWN_S = 4.5  # SIGTERM: a clean stop gets this long, then the process exits regardless

@@ -13,7 +13,7 @@ import yaml
 
 from alerting import catalogue
 from alerting.config import parse_duration
-from monitor import signals
+from monitor.evaluation import signals
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITOR_RULES = ROOT / "monitor/rules/default.yaml"
@@ -24,7 +24,7 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e\d+)?(?![\w.])")
 
 
 def monitor_rules() -> list[dict[str, Any]]:
-    """default.yaml's rules and those the training-signal catalogue generates (monitor/signals.py)."""
+    """default.yaml's rules and those the training-signal catalogue generates (monitor/evaluation/signals.py)."""
     return yaml.safe_load(MONITOR_RULES.read_text())["rules"] + signals.load().rule_dicts()
 
 

@@ -18,7 +18,7 @@ import yaml
 
 from alerting import catalogue
 from alerting.config import parse_duration
-from monitor import signals
+from monitor.evaluation import signals
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -105,7 +105,7 @@ def disagreements(a: Predicate, b: Predicate, around: list[float]) -> list[float
 
 
 def monitor_rules() -> list[dict[str, Any]]:
-    """default.yaml's rules and those the training-signal catalogue generates (monitor/signals.py)."""
+    """default.yaml's rules and those the training-signal catalogue generates (monitor/evaluation/signals.py)."""
     return yaml.safe_load((ROOT / "monitor/rules/default.yaml").read_text())["rules"] + signals.load().rule_dicts()
 
 

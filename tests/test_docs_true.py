@@ -1,9 +1,9 @@
 """The READMEs name what exists: read as text, checked against the tree (nothing is imported or run).
 
-- every file a README names in backticks (``monitor/store.py``, ``tests/e2e/test_ha_pair.py``, a bare
+- every file a README names in backticks (``monitor/series/store.py``, ``tests/e2e/test_ha_pair.py``, a bare
   ``test_ha_pair.py``, ``test_x.py::test_y``) exists, and the test it names is defined in that file;
-- README.md's layout names real files and folders, and names every module of monitor/ and monitor/sources/
-  (a newcomer looks there for where a thing lives);
+- README.md's layout names real files and folders, and names every module of the monitor's packages but
+  detectors/ (a newcomer looks there for where a thing lives);
 - README.md's tour lists as many modules as it says it crosses, each one real;
 - product code that points a reader at a test file points at one that exists;
 - no README states a count of tests (it goes stale with the next test written; ``pytest --co`` knows).
@@ -23,7 +23,7 @@ READMES = ("README.md", "monitor/README.md", "alerting/README.md", "verl/README.
            "harness/README.md", "dashboards/README.md", "prometheus/README.md")
 TOP_DIRS = ("verl", "monitor", "alerting", "harness", "dashboards", "prometheus", "benchmarks", "tests", ".ci")
 FILE_SUFFIX = r"\.(?:py|ya?ml|md|json|csv|txt|prom|j2|html|sh)"
-# a path in backticks: `monitor/store.py`, `tests/e2e/test_ha_pair.py::test_x`, `rules/default.yaml`
+# a path in backticks: `monitor/series/store.py`, `tests/e2e/test_ha_pair.py::test_x`, `rules/default.yaml`
 PATH_IN_TICKS = re.compile(rf"`((?:[\w.-]+/)*[\w.-]+?{FILE_SUFFIX})(?![\w.])(?:::(\w+))?")
 TEST_FILE = re.compile(r"(?<![\w/])(test_\w+\.py)(?:::(\w+))?")
 # in product code a pointer may also be a path: `tests/monitor/test_monitor_detectors.py::test_ks_shift`
@@ -115,12 +115,18 @@ def layout_names(root: Path) -> list[str]:
     return out
 
 
+# the monitor's packages whose every module the layout names (detectors/ is named as one: its modules are
+# the detector registry's entries, listed in monitor/README.md)
+MONITOR_FOLDERS = ("monitor", "monitor/sources", "monitor/series", "monitor/evaluation", "monitor/book",
+                   "monitor/endpoints")
+
+
 def layout_omissions(root: Path) -> list[str]:
-    """Every module of monitor/ and monitor/sources/ is named in README.md's layout."""
+    """Every module of the monitor's packages (``MONITOR_FOLDERS``) is named in README.md's layout."""
     block = "\n".join(_code_block_after((root / "README.md").read_text(encoding="utf-8"), "### Layout"))
     named = set(re.findall(r"[\w-]+\.py|[\w-]+/", block))
     out = []
-    for folder in ("monitor", "monitor/sources"):
+    for folder in (f for f in MONITOR_FOLDERS if (root / f).is_dir()):
         for p in sorted((root / folder).iterdir()):
             if p.name.startswith("_") or p.name == "README.md":
                 continue
@@ -190,7 +196,8 @@ LAYOUT = """# x
 ```
 monitor/      the sidecar
   sources/      base.py (the Source protocol), scrape.py
-  daemon.py  store.py
+  series/       store.py
+  daemon.py
 tests/ benchmarks/RESULTS.md
 ```
 
@@ -199,7 +206,7 @@ tests/ benchmarks/RESULTS.md
 through
 3 Python modules (0 in `verl/`, 2 in `monitor/`, 1 in `alerting/`; listed at the end):
 
-The 3 modules, by package: `monitor/daemon.py`, `monitor/store.py`; `alerting/engine.py`.
+The 3 modules, by package: `monitor/daemon.py`, `monitor/series/store.py`; `alerting/engine.py`.
 
 See `monitor/daemon.py` and `test_x.py::test_a`.
 """
@@ -207,7 +214,7 @@ See `monitor/daemon.py` and `test_x.py::test_a`.
 
 def _tree(root: Path) -> Path:
     for rel, text in {"README.md": LAYOUT, "monitor/daemon.py": '"""Tested by test_x.py."""\n',
-                      "monitor/store.py": "", "monitor/sources/base.py": "", "monitor/sources/scrape.py": "",
+                      "monitor/series/store.py": "", "monitor/sources/base.py": "", "monitor/sources/scrape.py": "",
                       "alerting/engine.py": "", "tests/monitor/test_x.py": "def test_a():\n    pass\n",
                       "benchmarks/RESULTS.md": ""}.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -227,15 +234,15 @@ def test_the_checks_pass_on_a_true_tree_and_fail_on_made_up_names(tmp_path: Path
     (root / "monitor/daemon.py").write_text('"""Tested by test_ghost.py and by tests/monitor/test_x.py::test_b,\n'
                                             'tests/monitor/test_gone.py."""\n', encoding="utf-8")
     (root / "monitor/console.py").write_text("", encoding="utf-8")
-    assert missing_paths(root) == ["README.md:17: monitor/storage.py does not exist",
-                                   "README.md:19: test_x.py defines no test_b",
-                                   "README.md:21: monitor/ghost.py does not exist"]
-    assert layout_names(root) == ["README.md layout: storage.py (under monitor/) does not exist"]
+    assert missing_paths(root) == ["README.md:18: monitor/series/storage.py does not exist",
+                                   "README.md:20: test_x.py defines no test_b",
+                                   "README.md:22: monitor/ghost.py does not exist"]
+    assert layout_names(root) == ["README.md layout: storage.py (under monitor/series/) does not exist"]
     assert layout_omissions(root) == ["README.md layout: monitor/console.py is not named; say what it is for",
-                                      "README.md layout: monitor/store.py is not named; say what it is for"]
-    assert tour_count(root) == ["README.md tour: monitor/storage.py does not exist"]
+                                      "README.md layout: monitor/series/store.py is not named; say what it is for"]
+    assert tour_count(root) == ["README.md tour: monitor/series/storage.py does not exist"]
     assert code_points_at_missing_tests(root) == [
         "monitor/daemon.py:1: names test_ghost.py, which does not exist",
         "monitor/daemon.py:1: tests/monitor/test_x.py defines no test_b",
         "monitor/daemon.py:2: names tests/monitor/test_gone.py, which does not exist"]
-    assert stated_test_counts(root) == ["README.md:21: states a test count ('130 tests'); it goes stale, drop it"]
+    assert stated_test_counts(root) == ["README.md:22: states a test count ('130 tests'); it goes stale, drop it"]

@@ -406,7 +406,7 @@ PLANTED = {
                                     "        httpx.post(f'{self.monitor}/api/v1/alerts', json={})\n"
                                     "        return self.client.get(ref).content\n"),
     # (g) the engine's methods found by name, alerting's constants imported
-    "monitor/health.py": ("from alerting.correlate import REDIAGNOSE_S, load_rules\n\n\n"
+    "monitor/endpoints/health.py": ("from alerting.correlate import REDIAGNOSE_S, load_rules\n\n\n"
                           "def report(daemon):\n    problems = getattr(daemon.engine, 'delivery_problems', None)\n"
                           "    return hasattr(engine, 'page_pending') or getattr(self.engine, 'x') or getattr(h, 'y')\n"),
     "harness/__init__.py": "",
@@ -473,9 +473,9 @@ def test_length_checks_find_a_long_daemon_and_a_long_module(planted: Path) -> No
 
 def test_seam_checks_find_getattr_on_the_engine_and_an_internal_constant(planted: Path) -> None:
     assert [f.split(" looks")[0] for f in engine_getattr(planted)] == [
-        "monitor/health.py:5: getattr(daemon.engine, 'delivery_problems', None)",
-        "monitor/health.py:6: hasattr(engine, 'page_pending')", "monitor/health.py:6: getattr(self.engine, 'x')",
+        "monitor/endpoints/health.py:5: getattr(daemon.engine, 'delivery_problems', None)",
+        "monitor/endpoints/health.py:6: hasattr(engine, 'page_pending')", "monitor/endpoints/health.py:6: getattr(self.engine, 'x')",
         "monitor/pipeline.py:2: getattr(engine, 'set_evidence', None)"]
     assert monitor_imports_alerting_constants(planted) == [
-        "monitor/health.py:1: imports REDIAGNOSE_S from alerting.correlate, alerting's internals: take it from "
+        "monitor/endpoints/health.py:1: imports REDIAGNOSE_S from alerting.correlate, alerting's internals: take it from "
         "alerting.sink.DiagnosisNeeds, handed to the monitor at construction"]  # load_rules is a function: fine

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from monitor.detectors.base import Detector, Finding
-from monitor.store import Series
+from monitor.series.store import Series
 
 _REBUILD_RATIO = 1.25  # re-size when a scaled window is off by more than this factor
 _MIN_INTERVALS = 5     # intervals seen before the steps count

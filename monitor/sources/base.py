@@ -17,6 +17,23 @@ from typing import Any, Protocol, TypeVar
 from alerting.clock import Clock
 from monitor.model import SourceBatch
 
+
+@dataclass
+class FileSourceConfig:
+    """A file source of the config (``jsonl:``, ``dmon:``): a path, or a command whose output is read."""
+
+    path: str | None = None
+    command: list[str] | None = None
+    node: str | None = None
+    # verl JSONL only: liveness (monitor/sources/verl_jsonl.py RunLiveness) and /metrics re-export
+    total_steps: int | None = None
+    down_after: float = 600.0
+    down_after_steps: float = 3.0
+    export: bool = False
+    resolved_config: str | None = None  # the run's resolved verl config (Hydra's .hydra/config.yaml)
+    checkpoint_dir: str | None = None  # the run's trainer.default_local_dir (monitor/sources/verl_checkpoints.py)
+
+
 T = TypeVar("T")
 _TIMEOUT: Callable[[float], Any] | None = getattr(asyncio, "timeout", None)  # Python >= 3.11
 

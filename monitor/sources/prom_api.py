@@ -15,16 +15,30 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from alerting.clock import Clock
 from alerting.http_limits import BodyTooLarge, read_async
-from monitor.config import PromAPIConfig
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.relabel import relabel
+
+
+@dataclass
+class PromAPIConfig:
+    """The config's ``prometheus:`` section: which server, which queries, at what step and how often."""
+
+    url: str
+    queries: list[str]
+    step: float = 15.0
+    interval: float = 60.0
+    chunk: float = 3600.0
+    lookback: float = 600.0
+    timeout: float = 10.0
+
 
 MAX_POINTS = 11000
 BODY_LIMIT = 32 << 20  # bytes of one answer (decoded); 11000 points of ~100 series is about 30 MB

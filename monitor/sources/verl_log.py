@@ -5,9 +5,8 @@ never stalls the others."""
 from __future__ import annotations
 
 from alerting.clock import Clock
-from monitor.config import FileSourceConfig
 from monitor.model import SourceBatch
-from monitor.sources.base import DownLabels, Polled, Round, ThreadedRead
+from monitor.sources.base import DownLabels, FileSourceConfig, Polled, Round, ThreadedRead
 from monitor.sources.stragglers import seqlen_imbalance
 from monitor.sources.tail_state import OffsetStore, writer_holds
 from monitor.sources.verl_checkpoints import CheckpointWatch

@@ -1,1 +1,1 @@
-"""The monitor's web console: server-rendered pages over the JSON API's own logic (``monitor.api``)."""
+"""The monitor's web console: server-rendered pages over the JSON API's own logic (``monitor.endpoints.api``)."""

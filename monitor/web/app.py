@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-import monitor.api
+import monitor.endpoints.api
 from monitor.durations import DurationError, parse_duration
 from monitor.web import auth, listing, views
 from monitor.web.sameorigin import SameOriginGuard
@@ -167,7 +167,7 @@ def build_app(api: Any) -> SameOriginGuard:
         Route("/silences/new", new_silence), Route("/silences/{sid:str}/expire", expire, methods=["POST"]),
         Route("/targets", targets), Route("/rules", rules), Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
-        Route("/{rest:path}", json_api, methods=monitor.api.METHODS),  # /api/*, /healthz, /metrics; JSON 404 for the rest
+        Route("/{rest:path}", json_api, methods=monitor.endpoints.api.METHODS),  # /api/*, /healthz, /metrics; JSON 404 for the rest
     ]), token_set=bool(api.token), names={api.daemon.config.host, external or ""})
 
 
@@ -179,7 +179,7 @@ async def _form(request: Request) -> dict[str, str] | None:
     if "application/x-www-form-urlencoded" not in request.headers.get("content-type", ""):
         return None
     size, parts = 0, []
-    with anyio.move_on_after(monitor.api.READ_DEADLINE_S) as late:  # a dripping form cannot hold on
+    with anyio.move_on_after(monitor.endpoints.api.READ_DEADLINE_S) as late:  # a dripping form cannot hold on
         async for chunk in request.stream():
             size += len(chunk)
             if size > FORM_LIMIT:

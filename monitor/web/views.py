@@ -12,7 +12,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 
-from monitor.api import Exchange, MonitorAPI
+from monitor.endpoints.api import Exchange, MonitorAPI
 from monitor.web import links, listing
 
 _PLOT_NAME = re.compile(r"/api/v1/plots/([A-Za-z0-9_.-]+\.png)")

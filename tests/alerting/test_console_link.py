@@ -23,7 +23,7 @@ def test_the_monitors_external_url_becomes_the_engines_link_base(tmp_path) -> No
     from alerting.clock import SimulatedClock
     from alerting.config import parse_config
     from alerting.engine import AlertEngine
-    from monitor.alerting_stage import start
+    from monitor.book.alerting_stage import start
 
     cfg = parse_config({"receivers": [{"name": "hook", "type": "webhook", "url": "http://127.0.0.1:9/"}],
                         "route": {"receiver": "hook"}})

@@ -73,7 +73,7 @@ def test_thresholds_are_chosen_on_the_training_files_only() -> None:
 def test_users_default_rule_runs_the_detector_nab_scores() -> None:
     """UnusualTrainingMetric = NAB's reward_low_FP profile: same type, same parameters."""
     from benchmarks._common import load_profile
-    from monitor.rules import load_rule_files
+    from monitor.evaluation.rules import load_rule_files
 
     nab_rule = nab.profile_rules(load_profile(nab.DEFAULT_RULES))["reward_low_FP"].conditions[0]
     for r in (r for r in load_rule_files(None) if r.alert == "UnusualTrainingMetric"):

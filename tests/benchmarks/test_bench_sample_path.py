@@ -24,7 +24,7 @@ def test_one_sample_pages_and_the_scrape_loop_runs_no_engine_code(tmp_path: Path
     on_loop = {f.split(":")[0] for f in out["alerting_on_scrape_loop"]}
     assert on_loop <= ROWS_AND_HELPERS, sorted(on_loop - ROWS_AND_HELPERS)
     assert "alerting/translog.py:append" in out["alerting_on_scrape_loop"]  # the transition did cross here
-    assert set(out["commits_on_scrape_loop"]) == {"monitor/alerts.py"}  # the book's state.db transaction only
+    assert set(out["commits_on_scrape_loop"]) == {"monitor/book/alerts.py"}  # the book's state.db transaction only
     assert {"alerting-timers", "deliver-demo-wecom", "scrape-loop"} <= set(out["threads"])
     assert "alerting/engine.py" in out["module_list"]  # the engine did take it, on its own thread
     rows = out["evidence_row"]  # a refresh carries what is new, not the node's 11 histories again

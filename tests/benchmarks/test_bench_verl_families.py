@@ -50,7 +50,7 @@ def test_a_buffered_ppo_log_pages_its_kl_rise_once(tmp_path) -> None:
     resolved and paged again at every burst at 90-s and 12-min steps (41 pages in one run)."""
     from benchmarks.verl_cadence import simulate as cadence_run
     from benchmarks.verl_runs import RunSpec
-    from monitor.rules import load_rule_files
+    from monitor.evaluation.rules import load_rule_files
 
     spec = RunSpec(version="0.7", algo="ppo", steps=240, step_s=720.0, seed=0, kl_drift_at=100)
     fired, _ = cadence_run(spec, load_rule_files(None), tmp_path, total_steps=240)

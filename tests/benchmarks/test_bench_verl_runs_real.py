@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.verl_runs_real import DATA, score, simulate
-from monitor.rules import load_rule_files
+from monitor.evaluation.rules import load_rule_files
 
 
 def _run(name: str, tmp_path: Path, restart: bool) -> dict:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.profile import DEMO_DETECTORS, demo_rules
-from monitor.rules import load_rules
+from monitor.evaluation.rules import load_rules
 
 
 @pytest.mark.parametrize("host_leak", [False, True])

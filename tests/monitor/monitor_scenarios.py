@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from monitor.evaluation.rules import load_rule_files
 from monitor.replay import run_recording
-from monitor.rules import load_rule_files
 from monitor.sources.recorded import from_columns
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.detectors.cadence import CadenceScaled
-from monitor.evaluator import Evaluator
-from monitor.rules import Condition, load_rule_files
-from monitor.store import Series, SeriesStore
+from monitor.evaluation.evaluator import Evaluator
+from monitor.evaluation.rules import Condition, load_rule_files
+from monitor.series.store import Series, SeriesStore
 
 RULES = load_rule_files(None)
 # one default condition a CadenceScaled wraps of each kind (detector, per_step, warm-up), absence detectors

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from monitor import chunks
+from monitor.series import chunks
 
 T0 = 1_767_225_600.0
 rng = np.random.default_rng(7)

@@ -121,7 +121,7 @@ def test_the_plot_labels_its_value_axis_and_marks_the_onset(tmp_path, monkeypatc
     import numpy as np
     from matplotlib.axes import Axes
 
-    from monitor.plots import render_fit
+    from monitor.book.plots import render_fit
 
     seen: dict[str, object] = {}
     real_ylabel, real_vline = Axes.set_ylabel, Axes.axvline

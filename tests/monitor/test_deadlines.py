@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from monitor.deadlines import Deadlines
+from monitor.book.deadlines import Deadlines
 
 
 def test_keys_come_out_when_due_and_only_as_last_set() -> None:

@@ -12,8 +12,8 @@ import numpy as np
 from alerting import translog
 from alerting.evidence import Evidence, from_record, to_record
 from alerting.translog import TransitionLog
-from monitor.evidence import EvidenceCapture
-from monitor.store import SeriesStore, StoreLimits
+from monitor.book.evidence import EvidenceCapture
+from monitor.series.store import SeriesStore, StoreLimits
 
 NAMES = ["verl_reward_mean", "verl_kl_coef", "verl_stage_seconds"]
 

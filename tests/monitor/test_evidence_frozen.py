@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from alerting.evidence import Evidence, SeriesWindow
-from monitor.evidence import EvidenceCapture
-from monitor.store import CHUNK, Series, SeriesStore, StoreLimits
+from monitor.book.evidence import EvidenceCapture
+from monitor.series.store import CHUNK, Series, SeriesStore, StoreLimits
 
 
 def _fill(s: Series, n: int, t0: float = 1.7e9) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from alerting.clock import SimulatedClock
 from monitor.detectors.hang import StepOverrunDetector
+from monitor.evaluation.rules import load_rule_files
 from monitor.pipeline import Pipeline
 from monitor.replay import replay
-from monitor.rules import load_rule_files
 from monitor.sources.tail_state import OffsetStore
 from monitor.sources.verl_jsonl import IN_PROGRESS, JsonlTail, RunLiveness, in_progress
 

@@ -16,10 +16,9 @@ import httpx
 import pytest
 
 from alerting.clock import SimulatedClock
-from monitor.config import PromAPIConfig
 from monitor.model import SourceBatch
 from monitor.sources.base import Round
-from monitor.sources.prom_api import PromQuerySource, query_range
+from monitor.sources.prom_api import PromAPIConfig, PromQuerySource, query_range
 from tests.monitor.monitor_http import RunningDaemon, wait_for
 from tests.monitor.test_monitor_blind import config
 

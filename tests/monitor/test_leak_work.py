@@ -15,8 +15,8 @@ import pytest
 
 from monitor.detectors.leak import LeakDetector
 from monitor.detectors.work import WorkLog
+from monitor.evaluation.rules import RuleError, load_rule_files, load_rules
 from monitor.replay import replay
-from monitor.rules import RuleError, load_rule_files, load_rules
 
 GIB = 2.0**30
 T0 = 1_767_225_600.0

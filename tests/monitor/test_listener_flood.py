@@ -15,7 +15,7 @@ import pytest
 import yaml
 from monitor_http import RunningDaemon, metric
 
-from monitor.httpguard import GuardedServer
+from monitor.endpoints.httpguard import GuardedServer
 
 
 def _config(tmp: Path, **extra: object) -> Path:

@@ -11,7 +11,7 @@ import httpx
 
 from alerting.model import Alert, fingerprint
 from alerting.silence import SilenceStore
-from monitor.httpguard import GuardedServer
+from monitor.endpoints.httpguard import GuardedServer
 
 
 async def hello(scope, receive, send) -> None:  # noqa: ANN001

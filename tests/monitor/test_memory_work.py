@@ -13,7 +13,7 @@ import numpy as np
 
 from monitor.detectors.exhaustion import ExhaustionDetector
 from monitor.detectors.reference import ReferenceRiseDetector
-from monitor.rules import load_rule_files
+from monitor.evaluation.rules import load_rule_files
 from tests.monitor.test_hang import T0, _fired, _live
 
 GB = 1e9

@@ -6,8 +6,8 @@ import sqlite3
 from pathlib import Path
 
 from alerting.clock import SimulatedClock
+from monitor.evaluation.rules import load_rules
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rules
 
 RULES = """
 rules:
@@ -99,7 +99,7 @@ def test_an_alerts_generator_url_answers_from_the_alert_book_after_it_resolved(t
 
     import httpx
 
-    from monitor.api import MonitorAPI
+    from monitor.endpoints.api import MonitorAPI
 
     clock, recs = SimulatedClock(0), []
     p = make(tmp_path, clock, recs)

@@ -253,9 +253,9 @@ def post(port: int, payload: bytes, headers: str | None = None) -> tuple[int, by
 
 @pytest.fixture
 def api_daemon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import monitor.api
+    import monitor.endpoints.api
 
-    monkeypatch.setattr(monitor.api, "READ_DEADLINE_S", 1.0)
+    monkeypatch.setattr(monitor.endpoints.api, "READ_DEADLINE_S", 1.0)
     d = RunningDaemon(config(tmp_path, []))
     yield d
     d.stop()

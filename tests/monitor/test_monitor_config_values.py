@@ -78,7 +78,7 @@ def test_hostile_files_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Captu
 
 def test_a_bomb_in_a_rules_file_is_refused(tmp_path: Path) -> None:
     write(tmp_path, BOMB, "rules.yaml")
-    from monitor.rules import RuleError, load_rules
+    from monitor.evaluation.rules import RuleError, load_rules
 
     with pytest.raises(RuleError, match=r"rules file .*rules\.yaml line 2: not valid YAML \(YAML alias"):
         load_rules(tmp_path / "rules.yaml")
@@ -129,7 +129,7 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
     from types import SimpleNamespace
 
     from alerting.clock import SimulatedClock
-    from monitor import alerting_stage
+    from monitor.book import alerting_stage
     from monitor.sources.base import Round, TopPrompts
     from monitor.sources.reward_outliers import RewardOutlierSource
 
@@ -176,7 +176,7 @@ def test_reward_outliers_are_fetched_with_the_targets_token(tmp_path: Path, monk
 
 
 def test_a_nodes_reward_outliers_come_from_its_own_target_else_one_without_a_node() -> None:
-    from monitor.annotate import RewardOutliers
+    from monitor.book.annotate import RewardOutliers
 
     outliers = RewardOutliers([("a", "n1"), ("b", None)], {"a": ["pa"], "b": ["pb"]})
     assert outliers.for_node("n1") == ["pa"] and outliers.for_node("n2") == ["pb"]

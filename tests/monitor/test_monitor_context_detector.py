@@ -158,7 +158,7 @@ def test_default_rule_flags_a_grad_norm_burst_inside_its_range() -> None:
 
 
 def test_every_unusual_training_metric_rule_names_its_signal_and_renders() -> None:
-    from monitor.rules import load_rule_files
+    from monitor.evaluation.rules import load_rule_files
 
     rules = [r for r in load_rule_files(None) if r.alert == "UnusualTrainingMetric"]
     assert {r.labels["signal"] for r in rules} == {"entropy", "grad_norm", "clip_fraction", "critic_loss",

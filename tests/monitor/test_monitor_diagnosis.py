@@ -1,5 +1,5 @@
 """Each decision procedure on its own (alerting/procedures.py) over the evidence the monitor captures
-(monitor/evidence.py) for the alerts' nodes: the positive case names the cause with live values and sources, the "must not
+(monitor/book/evidence.py) for the alerts' nodes: the positive case names the cause with live values and sources, the "must not
 claim" negatives name nothing unmeasured, and missing evidence is said to be missing."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from alerting.findings import Case
 from alerting.model import Alert
 from alerting.procedures import data_loading, diagnose, kl_coef, memory_growth, reward_model, rollout_backlog
 from alerting.sink import diagnosis_needs
-from monitor.evidence import EvidenceCapture
-from monitor.store import SeriesStore
+from monitor.book.evidence import EvidenceCapture
+from monitor.series.store import SeriesStore
 from tests.monitor.recording_sink import RecordingSink
 
 T0 = 1_767_225_600.0
@@ -295,8 +295,8 @@ def test_captured_evidence_is_a_copy_for_the_alerts_nodes_only() -> None:
 
 
 def test_the_pipeline_hands_evidence_forward_with_alerts_and_refreshes_it_while_they_fire(tmp_path) -> None:  # noqa: ANN001
+    from monitor.evaluation.rules import load_rules
     from monitor.pipeline import Pipeline
-    from monitor.rules import load_rules
 
     rules = tmp_path / "r.yaml"
     rules.write_text("rules:\n  - {alert: KLDriftDetected, severity: P2, select: verl_kl_divergence,\n"

@@ -21,8 +21,8 @@ from alerting.clock import SimulatedClock
 from alerting.model import Alert
 from monitor.cli import main
 from monitor.config import DEFAULT_TARGET, MonitorConfigError
+from monitor.evaluation.rules import load_rule_files
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files
 from monitor.run_flags import default_config, target_from_url
 from monitor.sources.alertmanager import parse_webhook
 from monitor.sources.prom_text import Target, scrape
@@ -254,7 +254,7 @@ def test_state_db_from_before_gains_the_new_columns(tmp_path: Path) -> None:
     import json
     import sqlite3
 
-    from monitor.alerts import AlertBook
+    from monitor.book.alerts import AlertBook
 
     db = sqlite3.connect(tmp_path / "state.db")
     db.executescript("""

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from monitor_scenarios import T0, firing, run, times
 
-from monitor.rules import RuleError, load_rule_files, load_rules
-from monitor.selectors import parse_selector
+from monitor.evaluation.rules import RuleError, load_rule_files, load_rules
+from monitor.series.selectors import parse_selector
 from monitor.sources import ray_state, stragglers, verl_checkpoints
 from monitor.sources.alertmanager import CATALOGUE
 from monitor.sources.prom_text import parse_exposition

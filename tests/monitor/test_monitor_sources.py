@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from monitor.model import Sample, SourceBatch, resolve_node
+from monitor.series.store import SeriesStore, StoreLimits
 from monitor.sources.alertmanager import PayloadError, parse_webhook
 from monitor.sources.dmon import DmonParser
 from monitor.sources.prom_api import chunks, query_range
 from monitor.sources.prom_text import parse_exposition
 from monitor.sources.relabel import relabel
 from monitor.sources.verl_jsonl import JsonlTail
-from monitor.store import SeriesStore, StoreLimits
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -15,8 +15,8 @@ from alerting.clock import SimulatedClock
 from alerting.vocabulary import Vocabulary
 from benchmarks.verl_runs import RunSpec, write_finished
 from monitor.cli import main
+from monitor.evaluation.rules import load_rule_files, load_rules
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files, load_rules
 
 T0 = 1_767_225_600.0
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from alerting.clock import SimulatedClock
+from monitor.evaluation.rules import load_rule_files
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files
 from monitor.sources.prom_text import parse_exposition
 from verl.metrics.registry import MetricsRegistry
 

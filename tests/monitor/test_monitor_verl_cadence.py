@@ -16,8 +16,8 @@ from benchmarks.verl_runs import RunSpec, write_finished
 from monitor import cli
 from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.staleness import StalenessDetector
+from monitor.evaluation.rules import RuleError, load_rule_files, load_rules
 from monitor.replay import replay
-from monitor.rules import RuleError, load_rule_files, load_rules
 from verl.config import TrainerConfigError, load_config
 
 RULES = load_rule_files(None)

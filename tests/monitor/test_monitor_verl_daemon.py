@@ -15,9 +15,9 @@ from monitor_http import RunningDaemon, metric, wait_for
 from alerting.clock import SimulatedClock
 from benchmarks.verl_runs import RunSpec, encode, generate
 from monitor.config import MonitorConfigError, load_config
+from monitor.evaluation.rules import load_rule_files
 from monitor.model import Sample, SourceBatch
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files
 from monitor.sources.relabel import relabel
 from monitor.sources.verl_jsonl import JsonlTail
 

@@ -15,11 +15,11 @@ import yaml
 import monitor.daemon as daemon_mod
 from alerting.clock import SimulatedClock
 from monitor.config import MonitorConfigError, load_config
+from monitor.evaluation.rules import load_rule_files
 from monitor.model import Sample
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files
+from monitor.series.store import Series, SeriesStore, StoreLimits
 from monitor.sources.prom_text import Target, scrape
-from monitor.store import Series, SeriesStore, StoreLimits
 
 T0 = 1_700_000_000.0
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from alerting.clock import SimulatedClock
 from alerting.vocabulary import Vocabulary
-from monitor.annotate import PLOT_BURST, PLOT_REFILL_S, Annotator
+from monitor.book.annotate import PLOT_BURST, PLOT_REFILL_S, Annotator
 
 
 def test_plots_past_the_burst_wait_for_the_bucket_to_refill(tmp_path: Path) -> None:

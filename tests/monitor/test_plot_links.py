@@ -17,8 +17,8 @@ from alerting.model import Alert, Notification
 from alerting.notifiers import build_notifier
 from alerting.templates import render
 from harness.standin import WeComStandIn
-from monitor.api import MonitorAPI
-from monitor.plotlinks import PlotLinks
+from monitor.book.plotlinks import PlotLinks
+from monitor.endpoints.api import MonitorAPI
 from tests.alerting.helpers import T0, receiver
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -65,8 +65,8 @@ def test_wecom_sends_the_plot_the_alert_carries_not_over_http(tmp_path: Path) ->
 
 def test_the_annotate_stage_puts_the_signed_link_and_the_png_path_on_the_alert(tmp_path: Path) -> None:
     from alerting.clock import SimulatedClock
+    from monitor.evaluation.rules import load_rules
     from monitor.pipeline import Pipeline
-    from monitor.rules import load_rules
     from tests.monitor.recording_sink import RecordingSink as Recorder
 
     rules = tmp_path / "r.yaml"

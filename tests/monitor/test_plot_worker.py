@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from monitor.plot_worker import PlotWorker
-from monitor.plots import fit_png
+from monitor.book.plot_worker import PlotWorker
+from monitor.book.plots import fit_png
 
 T0 = 1_767_225_600.0
 
@@ -26,7 +26,7 @@ def _series() -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
 
 
 def test_the_child_renders_the_in_process_png_and_the_parent_never_imports_matplotlib(tmp_path: Path) -> None:
-    code = ("import sys, pickle, numpy as np; from monitor.plot_worker import PlotWorker; "
+    code = ("import sys, pickle, numpy as np; from monitor.book.plot_worker import PlotWorker; "
             "t, v, d = pickle.load(open(sys.argv[1], 'rb')); w = PlotWorker(); "
             "png = w.render(t, v, d, 'KLDriftDetected kl node=gpu-1', 'verl_kl'); w.close(); "
             "open(sys.argv[2], 'wb').write(png); print('matplotlib' in sys.modules, w.children_started, w.failures)")
@@ -74,7 +74,7 @@ def test_an_idle_child_exits_and_a_render_error_costs_only_that_plot() -> None:
 
 
 def test_the_annotate_stage_writes_the_childs_png_at_the_alerts_path(tmp_path: Path) -> None:
-    from monitor.annotate import _render_quietly
+    from monitor.book.annotate import _render_quietly
 
     t, v, d = _series()
     worker = PlotWorker()

@@ -9,9 +9,9 @@ import numpy as np
 from monitor.detectors.base import median
 from monitor.detectors.events import CounterIncreaseDetector
 from monitor.detectors.threshold import BaselineRatioDetector
-from monitor.evaluator import Evaluator
-from monitor.rules import load_rule_files
-from monitor.store import Series
+from monitor.evaluation.evaluator import Evaluator
+from monitor.evaluation.rules import load_rule_files
+from monitor.series.store import Series
 
 
 def _state(d: CounterIncreaseDetector) -> tuple:

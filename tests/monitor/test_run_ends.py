@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from alerting.clock import SimulatedClock
+from monitor.evaluation.rules import load_rule_files
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files
 from monitor.sources.tail_state import OffsetStore
 from monitor.sources.verl_jsonl import JsonlTail, RunLiveness
 from tests.monitor.test_hang import T0, _fired, _live, record

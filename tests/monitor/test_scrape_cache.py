@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from monitor.series.store import SeriesStore, StoreLimits, series_key
 from monitor.sources.prom_text import parse_exposition
 from monitor.sources.scrape_cache import ScrapeCache, from_layout
-from monitor.store import SeriesStore, StoreLimits, series_key
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm-exporter-sample.prom"
 

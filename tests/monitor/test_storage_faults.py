@@ -21,8 +21,8 @@ from alerting.engine import AlertEngine
 from harness.crashpoint import RULES, T0, engine_config
 from harness.standin import WebhookStandIn
 from harness.storagefault import FULL, Faulty, inject
+from monitor.evaluation.rules import load_rules
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rules
 
 READ_ONLY = sqlite3.OperationalError("attempt to write a readonly database")
 

@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 
-from monitor.store import BLOCK, CHUNK, MERGE_FROM, Series
+from monitor.series.store import BLOCK, CHUNK, MERGE_FROM, Series
 
 
 def _samples(n: int, seed: int, odd_every: int = 0) -> list[tuple[float, float]]:

@@ -1,4 +1,4 @@
-"""A series' ring is sized by what reads it (monitor/history.py, monitor/evidence.py): a series a plotting rule
+"""A series' ring is sized by what reads it (monitor/evaluation/history.py, monitor/book/evidence.py): a series a plotting rule
 binds holds the rule's window and the plot's context, one nothing reads (no plot, no diagnosis: a
 non-plotting rule's detector keeps its own window) a short history, a reader that needs more later grows it
 from then on, and the diagnosis reads no more of the short evidence series."""
@@ -16,12 +16,12 @@ from alerting.evidence import Evidence, SeriesWindow
 from alerting.findings import Case
 from alerting.model import Alert
 from alerting.procedures import EVIDENCE_SERIES, PROCEDURES
-from monitor import history
+from monitor.book.evidence import NEWEST_ONLY
 from monitor.detectors import registry
-from monitor.evidence import NEWEST_ONLY
+from monitor.evaluation import history
+from monitor.evaluation.rules import load_rule_files, load_rules
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rule_files, load_rules
-from monitor.store import UNREAD_HISTORY, Series, SeriesStore, StoreLimits, series_key
+from monitor.series.store import UNREAD_HISTORY, Series, SeriesStore, StoreLimits, series_key
 
 T0 = 1_767_225_600.0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monitor.store import CHUNK, Series
+from monitor.series.store import CHUNK, Series
 
 
 @pytest.mark.parametrize("capacity", [1, 5, CHUNK, CHUNK + 1, 100, 2 * CHUNK, 4096])
@@ -29,7 +29,7 @@ def test_window_and_interval_are_those_of_the_last_capacity_samples(capacity: in
 
 
 def test_interval_after_a_seal_reads_the_kept_tail_not_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    from monitor import chunks
+    from monitor.series import chunks
 
     rng = np.random.default_rng(5)
     s = Series("x", {}, 4096, 0)

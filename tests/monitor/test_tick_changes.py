@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from alerting.clock import SimulatedClock
-from monitor.alerts import AlertBook
-from monitor.evaluator import Evaluator
-from monitor.instances import Evaluation
+from monitor.book.alerts import AlertBook
+from monitor.evaluation.evaluator import Evaluator
+from monitor.evaluation.instances import Evaluation
+from monitor.evaluation.rules import load_rules
 from monitor.model import Sample
 from monitor.pipeline import Pipeline
-from monitor.rules import load_rules
 
 T0 = 1_700_000_000.0
 RULES = """

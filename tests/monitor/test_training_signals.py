@@ -9,9 +9,9 @@ import yaml
 from monitor_scenarios import T0, firing, run
 
 from alerting import catalogue
-from monitor import signals
 from monitor.detectors.run_reference import RunReferenceDetector
-from monitor.rules import DEFAULT_RULES, load_rule_files
+from monitor.evaluation import signals
+from monitor.evaluation.rules import DEFAULT_RULES, load_rule_files
 from monitor.sources.verl_keys import map_key
 
 NODE = {"node": "gpu-08", "job": "verl_jsonl"}

@@ -281,8 +281,8 @@ def test_prometheus_rules_stay_quiet_on_a_clean_run(stack: Stack) -> None:
 
 
 def test_monitor_replaying_the_run_from_prometheus_finds_nothing(stack: Stack) -> None:
+    from monitor.evaluation.rules import load_rule_files
     from monitor.replay import run_recording
-    from monitor.rules import load_rule_files
     from monitor.sources.prom_api import query_range
     from monitor.sources.recorded import from_columns
 

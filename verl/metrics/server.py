@@ -57,7 +57,7 @@ class _BoundedServer(ThreadingHTTPServer):
     """At most MAX_CONNECTIONS connections (beyond: closed at once, no thread), and each one shut down
     REQUEST_DEADLINE_S after it was accepted: the socket timeout alone is per read, so a client
     dripping the request line a byte at a time (a slowloris) would hold its thread for ever. The
-    monitor's listeners do the same with a header deadline (monitor/httpguard.py; verl imports no
+    monitor's listeners do the same with a header deadline (monitor/endpoints/httpguard.py; verl imports no
     monitor code). The routes are GET-only and small, so a whole-request deadline is enough here."""
 
     daemon_threads = True

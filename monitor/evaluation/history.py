@@ -19,7 +19,7 @@ from functools import cache
 
 from monitor.detectors import registry
 from monitor.detectors.cadence import scaled
-from monitor.rules import Rule
+from monitor.evaluation.rules import Rule
 
 MARGIN = 1.25  # intervals jitter around their median: a span of S s may hold more than S / interval samples
 PLOT_CONTEXT = 2.0  # the plot shows as much history before the detector's window as inside it

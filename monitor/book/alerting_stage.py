@@ -12,10 +12,10 @@ from typing import Any
 from alerting.clock import Clock
 from alerting.durable import StorageHealth
 from alerting.sink import AlertSink
-from monitor.annotate import RewardOutliers
+from monitor.book.annotate import RewardOutliers
+from monitor.book.plotlinks import PlotLinks
 from monitor.config import MonitorConfig
-from monitor.metrics import MonitorMetrics
-from monitor.plotlinks import PlotLinks
+from monitor.endpoints.metrics import MonitorMetrics
 
 
 def build_engine(config: MonitorConfig, clock: Clock, metrics: MonitorMetrics,

@@ -27,11 +27,11 @@ from alerting.model import fingerprint
 from monitor.detectors.base import Finding
 from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.work import WorkLog
-from monitor.history import samples_needed
-from monitor.instances import NOT_CALM, Binding, Candidate, Evaluation, binding_value
+from monitor.evaluation.history import samples_needed
+from monitor.evaluation.instances import NOT_CALM, Binding, Candidate, Evaluation, binding_value
+from monitor.evaluation.rules import SERIES_NAME_LABEL, Rule
 from monitor.model import PLUMBING_LABELS
-from monitor.rules import SERIES_NAME_LABEL, Rule
-from monitor.store import Series
+from monitor.series.store import Series
 
 STALE_INTERVALS = 3.0
 LONG_GAP_MARGIN = 1.5
@@ -47,7 +47,7 @@ class Evaluator:
     def __init__(self, rules: list[Rule], cluster: str = "default", stale_after_s: float = 300.0,
                  reserve: Callable[[Series, float], None] | None = None) -> None:
         """``reserve(series, samples)``: give the series' ring room for the history its bindings read
-        (``monitor.history``; the pipeline caps it at the store's capacity). None: rings are left alone."""
+        (``monitor.evaluation.history``; the pipeline caps it at the store's capacity). None: rings are left alone."""
         self.rules = rules
         self.reserve = reserve
         self.cluster = cluster

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from monitor.plots import fit_png
+from monitor.book.plots import fit_png
 
 log = logging.getLogger("monitor.plots")
 
@@ -103,9 +103,9 @@ class PlotWorker:
         # speaking multiprocessing's framed pickles over two pipes.
         job_r, job_w = os.pipe()
         res_r, res_w = os.pipe()
-        root = str(Path(__file__).resolve().parent.parent)  # this monitor package, whatever the cwd
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding this monitor package, whatever the cwd
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-        code = "import sys; from monitor.plot_worker import child_main; child_main(sys.argv[1:])"
+        code = "import sys; from monitor.book.plot_worker import child_main; child_main(sys.argv[1:])"
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", code, str(job_r), str(res_w), repr(self.idle_s), str(self.max_jobs)],

@@ -35,8 +35,8 @@ from alerting.durable import STORAGE_ERRORS, Backoff, StorageHealth, committed, 
 from alerting.evidence import Evidence
 from alerting.model import Alert
 from alerting.translog import TransitionLog
-from monitor.deadlines import Deadlines
-from monitor.instances import AlertState, Annotated, Candidate, Evaluation
+from monitor.book.deadlines import Deadlines
+from monitor.evaluation.instances import AlertState, Annotated, Candidate, Evaluation
 
 Explain = Callable[[list[Alert]], Evidence]  # the evidence measured for new transitions
 

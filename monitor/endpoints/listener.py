@@ -1,5 +1,5 @@
-"""The daemon's one listener: the JSON API (``monitor.api``) and the console (``monitor.web``) on one
-port, served by uvicorn with the guards of ``monitor.httpguard``, whose closings are counted on /metrics."""
+"""The daemon's one listener: the JSON API (``monitor.endpoints.api``) and the console (``monitor.web``) on one
+port, served by uvicorn with the guards of ``monitor.endpoints.httpguard``, whose closings are counted on /metrics."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily
 
-from monitor.api import MonitorAPI
-from monitor.httpguard import GuardedServer
+from monitor.endpoints.api import MonitorAPI
+from monitor.endpoints.httpguard import GuardedServer
 from monitor.web.app import build_app
 
 log = logging.getLogger("monitor.listener")

@@ -14,9 +14,9 @@ from typing import Any
 
 from alerting.clock import Clock
 from alerting.vocabulary import Vocabulary
-from monitor.instances import Annotated, Candidate
-from monitor.plot_worker import PlotWorker
-from monitor.plots import render_fit, write_png
+from monitor.book.plot_worker import PlotWorker
+from monitor.book.plots import render_fit, write_png
+from monitor.evaluation.instances import Annotated, Candidate
 
 log = logging.getLogger("monitor.annotate")
 # Plots in an alert storm: a PNG costs ~0.1-0.3 CPU s of matplotlib, and a fleet-wide event (a random walk
@@ -55,7 +55,7 @@ class Annotator:
         self.plot_prefix: str | None = None
         self.plot_executor: Any = None  # set by the daemon: PNGs render in a worker thread
         self.plot_worker: PlotWorker | None = None  # set by the daemon: matplotlib runs in a child process
-        self.plot_links: Any = None  # monitor.plotlinks.PlotLinks: signed links when the API has a token
+        self.plot_links: Any = None  # monitor.book.plotlinks.PlotLinks: signed links when the API has a token
         self._plot_tokens = float(PLOT_BURST)
         self._plot_at: float | None = None
         self.plots_skipped = 0

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from monitor import chunks
-from monitor.selectors import Selector
+from monitor.series import chunks
+from monitor.series.selectors import Selector
 
 SeriesKey = tuple[str, tuple[str, ...]]
 CHUNK = 64  # samples per compressed chunk: a longer history is sealed chunks behind a raw head of this size
@@ -52,7 +52,7 @@ class Series:
     capacity with ``reserve`` (monitor/README.md, "Series store").
 
     A short history (``capacity <= CHUNK``) is one raw ring of exactly that size. A longer one is a raw head
-    of up to ``CHUNK`` samples (its buffer grows 16, 32, 64 as it fills) and the chunks sealed before it, each compressed losslessly (``monitor.chunks``,
+    of up to ``CHUNK`` samples (its buffer grows 16, 32, 64 as it fills) and the chunks sealed before it, each compressed losslessly (``monitor.series.chunks``,
     ~3-5 B a sample against 16): the memory of a full history is ~5x smaller, it is allocated when the
     sample comes rather than by doubling, and only a plot, a diagnosis or a re-sized step-cadence detector
     (``detectors/cadence.py``, replaying its series) decodes it."""

@@ -13,8 +13,8 @@ from typing import Any
 
 from alerting.model import Alert
 from monitor.detectors.base import Detector, Finding
-from monitor.rules import Rule
-from monitor.store import Series
+from monitor.evaluation.rules import Rule
+from monitor.series.store import Series
 
 NOT_CALM = -math.inf  # a binding's ``calm_until`` while the evaluator's tick must look at it
 _NO_LABELS: dict[str, str] = {}  # every binding's labels until the evaluator's ``_identity`` replaces them (never mutated)

@@ -45,9 +45,9 @@ from monitor.detectors import registry
 from monitor.detectors.cadence import CadenceScaled
 from monitor.detectors.work import WorkLog
 from monitor.errors import MonitorConfigError
-from monitor.selectors import Selector, SelectorError, parse_selector
+from monitor.series.selectors import Selector, SelectorError, parse_selector
 
-DEFAULT_RULES = Path(__file__).parent / "rules" / "default.yaml"
+DEFAULT_RULES = Path(__file__).parents[1] / "rules" / "default.yaml"
 SERIES_NAME_LABEL = "$__name__"
 
 _RULE_KEYS = {"alert", "severity", "for", "for_steps", "keep_firing_for", "keep_firing_for_steps", "select", "detector", "when", "labels",
@@ -253,8 +253,10 @@ def load_rules(path: str | Path) -> list[Rule]:
         raise RuleError(f"rules file {path}: expected a top-level 'rules:' list")
     rules = [_rule(r, f"{path}: rules[{i}]") for i, r in enumerate(doc["rules"])]
     if path.resolve() == DEFAULT_RULES.resolve():
-        # the training-signal catalogue's rules are part of the default rules (monitor/signals.py)
-        from monitor import signals  # deferred: signals imports the verl key table, rules must load alone
+        # the training-signal catalogue's rules are part of the default rules (monitor/evaluation/signals.py)
+        from monitor.evaluation import (
+            signals,  # deferred: signals imports the verl key table, rules must load alone
+        )
 
         rules += [_rule(r, f"{signals.PATH}: {r['alert']} ({r.get('labels', {}).get('signal', 'uncatalogued')})")
                   for r in signals.load().rule_dicts()]

@@ -3,7 +3,7 @@
 The routes below are plain synchronous logic over an ``Exchange`` (the request as read, the answer as
 written); ``endpoint`` is the thin ASGI adapter: it reads the body under the size limit and the read
 deadline on the server's event loop, then runs the route in a worker thread (routes take the daemon's
-lock). The server is uvicorn with the guards of ``monitor.httpguard``; the console (``monitor.web``)
+lock). The server is uvicorn with the guards of ``monitor.endpoints.httpguard``; the console (``monitor.web``)
 shares its port and token."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from alerting.matchers import all_match, parse_matcher
 from monitor.durations import DurationError, parse_duration
-from monitor.httpguard import OVERSIZE, GuardedServer
+from monitor.endpoints.httpguard import OVERSIZE, GuardedServer
 from monitor.sources.alertmanager import PayloadError, parse_webhook
 
 log = logging.getLogger("monitor.api")
@@ -71,13 +71,13 @@ class MonitorAPI:
 
     def __init__(self, daemon: Any, host: str, port: int, token: str | None,
                  app: Callable[[MonitorAPI], Any] | None = None) -> None:
-        """``app(api)``: the ASGI app to serve (``monitor.listener`` passes the console's, which ends in
+        """``app(api)``: the ASGI app to serve (``monitor.endpoints.listener`` passes the console's, which ends in
         ``endpoint``); without one, the JSON API alone. Bound at once: OSError when the port is taken."""
         self.daemon = daemon
         self.token = token
         asgi = app(self) if app is not None else Starlette(routes=[Route("/{rest:path}", self.endpoint, methods=METHODS)])
         # request line and headers within READ_DEADLINE_S, 128 connections, API clients shed before
-        # /healthz, /metrics and the webhook (monitor.httpguard)
+        # /healthz, /metrics and the webhook (monitor.endpoints.httpguard)
         self.server = GuardedServer(asgi, host, port, header_deadline_s=READ_DEADLINE_S, max_body=MAX_BODY,
                                     always_served=("/healthz", "/metrics", WEBHOOK_PATH))
 
@@ -172,7 +172,7 @@ class MonitorAPI:
         return hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode())
 
     def _signed_plot(self, h: Exchange) -> bool:
-        """A plot link the monitor signed (monitor.plotlinks): people open it from chat without a token."""
+        """A plot link the monitor signed (monitor.book.plotlinks): people open it from chat without a token."""
         links = getattr(self.daemon.pipeline.annotator, "plot_links", None)
         path, _, query = h.path.partition("?")
         m = _PLOT_RE.match(path)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from alerting.evidence import Evidence, NonFiniteTimes, SeriesWindow
-from monitor.store import Series, SeriesKey, SeriesStore
+from monitor.series.store import Series, SeriesKey, SeriesStore
 
 NONFINITE_KEPT = 256    # NaN/Inf sample times remembered per series
 # Evidence series the procedures read only at their newest sample (``latest``/``readings``): the per-GPU

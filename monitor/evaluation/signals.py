@@ -20,7 +20,7 @@ from alerting.safe_config import load_yaml_file
 from monitor.errors import MonitorConfigError
 from monitor.sources.verl_keys import map_key
 
-PATH = Path(__file__).parent / "rules" / "signals.yaml"
+PATH = Path(__file__).parents[1] / "rules" / "signals.yaml"
 JOB = "verl_jsonl"
 UNMAPPED_PREFIX = "verl_jsonl_"  # verl_keys.unknown_name
 DIRECTIONS = {"up", "down"}
@@ -96,7 +96,7 @@ def _detector(defaults: dict[str, Any], judge: dict[str, Any]) -> dict[str, Any]
     """The rule's detector: the warm-up is the rule's (``warmup_steps``), not the detector's, so the series'
     ring reserves the few samples its step time is measured from. (At ~1-h steps a series unseen for an hour
     before 4 samples gave it an interval lives by its source's cadence, young keys' first gaps included:
-    monitor/store.py's evict_stale.)"""
+    monitor/series/store.py's evict_stale.)"""
     params = {**defaults, **judge}
     warmup = int(params.pop("warmup", 0))
     return {"type": "run_reference", **params, "warmup": 0, "warmup_steps": warmup}

@@ -47,13 +47,18 @@ def save(root: Path, step: int, *, tracker: bool = True, finished: bool = True, 
 
 def poll_until_scanned(w: CheckpointWatch, now: float) -> SourceBatch:
     """The series of a scan started after this call (a scan still running from before is waited out:
-    it may have read the directory before the test changed it)."""
+    it may have read the directory before the test changed it). A "hung" report is not a scan: a test's
+    jump of ``now`` past the watch's hung_after_s, while that earlier scan still runs on a loaded machine,
+    reports one, and the earlier scan's stale series would then come back as this call's."""
+    def scanned(batch: SourceBatch) -> bool:
+        return bool(batch.samples) or any(reason != "checkpoint_dir_hung" for reason in batch.errors)
+
     batch = SourceBatch("t")
     for _ in range(2):
         batch = SourceBatch("t")
         w.poll(now, batch)  # hands back a finished scan and starts the next one
         deadline = time.monotonic() + 5
-        while not batch.samples and not batch.errors and time.monotonic() < deadline:
+        while not scanned(batch) and time.monotonic() < deadline:
             time.sleep(0.01)
             w.poll(now, batch)
     return batch

@@ -59,7 +59,7 @@ TIMER_MAX_WAIT_S = 1.0
 log = logging.getLogger("verl.alerting")
 
 
-class AlertEngine(EngineViews):
+class AlertEngine:
     """correlate -> route (group/inhibit/silence/repeat) -> outbox -> notifiers; durable in SQLite."""
 
     def __init__(self, config: AlertingConfig, db_path: str | Path, clock: Clock,
@@ -100,9 +100,10 @@ class AlertEngine(EngineViews):
             if hasattr(n, "external_url"):
                 n.external_url = config.monitor_url  # type: ignore[attr-defined]
         self.notify = NotifyStage(config, self.outbox, self.notifiers, self.metrics, self._record)
-        self.delivery = DeliveryWorkers(self.notify, self.lock, lambda op: self._transaction(op, reload=False),
+        self.delivery = DeliveryWorkers(self.notify, self.lock, lambda op: self.transaction(op, reload=False),
                                         clock, self._save_limiters, self.db_name)
         self.history: dict[str, Alert] = {}
+        self.views = EngineViews(self)  # what people see and change: alerts, incidents, silences
         self.own_log = self.log = TransitionLog(self.conn)  # until ``follow`` names another
         self._evidence_at = 0  # the newest evidence snapshot of the followed log taken
         self.log_health = TransitionLogHealth(self.metrics.log_problems, self.health)
@@ -118,7 +119,7 @@ class AlertEngine(EngineViews):
     def _record(self, rec: dict[str, Any]) -> None:
         self.on_record(rec)
 
-    def _transaction(self, op: str, reload: bool = True) -> AbstractContextManager[None]:
+    def transaction(self, op: str, reload: bool = True) -> AbstractContextManager[None]:
         """Stage changes and their snapshot commit together, so a crash cannot queue a notification
         whose notification-log entry is lost (or the reverse). No HTTP happens inside. When the write
         fails the in-memory stages are rebuilt from what is committed (``reload``: the change is not
@@ -147,7 +148,7 @@ class AlertEngine(EngineViews):
             return
         if fresh is not None:
             self.conn = self.outbox.conn = self.silences_store.conn = self.own_log.conn = fresh
-            self._save_silences()
+            self.views.save_silences()
 
     def _page_pending(self, fp: str, now: float) -> bool:
         """True while ``fp`` fires but its page has not flushed into the outbox yet (held for correlation,
@@ -200,7 +201,7 @@ class AlertEngine(EngineViews):
                 evidence = evidence or logged[1]
             if not rows and not alerts and evidence is None and logged is None:
                 return 0
-            with self._transaction("catch_up"):
+            with self.transaction("catch_up"):
                 now = self.clock.now()
                 if alerts:  # a fresh cursor catches up on the log as it was, then takes these
                     rows = self.cursor.due() if self.cursor.at is None else []
@@ -245,7 +246,7 @@ class AlertEngine(EngineViews):
             MuteStage("inhibit", lambda now: self.inhibitor.muting(self.dispatcher.active_alerts())),
             MuteStage("silence", self.silences_store.muting)], DedupStage(self.config.route, self.config.receivers))
 
-    def _muted_fn(self, now: float) -> Callable[[Alert], bool]:
+    def muted(self, now: float) -> Callable[[Alert], bool]:
         inhibited = self.inhibitor.muting(self.dispatcher.active_alerts())
         silenced = self.silences_store.muting(now)
         return lambda a: silenced(a) or inhibited(a)
@@ -271,7 +272,7 @@ class AlertEngine(EngineViews):
             now = self.clock.now()
             self._check_file()
             try:
-                with self._transaction("flush"):
+                with self.transaction("flush"):
                     changed = self._flush(now)
                     pruning = now - self._pruned_at >= PRUNE_EVERY_S
                     if pruning:
@@ -281,7 +282,7 @@ class AlertEngine(EngineViews):
             except StorageUnavailable:
                 changed = pruning = False  # not applied: the same groups flush again on a later tick
             if pruning:  # also picks up silences that verl-alert wrote straight into the database
-                self._save_silences()
+                self.views.save_silences()
             if self.delivery.running:
                 if changed:
                     self.delivery.wake()
@@ -438,7 +439,7 @@ class AlertEngine(EngineViews):
             self.stop_delivery()
         with self.lock:
             try:
-                with self._transaction("close", reload=False):
+                with self.transaction("close", reload=False):
                     self._save()
             except StorageUnavailable:
                 pass  # already counted and logged; what was committed before stands

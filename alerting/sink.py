@@ -5,8 +5,8 @@ build time: it subscribes to the alert book's transition log (``alerting.translo
 
 Nothing crosses at runtime but rows of that log: transitions and the evidence snapshots that explain
 them, written in the book's transactions and read by the engine on its own thread and connection.
-``AlertViews`` is what the monitor's HTTP surface (console, API, /healthz) shows of the engine, on the
-listener's thread, never on the scrape loop's."""
+``AlertSink.views`` (``AlertViews``) is what the monitor's HTTP surface (console, API) shows of the engine
+and changes in it, on the listener's thread, never on the scrape loop's."""
 
 from __future__ import annotations
 
@@ -42,16 +42,10 @@ class LogFollower(Protocol):
 
 
 class AlertViews(Protocol):
-    """The alerting engine as the monitor's HTTP surface and lifecycle see it."""
+    """What the monitor's HTTP surface (API, console) shows of the engine and changes in it
+    (``alerting.engine_views.EngineViews``)."""
 
-    def start(self, monitor_url: str = "") -> None:
-        """Daemon mode: following the log, timers and delivery workers in threads of their own; chat
-        links open ``monitor_url`` (the console) unless the engine's config names one."""
-
-    def problems(self) -> list[str]:
-        """/healthz reasons: delivery workers stuck or dead, outcomes not written, transitions not taken."""
-
-    def oldest_undelivered(self) -> float | None: ...
+    def alerts(self) -> list[dict[str, Any]]: ...
 
     def incidents(self) -> list[dict[str, Any]]: ...
 
@@ -73,8 +67,20 @@ class AlertViews(Protocol):
 
     def expire_silence(self, silence_id: str) -> bool: ...
 
+
+class AlertSink(LogFollower, Protocol):
+    """The engine as the daemon builds it: subscribed once, then started, shown (``views``, and its
+    health on /healthz) and closed."""
+
+    views: AlertViews
+
+    def start(self, monitor_url: str = "") -> None:
+        """Daemon mode: following the log, timers and delivery workers in threads of their own; chat
+        links open ``monitor_url`` (the console) unless the engine's config names one."""
+
+    def problems(self) -> list[str]:
+        """/healthz reasons: delivery workers stuck or dead, outcomes not written, transitions not taken."""
+
+    def oldest_undelivered(self) -> float | None: ...
+
     def close(self) -> None: ...
-
-
-class AlertSink(LogFollower, AlertViews, Protocol):
-    """The engine as the daemon builds it: subscribed once, then only shown and closed."""

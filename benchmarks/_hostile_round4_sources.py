@@ -50,7 +50,7 @@ translog.append(old.conn, alert("New"), T0 + 10)
 e.catch_up(); clock.advance(31.0); e.tick()
 queued = {a.name for r in e.outbox.heads_due(clock.now() + 1e9) for a in r.notification.alerts}
 events = getattr(e.health, "events", lambda: [])()
-RESULT = {"new_alert_taken": "New" in {a["labels"]["alertname"] for a in e.alerts()}, "paged": "New" in queued,
+RESULT = {"new_alert_taken": "New" in {a["labels"]["alertname"] for a in e.views.alerts()}, "paged": "New" in queued,
           "named": [x[:90] for x in events]}
 e.close()
 """
@@ -77,7 +77,7 @@ for _ in range(5):
         e.catch_up()
     except Exception as exc:
         failed += 1; err = type(exc).__name__
-RESULT = {"takes_failed_of_5": failed, "taken": sorted(a["labels"]["alertname"] for a in e.alerts())}
+RESULT = {"takes_failed_of_5": failed, "taken": sorted(a["labels"]["alertname"] for a in e.views.alerts())}
 e.close()
 """
 

@@ -223,14 +223,14 @@ class MonitorAPI:
             if resolved is not None:
                 found = [dict(resolved.to_json(), state="resolved")]
             if not found and d.engine is not None:  # an incident: built by the alerting engine
-                found = [i for i in d.engine.incidents() if i.get("fingerprint") == fp]
+                found = [i for i in d.engine.views.incidents() if i.get("fingerprint") == fp]
             if not found:
                 return self._json(h, 404, {"error": f"no alert with fingerprint {m.group(1)}"})
             return self._json(h, 200, {"status": "success", "data": found[0]})
         if path == "/api/v1/rules" and method == "GET":  # how each rule is judged: seconds or steps, warm-ups
             return self._json(h, 200, {"status": "success", "data": [r.to_json() for r in d.pipeline.evaluator.rules]})
         if path == "/api/v1/incidents" and method == "GET":
-            return self._json(h, 200, {"status": "success", "data": d.engine.incidents() if d.engine else []})
+            return self._json(h, 200, {"status": "success", "data": d.engine.views.incidents() if d.engine else []})
         if path == WEBHOOK_PATH and method == "POST":
             named = {httpx.URL(t.url).netloc.decode(): t.node for t in d.config.targets if t.node}
             accepted = d.submit_external(parse_webhook(self._body(h), d.config.cluster, named))
@@ -250,7 +250,7 @@ class MonitorAPI:
         if engine is None:
             return self._json(h, 503, {"error": "silences live in the alerting engine: set notify_config in the monitor config"})
         if method == "GET" and path == "/api/v1/silences":
-            return self._json(h, 200, {"status": "success", "data": engine.silences()})
+            return self._json(h, 200, {"status": "success", "data": engine.views.silences()})
         if method == "POST" and path == "/api/v1/silences":
             body = self._body(h)
             if not isinstance(body, dict) or not body.get("matchers"):
@@ -263,7 +263,7 @@ class MonitorAPI:
                 raise PayloadError(str(exc)) from exc
             with self.daemon.lock:
                 try:
-                    sid = engine.add_silence(body["matchers"], duration_s=duration, ends_at=ends,
+                    sid = engine.views.add_silence(body["matchers"], duration_s=duration, ends_at=ends,
                                              created_by=str(body.get("createdBy", "api")),
                                              comment=str(body.get("comment", "")), starts_at=starts)
                 except ValueError as exc:
@@ -272,7 +272,7 @@ class MonitorAPI:
         m = re.match(r"^/api/v1/silences/([A-Za-z0-9_-]+)$", path)
         if method == "DELETE" and m:
             with self.daemon.lock:
-                ok = engine.expire_silence(m.group(1))
+                ok = engine.views.expire_silence(m.group(1))
             return self._json(h, 200 if ok else 404, {"status": "success" if ok else "error", "silenceID": m.group(1)})
         self._json(h, 404, {"error": f"no route {method} {path}"})
 
@@ -280,7 +280,7 @@ class MonitorAPI:
 def alert_states(firing: list[Any], pending: list[Any], engine: Any) -> list[dict[str, Any]]:
     """Firing and pending alerts; ``state`` says which, ``status`` is Alertmanager's API v2 object
     (``state`` active/suppressed, ``silencedBy``, ``inhibitedBy``) so a silenced alert reads as handled."""
-    handled = engine.mute_status(firing + pending) if engine is not None else {}
+    handled = engine.views.mute_status(firing + pending) if engine is not None else {}
     return [dict(a.to_json(), state=state, status=handled.get(a.fingerprint) or
                  {"state": "active", "silencedBy": [], "inhibitedBy": []})
             for state, alerts in (("firing", firing), ("pending", pending)) for a in alerts]

@@ -199,7 +199,7 @@ async def detail(api: MonitorAPI, fp: str) -> dict[str, Any] | None:
             if found is not None:
                 member_raw.append(found)
                 members.append(alert_row(found, "alert", found.get("state", "firing"), silences, names))
-    base = api.daemon.engine.runbook_base() if api.daemon.engine is not None else ""
+    base = api.daemon.engine.views.runbook_base() if api.daemon.engine is not None else ""
     out = links.out_links(api.daemon.config, row, rule_select(api, row["name"]), base)
     for m in members:  # an incident links out where its members do
         out += [x for x in links.out_links(api.daemon.config, m, rule_select(api, m["name"]), base) if x not in out]
@@ -231,7 +231,7 @@ def timeline(api: MonitorAPI, a: dict[str, Any], row: dict[str, Any]) -> list[di
     if starts is not None:
         events.append((starts, "firing" if row["state"] != "pending" else "pending", "started"))
     engine = api.daemon.engine
-    for dlv in engine.deliveries(row["fingerprint"]) if engine is not None else []:
+    for dlv in engine.views.deliveries(row["fingerprint"]) if engine is not None else []:
         outcome = dlv["outcome"] + (f" after {dlv['attempts']} attempt(s)" if dlv["attempts"] > 1 else "")
         what = f"{dlv['status']} notification to {dlv['receiver']}: {outcome}"
         events.append((dlv["at"], dlv["outcome"], what + (f" ({dlv['error']})" if dlv["error"] else "")))

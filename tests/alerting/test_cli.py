@@ -123,16 +123,16 @@ def test_silence_against_monitor_api(tmp_path: Path, capsys: pytest.CaptureFixtu
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            self.reply({"status": "success", "data": engine.silences()})
+            self.reply({"status": "success", "data": engine.views.silences()})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            sid = engine.add_silence(body["matchers"], ends_at=parse_rfc3339(body["endsAt"]),
+            sid = engine.views.add_silence(body["matchers"], ends_at=parse_rfc3339(body["endsAt"]),
                                      created_by=body["createdBy"], comment=body["comment"])
             self.reply({"status": "success", "silenceID": sid})
 
         def do_DELETE(self) -> None:
-            ok = engine.expire_silence(self.path.rsplit("/", 1)[1])
+            ok = engine.views.expire_silence(self.path.rsplit("/", 1)[1])
             self.reply({"status": "success" if ok else "error"})
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Api)
@@ -141,13 +141,13 @@ def test_silence_against_monitor_api(tmp_path: Path, capsys: pytest.CaptureFixtu
     try:
         assert main(["silence", "add", 'alertname=~"GPU.*"', "--api", api, "--duration", "30m"]) == 0
         sid = capsys.readouterr().out.strip()
-        (sil,) = engine.silences()
+        (sil,) = engine.views.silences()
         assert sil["id"] == sid and sil["matchers"][0] == {"name": "alertname", "value": "GPU.*", "isRegex": True,
                                                            "isEqual": True}
         assert main(["silence", "list", "--api", api]) == 0
         assert sid in capsys.readouterr().out
         assert main(["silence", "expire", sid, "--api", api]) == 0
-        assert engine.silences()[0]["status"]["state"] == "expired"
+        assert engine.views.silences()[0]["status"]["state"] == "expired"
     finally:
         srv.shutdown()
         srv.server_close()

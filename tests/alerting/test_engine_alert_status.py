@@ -30,14 +30,14 @@ def test_status_names_the_silence_and_the_inhibiting_alert(tmp_path: Path, clock
     hot = alert("GPUOverTemperature", severity="P1", node="gpu-03")
     h.engine.submit([stalled, noise, elsewhere, hot])
     h.engine.tick()
-    sid = h.engine.add_silence(['alertname="GPUOverTemperature"'], duration_s=3600, created_by="alice", comment="fan")
-    status = h.engine.mute_status([stalled, noise, elsewhere, hot])
+    sid = h.engine.views.add_silence(['alertname="GPUOverTemperature"'], duration_s=3600, created_by="alice", comment="fan")
+    status = h.engine.views.mute_status([stalled, noise, elsewhere, hot])
     assert status[noise.fingerprint] == {"state": "suppressed", "silencedBy": [], "inhibitedBy": [stalled.fingerprint]}
     assert status[hot.fingerprint] == {"state": "suppressed", "silencedBy": [sid], "inhibitedBy": []}
     for a in (stalled, elsewhere):
         assert status[a.fingerprint] == {"state": "active", "silencedBy": [], "inhibitedBy": []}
     clock.advance(3601)  # the silence ran out
-    assert h.engine.mute_status([hot])[hot.fingerprint]["silencedBy"] == []
+    assert h.engine.views.mute_status([hot])[hot.fingerprint]["silencedBy"] == []
     h.engine.close()
 
 
@@ -52,9 +52,9 @@ def test_deliveries_list_each_notification_that_carried_the_alert(tmp_path: Path
     h.engine.submit([alert("GPUXidError", node="gpu-05", status="resolved")])
     h.engine.tick()
     assert h.engine.drain(600)
-    got = h.engine.deliveries(a.fingerprint)
+    got = h.engine.views.deliveries(a.fingerprint)
     assert [(d["receiver"], d["status"], d["outcome"]) for d in got] == [
         ("webhook", "firing", "delivered"), ("webhook", "resolved", "delivered")]
     assert got[0]["at"] <= got[1]["at"] and got[0]["attempts"] == 1
-    assert [d["status"] for d in h.engine.deliveries(other.fingerprint)] == ["firing"]
+    assert [d["status"] for d in h.engine.views.deliveries(other.fingerprint)] == ["firing"]
     h.engine.close()

@@ -166,16 +166,16 @@ def test_restart_keeps_held_members(tmp_path: Path, clock: SimulatedClock, fakes
 
 def test_silence_mutes_then_releases(tmp_path: Path, clock: SimulatedClock, fakes: dict[str, Any]) -> None:
     h = Harness(tmp_path, fan_out(["webhook"], fakes), clock)
-    sid = h.engine.add_silence(['alertname="ThroughputDrop"'], duration_s=600, comment="maintenance")
+    sid = h.engine.views.add_silence(['alertname="ThroughputDrop"'], duration_s=600, comment="maintenance")
     h.engine.submit([alert("ThroughputDrop", severity="P2"), alert("TrainerDown", severity="P0")])
     h.engine.drain(300)
     names = [r.body["alerts"][0]["labels"]["alertname"] for r in fakes["webhook"].received]
     assert names == ["TrainerDown"]
-    assert h.engine.silences()[0]["status"]["state"] == "active"
-    assert h.engine.expire_silence(sid) and h.engine.silences()[0]["status"]["state"] == "expired"
+    assert h.engine.views.silences()[0]["status"]["state"] == "active"
+    assert h.engine.views.expire_silence(sid) and h.engine.views.silences()[0]["status"]["state"] == "expired"
     assert h.engine.drain(3600)
     assert [r.body["alerts"][0]["labels"]["alertname"] for r in fakes["webhook"].received][-1] == "ThroughputDrop"
-    states = {a["labels"]["alertname"]: a["state"] for a in h.engine.alerts()}
+    states = {a["labels"]["alertname"]: a["state"] for a in h.engine.views.alerts()}
     assert states == {"ThroughputDrop": "active", "TrainerDown": "active"}
     h.engine.close()
 

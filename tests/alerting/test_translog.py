@@ -83,7 +83,7 @@ def test_a_backlog_longer_than_one_read_is_taken_in_one_take(tmp_path: Path) -> 
         engine.follow(log)
         write(log, *(alert("A", node=f"n{i}") for i in range(translog.READ_BATCH * 2 + 5)))
         assert engine.catch_up() == translog.READ_BATCH * 2 + 5 and engine.problems() == []
-        assert len(engine.alerts()) == translog.READ_BATCH * 2 + 5
+        assert len(engine.views.alerts()) == translog.READ_BATCH * 2 + 5
     finally:
         engine.close()
 
@@ -127,7 +127,7 @@ def test_a_state_db_restored_from_an_older_copy_is_noticed_at_start_and_new_aler
         assert any(e.startswith("transition log: rewound") for e in engine.health.events())
         write(restored, alert("New"))  # row 4: below the old place, never read without the check
         engine.catch_up()
-        assert "New" in {a["labels"]["alertname"] for a in engine.alerts()}
+        assert "New" in {a["labels"]["alertname"] for a in engine.views.alerts()}
         assert _paged(engine, clock) == {"New"}  # Still fires, taken again, but was paged already
     finally:
         engine.close()
@@ -147,7 +147,7 @@ def test_a_log_pruned_and_its_ids_reset_while_running_is_noticed_and_nothing_is_
         write(log, *(alert(f"N{i}") for i in range(5)))  # ids 1-5: past the place again, row 4 another
         engine.catch_up()
         assert engine.cursor.rewinds == 1
-        assert {f"N{i}" for i in range(5)} <= {a["labels"]["alertname"] for a in engine.alerts()}
+        assert {f"N{i}" for i in range(5)} <= {a["labels"]["alertname"] for a in engine.views.alerts()}
         assert _paged(engine, clock) >= {f"N{i}" for i in range(5)}
     finally:
         engine.close()
@@ -167,7 +167,7 @@ def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it
                          "VALUES ('y', 'firing', 1, 1, 'null')")
         write(log, alert("After"))
         assert engine.catch_up() == 4 and engine.cursor.at == 4
-        assert {a["labels"]["alertname"] for a in engine.alerts()} == {"Before", "After"}
+        assert {a["labels"]["alertname"] for a in engine.views.alerts()} == {"Before", "After"}
         assert engine.catch_up() == 0  # passed over, not read again every tick
         assert log.bad_rows == 2
         assert engine.metrics.log_problems.labels("bad_row")._value.get() == 2
@@ -176,6 +176,6 @@ def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it
         engine.close()
         engine = _engine(tmp_path, clock)
         engine.follow(log)  # a restart restores from the log with the bad rows in it
-        assert {a["labels"]["alertname"] for a in engine.alerts()} >= {"Before", "After"}
+        assert {a["labels"]["alertname"] for a in engine.views.alerts()} >= {"Before", "After"}
     finally:
         engine.close()

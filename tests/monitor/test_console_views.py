@@ -174,10 +174,10 @@ def test_a_monitor_without_a_notify_config_says_why_it_offers_no_silence(tmp_pat
 def test_the_timeline_lists_each_delivery_and_its_outcome_in_order() -> None:
     from types import SimpleNamespace
 
-    engine = SimpleNamespace(deliveries=lambda fp: [
+    engine = SimpleNamespace(views=SimpleNamespace(deliveries=lambda fp: [
         {"receiver": "ops-wecom", "status": "firing", "outcome": "delivered", "attempts": 1, "error": "", "at": 1.8e9 + 40},
         {"receiver": "ops-dingtalk", "status": "firing", "outcome": "failed", "attempts": 3,
-         "error": "errcode 310000", "at": 1.8e9 + 50}])
+         "error": "errcode 310000", "at": 1.8e9 + 50}]))
     api = SimpleNamespace(daemon=SimpleNamespace(engine=engine))
     a = {"labels": {"alertname": "Hot", "severity": "P1"}, "fingerprint": "0123456789abcdef",
          "startsAt": "2027-01-15T08:00:00Z", "endsAt": "2027-01-15T08:10:00Z"}

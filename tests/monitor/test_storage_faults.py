@@ -155,13 +155,13 @@ def test_corrupt_databases_are_moved_aside_and_the_monitor_starts(tmp_path: Path
 def test_silences_survive_a_lost_database(tmp_path: Path, robot: WebhookStandIn) -> None:
     clock = SimulatedClock(T0)
     m = Monitor(tmp_path / "state", robot, clock)
-    sid = m.engine.add_silence(['alertname="CrashPointHot"'], duration_s=3600, comment="maintenance")
+    sid = m.engine.views.add_silence(['alertname="CrashPointHot"'], duration_s=3600, comment="maintenance")
     m.close()
     for p in (tmp_path / "state").glob("alerting.db*"):
         p.unlink()
     m = Monitor(tmp_path / "state", robot, clock)
     try:
-        assert [s["id"] for s in m.engine.silences()] == [sid]
+        assert [s["id"] for s in m.engine.views.silences()] == [sid]
         m.step(hot=True, n=3)
         assert m.pages() == []  # still silenced
     finally:
@@ -169,7 +169,7 @@ def test_silences_survive_a_lost_database(tmp_path: Path, robot: WebhookStandIn)
 
 
 def test_a_deleted_state_dir_is_recreated_on_the_next_tick_with_its_silences(mon: Monitor) -> None:
-    sid = mon.engine.add_silence(['node="n9"'], duration_s=3600)
+    sid = mon.engine.views.add_silence(['node="n9"'], duration_s=3600)
     mon.step(hot=True, n=2)
     assert mon.pages() == ["firing"]
     shutil.rmtree(mon.state)

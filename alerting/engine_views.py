@@ -43,6 +43,8 @@ class EngineParts(Protocol):
 
 
 class EngineViews:
+    """The engine's alerts, incidents, deliveries and silences, as people see and change them."""
+
     def __init__(self, engine: EngineParts) -> None:
         self.engine = engine
 

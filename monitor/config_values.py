@@ -1,7 +1,7 @@
 """Reading one value of the daemon's config: a duration, a section, a string, a flag, a whole number, a size.
-Every error is one ``MonitorConfigError`` line that names the key and what was expected; ``config.py`` and
-the sections parsed beside it (``config_discovery.py``, ``heartbeat.py``) all read through here, so they
-share one error style without handing helpers to each other."""
+Every error is one ``MonitorConfigError`` line that names the key and what was expected; ``config.py``, the
+sections parsed beside it (``config_discovery.py``, ``heartbeat.py``) and the flags of ``run_flags.py`` all
+read through here, so they share one error style without handing helpers to each other."""
 
 from __future__ import annotations
 

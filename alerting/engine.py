@@ -182,13 +182,12 @@ class AlertEngine:
     def catch_up(self, evidence: Evidence | None = None) -> int:
         """Take what the log holds past the cursor (``alerting.translog.Cursor.accept``), with the newest
         evidence written beside it (or ``evidence``) and its ``verl_config_info`` labels (kept until newer
-        evidence comes). Raises StorageUnavailable when the write failed: nothing was taken, the next call
-        reads them again."""
+        evidence comes). Raises StorageUnavailable when the write failed: nothing taken, read again next."""
         return self._catch_up(evidence, ())
 
     def submit(self, alerts: Sequence[Alert], evidence: Evidence | None = None) -> None:
-        """The engine on its own (Alertmanager-style alerts in, tests): ``alerts`` appended to its own log
-        and taken, in one transaction. Raises StorageUnavailable: nothing was appended, submit them again."""
+        """``alerts`` appended to the engine's own log and taken, in one transaction (the engine on its own:
+        Alertmanager-style alerts, tests). Raises StorageUnavailable: nothing was appended; submit again."""
         if alerts and self.log is not self.own_log:
             raise RuntimeError("this engine follows another transition log: append there")
         self._catch_up(evidence, alerts)
@@ -196,6 +195,7 @@ class AlertEngine:
     def _catch_up(self, evidence: Evidence | None, alerts: Sequence[Alert]) -> int:
         with self.lock:
             rows = [] if alerts else self.cursor.due()  # read before the write lock: most ticks bring nothing
+            self.log_health.read(self.clock.monotonic())
             logged = None if self.log is self.own_log else self.log.evidence_after(self._evidence_at)
             if logged is not None:
                 evidence = evidence or logged[1]
@@ -347,10 +347,10 @@ class AlertEngine:
         return self.delivery.problems(stuck_after_s)
 
     def problems(self) -> list[str]:
-        """/healthz reasons: ``delivery_problems`` and transitions in the log not taken yet."""
+        """/healthz reasons: ``delivery_problems``, and transitions in the log the engine is stuck behind."""
         with self.lock:
             behind = self.cursor.behind()
-        taken = [f"alerting: {behind} alert transition(s) in the log not yet taken"] if behind else []
+        taken = self.log_health.lag(behind, self.clock.monotonic(), self.health.failing(self.db_name))
         return self.delivery_problems() + taken
 
     def oldest_undelivered(self) -> float | None:

@@ -368,8 +368,13 @@ class AlertBook:
         return new
 
     def unwritten(self) -> int:
-        """Transitions held in memory because their write has not landed yet."""
+        """Transitions and flag changes queued in memory, their write not landed yet."""
         return len(self._unwritten)
+
+    def held(self) -> int:
+        """What is queued while the book's writes fail (0 while they land: a transition queued for the next
+        commit, e.g. a webhook's between its arrival and the tick, is on its way, not held)."""
+        return len(self._unwritten) if self._backoff.delay else 0
 
     def prune(self, before: float) -> int:
         """Forget resolved alerts and transition records older than ``before`` (the retention); the

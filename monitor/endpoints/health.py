@@ -67,8 +67,8 @@ def report(daemon: Any) -> dict[str, Any]:
         reasons.append(f"evaluation: last tick failed ({daemon.eval_error})")
     reasons += daemon.storage.reasons()
     book, pipeline = daemon.pipeline.book, daemon.pipeline
-    if book.unwritten():
-        reasons.append(f"{book.DB}: {book.unwritten()} alert transition(s) held in memory, not yet written")
+    if book.held():
+        reasons.append(f"{book.DB}: {book.held()} alert transition(s) held in memory, not yet written")
     reasons += daemon.progress.stalled()
     troubles = daemon.troubles
     reasons += [f"{name}: down ({why})" for name, why in sorted(troubles.problems.items())]

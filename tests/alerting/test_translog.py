@@ -179,3 +179,22 @@ def test_a_row_that_does_not_parse_is_skipped_and_counted_and_the_rows_beside_it
         assert {a["labels"]["alertname"] for a in engine.views.alerts()} >= {"Before", "After"}
     finally:
         engine.close()
+
+
+def test_an_engine_behind_the_log_is_stuck_only_when_its_writes_fail_or_it_stopped_reading() -> None:
+    """/healthz's "not yet taken": a row committed a moment ago and not read yet is the hand-over (the
+    monitor once answered 503 for an alert on its way, seen under an API flood), not a problem."""
+    from alerting.loghealth import STUCK_AFTER_S, TransitionLogHealth
+
+    said: list[str] = []
+    health = TransitionLogHealth(None, None)
+    assert health.lag(0, 100.0, writes_failing=False) == []
+    assert health.lag(3, 100.0, writes_failing=False) == []  # never read yet: the grace starts at the first look
+    health.read(100.0)
+    assert health.lag(3, 100.0 + STUCK_AFTER_S - 1, writes_failing=False) == []
+    said += health.lag(3, 100.0 + STUCK_AFTER_S, writes_failing=False)  # no read for that long: stuck
+    health.read(100.0 + STUCK_AFTER_S + 1)
+    assert health.lag(3, 100.0 + STUCK_AFTER_S + 1, writes_failing=False) == []  # reading again
+    said += health.lag(1, 100.0 + STUCK_AFTER_S + 1, writes_failing=True)  # its writes fail: at once
+    assert said == ["alerting: 3 alert transition(s) in the log not yet taken",
+                    "alerting: 1 alert transition(s) in the log not yet taken"]

@@ -91,6 +91,24 @@ def test_an_alert_that_fired_while_writes_failed_is_paged_and_resolved_once_writ
     assert mon.health.reasons() == [] and mon.pipe.book.unwritten() == 0
 
 
+def test_a_transition_on_its_way_is_not_held_and_one_a_failed_write_keeps_is(mon: Monitor) -> None:
+    """/healthz's "held in memory, not yet written" counts what failed writes keep, not a transition queued
+    for the commit running now: a webhook's alert read mid-commit made a healthy monitor answer 503."""
+    from alerting.model import Alert
+
+    book, _ = mon.inject()
+    hook = Alert(labels={"alertname": "Injected", "severity": "P1", "node": "n1", "cluster": "default"},
+                 annotations={}, starts_at=T0, status="firing")
+    mon.pipe.book.external(hook, mon.clock.now())  # what a commit in progress holds for an instant
+    assert mon.pipe.book.unwritten() == 1 and mon.pipe.book.held() == 0
+    book.error = FULL
+    assert mon.pipe.submit_external([]) == []  # the commit fails: kept in memory, retried
+    assert mon.pipe.book.held() == 1 and any(r.startswith("state.db: transition failed") for r in mon.health.reasons())
+    book.error = None
+    mon.step(hot=False, n=10)  # past the longest backoff
+    assert mon.pipe.book.held() == 0 == mon.pipe.book.unwritten() and mon.pages() == ["firing"]
+
+
 def test_only_the_engine_database_full_queues_nothing_twice_and_loses_nothing(mon: Monitor) -> None:
     _, engine = mon.inject()
     engine.error = FULL

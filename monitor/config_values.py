@@ -31,7 +31,7 @@ def section(raw: Any, key: str, hint: str, allowed: Collection[str]) -> dict[str
     """A mapping whose keys are all ``allowed`` (an unknown one is an error with a did-you-mean)."""
     if not isinstance(raw, dict):
         raise MonitorConfigError(f"{key}: expected a mapping like {hint}, got {short(raw)}")
-    bad = unknown_key(raw, set(allowed))
+    bad = unknown_key(raw, allowed)
     if bad:
         raise MonitorConfigError(f"{key}.{bad[0]}: unknown key; {bad[1]}")
     return raw

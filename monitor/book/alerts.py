@@ -372,8 +372,8 @@ class AlertBook:
         return len(self._unwritten)
 
     def held(self) -> int:
-        """What is queued while the book's writes fail (0 while they land: a transition queued for the next
-        commit, e.g. a webhook's between its arrival and the tick, is on its way, not held)."""
+        """What is queued while the book's writes fail (0 while they land: a transition queued by the commit
+        running now, which /healthz may read without the book's lock, is on its way, not held)."""
         return len(self._unwritten) if self._backoff.delay else 0
 
     def prune(self, before: float) -> int:

@@ -242,7 +242,7 @@ class Evidence:
 def to_record(ev: Evidence) -> bytes:
     """``ev`` as one row of the transition log: a JSON header (names, labels, lengths), a newline, then the
     samples as raw little-endian float64 (JSON or base64 text of ~90 000 floats costs the writer, the
-    scrape loop, several times the milliseconds)."""
+    monitor's evaluation thread, several times the milliseconds)."""
     arrays = [np.ascontiguousarray(a, dtype="<f8") for s in ev.series for a in (s.t, s.v)]
     head = {"taken_at": ev.taken_at, "config": ev.config,
             "series": [[s.name, s.labels, int(np.size(s.t)), int(np.size(s.v))] for s in ev.series],

@@ -4,23 +4,25 @@
 
 In one process: verl's metrics server (``verl/metrics/server.py``) serves a registry holding only the
 sample's counter, ``verl_reward_model_calls_total{outcome}`` (so no other series' path is counted); the
-monitor daemon (``monitor/daemon.py``, its asyncio loop in a thread named ``scrape-loop``) scrapes it every
-second and notifies through the alerting engine to a WeCom stand-in on loopback (the demo's configs,
-``harness/profile.py``, correlation hold 1 s). Once the monitor has seen the counter and the engine runs,
-three reward-model timeouts are counted and a profiler hook (``threading.setprofile``) records every
-function of verl/, monitor/ and alerting/ that runs, on which thread, until the stand-in has the message.
+monitor daemon (``monitor/daemon.py``: its asyncio loop in a thread named ``scrape-loop``, its evaluation
+on the thread ``evaluation``) scrapes it every second and notifies through the alerting engine to a WeCom
+stand-in on loopback (the demo's configs, ``harness/profile.py``, correlation hold 1 s). Once the monitor
+has seen the counter and the engine runs, three reward-model timeouts are counted and a profiler hook
+(``threading.setprofile``) records every function of verl/, monitor/ and alerting/ that runs, on which
+thread, until the stand-in has the message.
 
 Reported: ``modules`` and ``functions`` (distinct named ones that ran in that window on any thread but
 the benchmark's own: the sample's path plus what the same loops ran beside it, such as the ``up`` series'
 rules, the same for every version measured; comprehensions and lambdas are not counted), ``threads``,
-``commits`` (SQLite write transactions committed on the alert path, ``alerting.durable.committed``) per
-thread, and on the scrape loop's thread by the module that committed, ``evidence_row`` (what writing
-evidence into the log costs that thread: an 8-GPU node, the 11 whole-ring series at 4096 samples and 4
-newest-only series per GPU; ``whole``: the first row, bytes, and the median of 5 in milliseconds of encoding
-it and of the whole append with its commit, encoding included; ``refresh``: the row 5 s later, which holds
-only the new samples), and ``alerting_on_scrape_loop``: alerting's functions that ran on the scrape loop's thread (the
-seam: today only the transition log's rows and its wake-up). A run on another checkout measures that
-version: ``PYTHONPATH=OTHER python /a/copy/outside/any/checkout/sample_path.py``.
+``by_thread`` (modules and functions on each; ``scrape_loop`` is the scrape loop's entry), ``commits``
+(SQLite write transactions committed on the alert path, ``alerting.durable.committed``) per thread, and on
+the scrape loop's thread by the module that committed, ``alerting_on_scrape_loop`` (alerting's functions
+that ran on the scrape loop's thread: with evaluation on a thread of its own, only the clock the monitor's
+timeline wraps), and ``evidence_row`` (what writing evidence into the log costs the thread that evaluates:
+an 8-GPU node, the 11 whole-ring series at 4096 samples and 4 newest-only series per GPU; ``whole``: the
+first row, bytes, and the median of 5 in milliseconds of encoding it and of the whole append with its
+commit, encoding included; ``refresh``: the row 5 s later, which holds only the new samples). A run on
+another checkout measures that version: ``PYTHONPATH=OTHER python /a/copy/outside/any/checkout/sample_path.py``.
 Last line: one JSON object. Bad arguments: one line, exit 2.
 """
 
@@ -81,6 +83,10 @@ class Trace:
         if module == "alerting/durable.py" and frame.f_code.co_name == "committed" and frame.f_back is not None:
             self.commits[thread, self._module(frame.f_back.f_code.co_filename) or "?"] += 1
 
+    def on_thread(self, thread: str) -> dict[str, int]:
+        return {"modules": len({m for (m, _), ts in self.ran.items() if thread in ts}),
+                "functions": sum(thread in ts for ts in self.ran.values())}
+
     def report(self) -> dict[str, Any]:
         modules = sorted({m for m, _ in self.ran})
         threads = sorted({t for ts in self.ran.values() for t in ts})
@@ -91,8 +97,8 @@ class Trace:
                 "alerting_on_scrape_loop": sorted(f"{m}:{f}" for (m, f), ts in self.ran.items()
                                                   if m.startswith("alerting/") and LOOP in ts),
                 "by_package": {p: sum(m.startswith(p + "/") for m in modules) for p in PACKAGES},
-                "scrape_loop": {"modules": len({m for (m, _), ts in self.ran.items() if LOOP in ts}),
-                                "functions": sum(LOOP in ts for ts in self.ran.values())},
+                "scrape_loop": self.on_thread(LOOP),
+                "by_thread": {t: self.on_thread(t) for t in threads},
                 "module_list": modules}
 
 
@@ -226,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(f"{out['modules']} modules, {out['functions']} functions, threads {out['threads']}")
         print(f"commits by thread: {out['commits_by_thread']}")
+        print("modules / functions by thread:", *(f"{t}: {n['modules']} / {n['functions']}"
+                                                   for t, n in out["by_thread"].items()), sep="\n  ")
         print("alerting on the scrape loop:", *out["alerting_on_scrape_loop"], sep="\n  ")
     print(json.dumps(out))
     return 0

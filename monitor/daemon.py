@@ -1,7 +1,9 @@
-"""``verl-monitor run``: the daemon only schedules. One asyncio loop runs a task per source
-(``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own timeout) and
-the evaluation tick; the listener (uvicorn, ``monitor/endpoints/listener.py``) runs in its own thread and
-event loop; ``lock`` serialises the pipeline. Never blind, applied here once for every source: a round that
+"""``verl-monitor run``: the daemon only schedules. One asyncio loop (thread ``scrape-loop``) runs a task
+per source (``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own
+timeout); the evaluation tick runs on a thread of its own (``evaluation``, as Prometheus' rule manager runs
+beside its scrape loops), so the book's SQLite commit into the transition log is never made on the thread
+that scrapes; the listener (uvicorn, ``monitor/endpoints/listener.py``) runs in its own thread and event
+loop. ``lock`` serialises the pipeline: a round's ingest waits while a tick holds it. Never blind, applied here once for every source: a round that
 raises is counted in ``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target,
 reason), sets the source's ``up`` to 0, and the next round runs on schedule (rounds overrun are skipped, the
 phase kept). Nothing slow runs in the evaluation tick: notifications go to the alerting engine's delivery
@@ -12,7 +14,6 @@ workers, plots render in a worker process and the trainers' reward outliers arri
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 import threading
@@ -38,7 +39,7 @@ from monitor.evaluation.rules import load_rule_files
 from monitor.intake import Intake
 from monitor.model import SourceBatch
 from monitor.pipeline import Pipeline
-from monitor.sources.base import Round, Source, within
+from monitor.sources.base import Round, Source
 from monitor.sources.configured import build_sources
 from monitor.sources.scrape import ScrapeSource
 from monitor.sources.scrape_http import ScrapeClient
@@ -71,7 +72,7 @@ class Daemon:
         self._outliers: dict[str, list[str]] = outliers.lines if outliers is not None else {}
         self.api: MonitorAPI | None = None
         self._stop = asyncio.Event()
-        self._fresh = asyncio.Event()  # samples ingested since the last evaluation tick
+        self._fresh = threading.Event()  # samples ingested since the last evaluation tick (or: stop evaluating)
         self.started = time.time()
         self._frozen_at = 0
         self.progress = health.Progress()
@@ -126,7 +127,7 @@ class Daemon:
         due = time.monotonic() + src.offset
         self.progress.done(src.name, src.budget, at=due)
         try:
-            await self._sleep(due - time.monotonic())
+            await asyncio.sleep(max(0.0, due - time.monotonic()))  # run() cancels the tasks to stop them
             while not self._stop.is_set():
                 try:
                     self._file_round(src, await src.poll(self.clock))
@@ -140,7 +141,7 @@ class Daemon:
                 due = mono + src.interval if src.wait_after else due + src.interval
                 if due < mono:  # overran (slow target or starved loop): skip, keep the phase
                     due += src.interval * ((mono - due) // src.interval + 1)
-                await self._sleep(due - mono)
+                await asyncio.sleep(max(0.0, due - mono))
         finally:
             await src.close()
 
@@ -156,11 +157,11 @@ class Daemon:
             gc.collect()
             gc.freeze()
 
-    async def _eval_loop(self) -> None:
+    def _eval_loop(self, stop: threading.Event) -> None:
+        """The evaluation thread's loop until ``stop`` is set (then ``_fresh`` too, to wake it)."""
         interval = self.config.eval_interval
-        self._fresh = asyncio.Event()  # an event waits on the loop it was first awaited on: this one
         self.progress.done("evaluation", max(interval, 1.0))
-        while not self._stop.is_set():
+        while not stop.is_set():
             self.check_clock()
             with self.lock:
                 try:
@@ -183,10 +184,8 @@ class Daemon:
             # interval (eval-lag p99 >= interval by construction), while ticking on every ingest would run
             # 50 ticks a second for 250 targets spread over 5 s.
             self._fresh.clear()
-            await self._sleep(interval / 5)
-            if not self._fresh.is_set():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await within(self._fresh.wait(), interval * 4 / 5)
+            if not stop.wait(interval / 5) and not self._fresh.is_set():
+                self._fresh.wait(interval * 4 / 5)
 
     def check_clock(self) -> float | None:
         """Detect (log, count) a wall-clock step since the last evaluation; the step in seconds."""
@@ -196,10 +195,6 @@ class Daemon:
             log.warning("wall clock stepped %+.1fs; the monitor keeps its own timeline (durations and for: "
                         "run on the monotonic clock, samples stamped by the stepped clock are re-anchored)", step)
         return step
-
-    async def _sleep(self, seconds: float) -> None:
-        """Plain: ``run`` cancels the loops to stop (waiting on ``_stop`` made a task per round per target)."""
-        await asyncio.sleep(max(0.0, seconds))
 
     async def run(self, ready: threading.Event | None = None) -> None:
         self._stop = asyncio.Event()
@@ -218,14 +213,19 @@ class Daemon:
             for s in sources:
                 self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
-            tasks.append(asyncio.create_task(self._eval_loop()))
             tasks += heartbeat.pinger_tasks(self.config.heartbeat, self.progress, self._stop)
+            evaluating = threading.Event()
+            evaluation = threading.Thread(target=self._eval_loop, args=(evaluating,), name="evaluation", daemon=True)
+            evaluation.start()
             if ready is not None:
                 ready.set()
             await self._stop.wait()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            evaluating.set()
+            self._fresh.set()
+            evaluation.join()  # a tick in progress ends before close() takes the pipeline down
         self.close()
 
     def stop(self) -> None:

@@ -2,7 +2,7 @@
 reward-outlier value the annotate stage reads, and, when the daemon starts, signed plot links and the
 engine's own threads. The daemon calls ``build_engine`` and ``start``. The engine is an
 ``alerting.sink.AlertSink``: the pipeline subscribes it to the alert book's transition log once, when it is
-built; from ``start`` on it reads that log on its own thread and connection, and nothing on the scrape loop
+built; from ``start`` on it reads that log on its own thread and connection, and nothing of the monitor's
 calls it; what its diagnoses read (``DiagnosisNeeds``) is data."""
 
 from __future__ import annotations

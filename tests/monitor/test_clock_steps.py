@@ -5,7 +5,8 @@ a RESOLVED never goes out for a page that was never sent."""
 
 from __future__ import annotations
 
-import asyncio
+import threading
+import time
 from pathlib import Path
 
 import yaml
@@ -140,18 +141,21 @@ def test_a_failing_evaluation_tick_makes_healthz_say_so(tmp_path: Path) -> None:
         def boom() -> list:
             raise RuntimeError("detector exploded")
         d.pipeline.tick = boom  # type: ignore[method-assign]
-        async def one_round() -> None:
-            d._stop = asyncio.Event()
-            task = asyncio.create_task(d._eval_loop())
-            await asyncio.sleep(0.05)
-            d._stop.set()
-            await task
-        asyncio.run(one_round())
+        def one_round() -> None:  # the evaluation thread, as run() starts and stops it
+            stop = threading.Event()
+            evaluation = threading.Thread(target=d._eval_loop, args=(stop,), name="evaluation")
+            evaluation.start()
+            time.sleep(0.05)
+            stop.set()
+            d._fresh.set()
+            evaluation.join(10.0)
+            assert not evaluation.is_alive()
+        one_round()
         reasons = d.health()["reasons"]
         assert reasons[0] == "evaluation: last tick failed (RuntimeError: detector exploded)"
         assert d.metrics.eval_failures._value.get() >= 1
         d.pipeline.tick = real  # type: ignore[method-assign]
-        asyncio.run(one_round())
+        one_round()
         assert d.health()["reasons"] == []
     finally:
         d.close()

@@ -74,9 +74,8 @@ def decode_utf8(data: bytes, source: str) -> str:
                          f"{exc.start}); save the file as UTF-8") from None
 
 
-def load_yaml_file(path: str | Path, what: str = "config") -> Any:
-    """Parse one YAML file safely; ``OSError`` (missing file...) is left to the caller, which knows
-    which flag named the path."""
+def read_config_bytes(path: str | Path, what: str = "config") -> bytes:
+    """A config file's bytes: a regular file of at most MAX_CONFIG_BYTES; ``OSError`` is the caller's."""
     p = Path(path)
     if p.exists() and not p.is_file():  # a FIFO or a device would block the read or never end
         raise UnsafeYAML(f"{what} {p}: not a regular file; pass a YAML file")
@@ -84,7 +83,17 @@ def load_yaml_file(path: str | Path, what: str = "config") -> Any:
         data = f.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
         raise UnsafeYAML(f"{what} {p}: more than {MAX_CONFIG_BYTES} bytes; is this the right file?")
-    return load_yaml_text(decode_utf8(data, f"{what} {p}"), f"{what} {p}")
+    return data
+
+
+def load_yaml_file(path: str | Path, what: str = "config") -> Any:
+    """Parse one YAML file safely; ``OSError`` (missing file...) is left to the caller, which knows
+    which flag named the path."""
+    return load_yaml_bytes(read_config_bytes(path, what), f"{what} {Path(path)}")
+
+
+def load_yaml_bytes(data: bytes, source: str) -> Any:
+    return load_yaml_text(decode_utf8(data, source), source)
 
 
 def did_you_mean(key: str, known: Iterable[str]) -> str:

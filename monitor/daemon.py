@@ -1,13 +1,12 @@
 """``verl-monitor run``: the daemon only schedules. One asyncio loop (thread ``scrape-loop``) runs a task
 per source (``monitor/sources/base.py``: scrapes run concurrently, a hanging target only waits out its own
 timeout); the evaluation tick runs on a thread of its own (``evaluation``, as Prometheus' rule manager runs
-beside its scrape loops), so the book's SQLite commit into the transition log is never made on the thread
-that scrapes; the listener (uvicorn, ``monitor/endpoints/listener.py``) runs in its own thread and event
-loop. ``lock`` serialises the pipeline: a round's ingest waits while a tick holds it. Never blind, applied here once for every source: a round that
-raises is counted in ``verl_monitor_scrape_errors_total{target,reason}``, logged once a minute per (target,
-reason), sets the source's ``up`` to 0, and the next round runs on schedule (rounds overrun are skipped, the
-phase kept). Nothing slow runs in the evaluation tick: notifications go to the alerting engine's delivery
-workers, plots render in a worker process and the trainers' reward outliers arrive from their own source.
+beside its scrape loops), so the book's SQLite commit is never made on the thread that scrapes; the listener
+(``monitor/endpoints/listener.py``) has its own thread; ``lock`` serialises the pipeline. Never blind, for
+every source here: a round that raises is counted in ``verl_monitor_scrape_errors_total{target,reason}``,
+logged once a minute per (target, reason), sets the source's ``up`` to 0, and the next round runs on
+schedule (rounds overrun are skipped, the phase kept). Nothing slow runs in the tick: notifications go to
+the engine's delivery workers, plots render in a worker process, reward outliers come from their own source.
 ``/healthz`` (``monitor/endpoints/health.py``) answers 503 naming the reason when a loop stopped completing.
 """
 
@@ -179,10 +178,9 @@ class Daemon:
                     self.eval_error = None
                     self.progress.done("evaluation", max(interval, 1.0))  # a failed tick is not a completed one
                     self.liveness.beat(time.time())  # wall time: Prometheus compares it with its own time()
-            # The next tick comes `interval` after this one at the latest, and sooner once new samples have
-            # arrived, but never within a fifth of it: a fixed wait made every sample wait up to a whole
-            # interval (eval-lag p99 >= interval by construction), while ticking on every ingest would run
-            # 50 ticks a second for 250 targets spread over 5 s.
+            # The next tick comes `interval` after this one at the latest, sooner once new samples have arrived,
+            # never within a fifth of it: a fixed wait made every sample wait up to a whole interval (eval-lag
+            # p99 >= interval), while ticking on every ingest would run 50 ticks/s for 250 targets over 5 s.
             self._fresh.clear()
             if not stop.wait(interval / 5) and not self._fresh.is_set():
                 self._fresh.wait(interval * 4 / 5)
@@ -214,18 +212,20 @@ class Daemon:
                 self.sources.add(s)
             tasks = [asyncio.create_task(self._run_source(s)) for s in sources]
             tasks += heartbeat.pinger_tasks(self.config.heartbeat, self.progress, self._stop)
-            evaluating = threading.Event()
+            evaluating = threading.Event()  # set: the evaluation thread ends after its tick
             evaluation = threading.Thread(target=self._eval_loop, args=(evaluating,), name="evaluation", daemon=True)
             evaluation.start()
             if ready is not None:
                 ready.set()
-            await self._stop.wait()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            evaluating.set()
-            self._fresh.set()
-            evaluation.join()  # a tick in progress ends before close() takes the pipeline down
+            try:
+                await self._stop.wait()
+            finally:  # stopped or cancelled: evaluation ends before close() takes the pipeline down
+                evaluating.set()
+                self._fresh.set()
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                evaluation.join()
         self.close()
 
     def stop(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,7 @@ def names_metric(select: str | list[str], metric: str) -> bool:
     return metric in metric_names(select)
 
 
+@cache  # read at collection, for each monitor rule: parsed once
 def prometheus_rules() -> list[dict[str, Any]]:
     doc = yaml.safe_load((ROOT / "prometheus/rules/verl-alerts.yml").read_text())
     return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]

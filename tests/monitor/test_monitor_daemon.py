@@ -236,3 +236,42 @@ def test_jsonl_and_dmon_file_sources(tmp_path: Path) -> None:
         assert metric(d.url, "verl_monitor_series") >= 8
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel"])
+def test_evaluation_runs_beside_the_scrape_loop_and_ends_with_run(tmp_path: Path, how: str) -> None:
+    """The tick and the book's commit run on the thread `evaluation`, never on the loop that scrapes; run()
+    stopped or cancelled (a signal, a supervisor), that thread ends before the pipeline is closed."""
+    import asyncio
+    import contextlib
+    import threading
+
+    from monitor.config import load_config
+    from monitor.daemon import Daemon
+
+    d = Daemon(load_config(write_config(tmp_path, [])))
+    ticked_on: list[str] = []
+    tick = d.pipeline.tick
+    d.pipeline.tick = lambda: ticked_on.append(threading.current_thread().name) or tick()  # type: ignore[method-assign]
+
+    def evaluating() -> bool:
+        return any(t.name == "evaluation" and t.is_alive() for t in threading.enumerate())
+
+    async def go() -> None:
+        ready = threading.Event()
+        task = asyncio.create_task(d.run(ready))
+        while not ready.is_set() or not ticked_on:
+            await asyncio.sleep(0.02)
+        assert evaluating() and threading.current_thread().name not in ticked_on
+        if how == "stop":
+            d.stop()
+        else:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(go())
+        assert set(ticked_on) == {"evaluation"} and not evaluating()
+    finally:
+        d.close()

@@ -119,6 +119,25 @@ def test_compound_durations_mean_the_same_as_in_correlation_rules(tmp_path: Path
     assert rule.keep_firing_for_s == 150.0
 
 
+def test_a_rules_file_is_parsed_once_per_text_and_again_once_edited(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from monitor.evaluation import rules as rules_module
+
+    parsed: list[Path] = []
+    parse = rules_module._parse_rules
+    monkeypatch.setattr(rules_module, "_parse_rules", lambda path, data: parsed.append(path) or parse(path, data))
+    f = tmp_path / "r.yaml"
+    f.write_text("rules:\n  - {alert: X, severity: P1, select: up, detector: {type: threshold, op: '>', value: 1}}\n")
+    first, again = load_rules(f), load_rules(f)
+    assert parsed == [f] and first == again and first is not again  # the caller's list is its own
+    f.write_text(f.read_text().replace("P1", "P2"))  # same size, maybe the same mtime: the text decides
+    (edited,) = load_rules(f)
+    assert parsed == [f, f] and edited.severity == "P2"
+    f.write_text("rules: [")
+    with pytest.raises(RuleError, match="not valid YAML"):  # an error is never served from the cache
+        load_rules(f)
+
+
 def test_selector_matchers() -> None:
     s = parse_selector('verl_oom_events_total{component=~"reward.*", node!="x"}')
     assert s.matches("verl_oom_events_total", {"component": "reward_model", "node": "a"})

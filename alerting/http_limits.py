@@ -3,11 +3,23 @@ program they do not control (a Ray dashboard, a trainer, a chat robot's gateway)
 body into memory (a 500 MB Ray answer cost 5.1 GB). Streamed and cut at ``limit`` bytes, as Prometheus'
 own ``body_size_limit`` does; a declared ``Content-Length`` over it is refused before reading.
 
-httpx has no body limit of its own (its ``Limits`` are about connections), hence these few lines."""
+httpx has no body limit of its own (its ``Limits`` are about connections), hence these few lines.
+``tls_context`` is the one verifying TLS context of the process's clients."""
 
 from __future__ import annotations
 
+import ssl
+from functools import cache
+
 import httpx
+
+
+@cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's own default context (``httpx.create_ssl_context``), made once: a client given none makes its
+    own, loading and parsing the CA bundle again (~20 ms and a copy of the store for each notifier and
+    source; an SSLContext serves any number of connections and threads)."""
+    return httpx.create_ssl_context()
 
 
 class BodyTooLarge(Exception):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from prometheus_client import CollectorRegistry, Gauge
 
+from alerting.http_limits import tls_context
 from alerting.notifiers.base import redact
 from monitor import config_values as value
 from monitor.errors import MonitorConfigError
@@ -97,7 +98,7 @@ class HeartbeatPinger:
         return False
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(timeout=self.cfg.timeout, transport=self.transport,
+        async with httpx.AsyncClient(timeout=self.cfg.timeout, transport=self.transport, verify=tls_context(),
                                      follow_redirects=True) as client:
             while not stop.is_set():
                 try:

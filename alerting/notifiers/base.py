@@ -16,7 +16,7 @@ import httpx
 
 from alerting.clock import Clock, SystemClock
 from alerting.config import ReceiverConfig
-from alerting.http_limits import BodyTooLarge, read
+from alerting.http_limits import BodyTooLarge, read, tls_context
 from alerting.model import Notification
 from alerting.templates import Rendered
 
@@ -75,7 +75,8 @@ class Notifier:
         self.cfg = cfg
         # Signatures carry wall time even in replay: the robot checks them against its own clock.
         self.sign_clock = sign_clock or SystemClock()
-        self.client = httpx.Client(timeout=cfg.timeout_s, transport=transport, follow_redirects=False)
+        self.client = httpx.Client(timeout=cfg.timeout_s, transport=transport, follow_redirects=False,
+                                   verify=tls_context())
 
     @property
     def robot_id(self) -> str:

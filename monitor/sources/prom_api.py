@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from alerting.clock import Clock
-from alerting.http_limits import BodyTooLarge, read_async
+from alerting.http_limits import BodyTooLarge, read_async, tls_context
 from monitor.model import Sample, SourceBatch, with_node
 from monitor.sources.base import DownLabels, Polled, Round
 from monitor.sources.relabel import relabel
@@ -142,7 +142,7 @@ class PromQuerySource:
         self.interval, self.budget, self.offset = cfg.interval, cfg.interval + cfg.timeout, 0.0
         self.wait_after = True  # a Prometheus answering slowly is asked less often, not back to back
         self.down = DownLabels("prometheus")
-        self.client = httpx.AsyncClient()
+        self.client = httpx.AsyncClient(verify=tls_context())
         self.last: float | None = None
 
     async def poll(self, clock: Clock) -> Round:

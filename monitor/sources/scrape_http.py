@@ -29,6 +29,8 @@ from typing import Any
 import h11
 import httpx
 
+from alerting.http_limits import tls_context
+
 ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
 IDLE_EXPIRY_S = 60.0   # an idle connection older than this is closed (targets are scraped every few s)
 MAX_IDLE = 1024        # idle connections kept over all hosts: one per target at 1000 GPUs is 250
@@ -167,7 +169,7 @@ class ScrapeClient(httpx.AsyncClient):
     """httpx's client, with ``fetch`` for scrapes: plain http on h11, idle connections kept per host."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**{"verify": tls_context(), **kwargs})
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._routes: dict[str, tuple[str, int, h11.Request, bytes] | None] = {}
 

@@ -175,3 +175,30 @@ def test_a_huge_answer_from_a_receiver_is_not_read_whole(monkeypatch: pytest.Mon
         n.close()
     assert not res.ok and "without an errcode" in res.error  # read as an answer that is not the robot's
     assert len(sent) <= 6  # stopped at the limit (256 KiB), not 4 MiB read into memory
+
+
+def test_clients_share_one_verifying_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every notifier and monitor source client verifies TLS with the process's one context: the CA bundle is
+    loaded and parsed once (httpx's default makes a context per client, ~20 ms each)."""
+    import asyncio
+    import ssl
+
+    from alerting.http_limits import tls_context
+    from monitor.sources.scrape_http import ScrapeClient
+
+    tls_context.cache_clear()
+    made: list[ssl.SSLContext] = []
+    create = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: made.append(create(*a, **k)) or made[-1])
+    cfg = parse_config({"receivers": [{"name": f"r{i}", "type": "wecom", "url": f"https://robot{i}.example/send"}
+                                      for i in range(3)]})
+    notifiers = [build_notifier(r) for r in cfg.receivers.values()]
+    scrape = ScrapeClient()
+    try:
+        assert len(made) == 1 and made[0] is tls_context()
+        assert made[0].verify_mode == ssl.CERT_REQUIRED and made[0].check_hostname
+    finally:
+        for n in notifiers:
+            n.close()
+        asyncio.run(scrape.aclose())
+        tls_context.cache_clear()

@@ -7,7 +7,11 @@ import pytest
 
 from monitor.detectors.drift import OLSFit, andrews_lags, best_trend
 
-OLS = pytest.importorskip("statsmodels.regression.linear_model").OLS
+
+@pytest.fixture(scope="module")
+def statsmodels_ols() -> type:
+    """Imported when a test asks (0.5 s): not in every worker that only collects this file."""
+    return pytest.importorskip("statsmodels.regression.linear_model").OLS
 
 
 def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
@@ -21,13 +25,13 @@ def ar1(rng: np.random.Generator, n: int, phi: float) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("phi", [0.0, 0.5, 0.95])
-def test_slope_and_standard_errors_match_statsmodels(seed: int, phi: float) -> None:
+def test_slope_and_standard_errors_match_statsmodels(seed: int, phi: float, statsmodels_ols: type) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(40, 400))
     x = np.sort(rng.uniform(0, 90, n))
     y = 0.02 * np.clip(x - 30, 0, None) + 3.0 + ar1(rng, n, phi) * rng.uniform(0.01, 2.0)
     design = best_trend(x, y)[2]  # the hinge or ramp the detector would fit
-    ours, ref = OLSFit(y, design), OLS(y, design).fit()
+    ours, ref = OLSFit(y, design), statsmodels_ols(y, design).fit()
     np.testing.assert_allclose(ours.params, ref.params, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(ours.resid, ref.resid, rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(ours.bse, ref.bse, rtol=1e-9)

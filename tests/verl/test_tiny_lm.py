@@ -9,21 +9,22 @@ import functools
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
 from verl.config.schema import TinyModelConfig
-from verl.models import hf_loading
 from verl.models.loading import ValueModel, _printable_only, load_causal_lm, load_critic
 from verl.models.tiny_lm import TinyCausalLM, TinyLMConfig, TinyTransformer
 from verl.models.tokenizer import ByteTokenizer
 from verl.rollout.hf import GumbelSampling
 from verl.utils.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from transformers import GPT2Config
 
 ROOT = Path(__file__).resolve().parents[2]
 TOK = ByteTokenizer()
@@ -31,18 +32,33 @@ SHAPES = [(0, TinyModelConfig()), (3, TinyModelConfig(n_layer=3, n_embd=32, n_he
           (11, TinyModelConfig(n_layer=1, n_embd=16, n_head=2))]
 
 
+def gpt2() -> Any:
+    """transformers, where a test compares with it (0.9 s to import): not in every worker that only collects
+    this file."""
+    import transformers
+
+    return transformers
+
+
+def hf_generate() -> Any:
+    """verl's generation through transformers (``verl.models.hf_loading``, which imports it)."""
+    from verl.models import hf_loading
+
+    return hf_loading.generate
+
+
 def configs(shape: TinyModelConfig, n_positions: int = 64) -> tuple[GPT2Config, TinyLMConfig]:
     ids = {"bos_token_id": TOK.bos_token_id, "eos_token_id": TOK.eos_token_id, "pad_token_id": TOK.pad_token_id}
     dims = {"vocab_size": TOK.vocab_size, "n_positions": n_positions, "n_embd": shape.n_embd,
             "n_layer": shape.n_layer, "n_head": shape.n_head}
-    return (GPT2Config(**dims, **ids, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    return (gpt2().GPT2Config(**dims, **ids, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
             TinyLMConfig(**dims, **ids))
 
 
 def pair(seed: int, shape: TinyModelConfig) -> tuple[nn.Module, TinyCausalLM]:
     hf_cfg, cfg = configs(shape)
     torch.manual_seed(seed)
-    hf = GPT2LMHeadModel(hf_cfg)
+    hf = gpt2().GPT2LMHeadModel(hf_cfg)
     torch.manual_seed(seed)
     return hf, TinyCausalLM(cfg)
 
@@ -67,7 +83,7 @@ def assert_same_state(a: nn.Module, b: nn.Module) -> None:
 def test_same_parameters_keys_and_rng_state_under_the_same_seed(seed: int, shape: TinyModelConfig) -> None:
     hf_cfg, cfg = configs(shape)
     torch.manual_seed(seed)
-    hf = GPT2LMHeadModel(hf_cfg)
+    hf = gpt2().GPT2LMHeadModel(hf_cfg)
     hf_rng = torch.get_rng_state()
     torch.manual_seed(seed)
     tiny = TinyCausalLM(cfg)
@@ -76,7 +92,7 @@ def test_same_parameters_keys_and_rng_state_under_the_same_seed(seed: int, shape
     assert tiny.lm_head.weight is tiny.transformer.wte.weight  # tied as transformers ties it
     assert {n for n, _ in hf.named_parameters()} == {n for n, _ in tiny.named_parameters()}
     torch.manual_seed(seed)
-    hf_backbone = GPT2Model(hf_cfg)
+    hf_backbone = gpt2().GPT2Model(hf_cfg)
     torch.manual_seed(seed)
     assert_same_state(hf_backbone, TinyTransformer(cfg))
 
@@ -86,9 +102,9 @@ def test_loaders_build_what_transformers_built() -> None:
     hf_cfg, _ = configs(shape, n_positions)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "actor-init"))
-        hf_actor = GPT2LMHeadModel(hf_cfg)
+        hf_actor = gpt2().GPT2LMHeadModel(hf_cfg)
         torch.manual_seed(derive_seed(seed, "critic-init"))
-        hf_critic = ValueModel(GPT2Model(hf_cfg), shape.n_embd)
+        hf_critic = ValueModel(gpt2().GPT2Model(hf_cfg), shape.n_embd)
     nn.init.zeros_(hf_critic.value_head.weight)
     nn.init.zeros_(hf_critic.value_head.bias)
     assert_same_state(hf_actor, load_causal_lm("tiny", shape, n_positions, seed))
@@ -121,7 +137,7 @@ def test_same_logits_hidden_states_and_gradients(seed: int, shape: TinyModelConf
 def test_critic_backbone_same_values() -> None:
     hf_cfg, cfg = configs(TinyModelConfig(n_layer=3))
     torch.manual_seed(2)
-    hf = ValueModel(GPT2Model(hf_cfg), cfg.n_embd)
+    hf = ValueModel(gpt2().GPT2Model(hf_cfg), cfg.n_embd)
     torch.manual_seed(2)
     tiny = ValueModel(TinyTransformer(cfg), cfg.n_embd)
     ids, mask = left_padded(2, [14, 6, 10], 14)
@@ -147,7 +163,7 @@ def generate_both(hf: nn.Module, tiny: TinyCausalLM, ids: torch.Tensor, mask: to
                   temperature: float, seed: int, synced: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     hf.eval()
     tiny.eval()
-    theirs = hf_loading.generate(hf, ids, mask, new, TOK.eos_token_id, TOK.pad_token_id,
+    theirs = hf_generate()(hf, ids, mask, new, TOK.eos_token_id, TOK.pad_token_id,
                                  sampling(seed, len(ids), temperature), synced)
     ours = tiny.generate(ids, mask, new, TOK.eos_token_id, TOK.pad_token_id, sampling(seed, len(ids), temperature),
                          synced)
@@ -196,7 +212,7 @@ def test_same_tokens_and_collectives_with_synced_gpus_when_this_rank_finishes_fi
         model.lm_head.register_forward_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
     ids, mask = left_padded(10, [9, 4, 7], 9)
     outs = []
-    for generate in (functools.partial(hf_loading.generate, hf.eval()), tiny.eval().generate):
+    for generate in (functools.partial(hf_generate(), hf.eval()), tiny.eval().generate):
         calls.update(all_reduce=0, forward=0)
         outs.append(generate(ids, mask, 40, TOK.eos_token_id, TOK.pad_token_id, sampling(1, len(ids), 1.0), True))
         counts.append(dict(calls))

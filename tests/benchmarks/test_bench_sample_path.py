@@ -6,11 +6,22 @@ and exit 2."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "sample_path.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "sample_path.py"
+TRAINER_SIDE = {"verl/fault/circuit_breaker.py"}  # counts the timeout in a trainer; here a bare counter does
+
+
+def tour_modules() -> list[str]:
+    """The modules README.md's tour says the sample crosses (its closing list)."""
+    listed = re.search(r"The \d+ modules, by package: (.*?)\n\n", (ROOT / "README.md").read_text(encoding="utf-8"),
+                       re.S)
+    assert listed, "README.md: the tour's closing list is gone"
+    return re.findall(r"`([\w/]+\.py)`", listed.group(1))
 
 
 def test_one_sample_pages_and_the_scrape_loop_writes_nothing_and_runs_no_alerting_code(tmp_path: Path) -> None:
@@ -25,6 +36,8 @@ def test_one_sample_pages_and_the_scrape_loop_writes_nothing_and_runs_no_alertin
     assert "alerting/translog.py" in out["module_list"]  # the transition did cross into the log
     assert {"alerting-timers", "deliver-demo-wecom", "evaluation", "scrape-loop"} <= set(out["threads"])
     assert "alerting/engine.py" in out["module_list"]  # the engine did take it, on its own thread
+    # the path the tour tells is the path that ran
+    assert set(tour_modules()) - TRAINER_SIDE <= set(out["module_list"]), set(tour_modules()) - set(out["module_list"])
     rows = out["evidence_row"]  # a refresh carries what is new, not the node's 11 histories again
     assert rows["whole"]["bytes"] > 11 * 4096 * 16 > 100 * rows["refresh"]["bytes"]
 

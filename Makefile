@@ -15,9 +15,9 @@ OUTPUT ?= soak-report.json
 
 setup: $(STAMP)
 
-# uv installs what pip would, from the same registries, in parallel: on a fresh clone here the venv took
-# 70.7 s with pip (torch 17.8 s, the project 50.6 s) and 31.5 s with uv, bytecode compiled by both
-# (benchmarks/RESULTS.md, setup). uv does not read pip's config, so the folder pip finds the local torch
+# uv installs what pip would, from the same registries, in parallel: on a fresh clone here the installs took
+# 68.4 s with pip (torch 17.8 s, the project 50.6 s) and 31.1 s with uv (9.1 s, 22.0 s), bytecode compiled
+# by both (benchmarks/RESULTS.md, setup). uv does not read pip's config, so the folder pip finds the local torch
 # wheel in (/opt/wheels on these machines) is named to it; elsewhere uv takes torch from PyPI, as pip would.
 WHEELS ?= $(wildcard /opt/wheels)
 UV = $(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode $(if $(WHEELS),--find-links $(WHEELS))

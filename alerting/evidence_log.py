@@ -2,8 +2,8 @@
 
 While a diagnosable alert fires the monitor measures its evidence again every few seconds. Written whole,
 each row held every kept sample of every series a procedure reads on every firing node: ~0.7 MB a node
-once the histories are full (11 series x 4096 samples x 16 B), encoded and committed on the monitor's evaluation
-thread every 5 s, and read and decoded again by the engine. Between two captures a history only gains its
+once the histories are full (11 series x 4096 samples x 16 B), encoded and committed on the monitor's
+evaluation thread every 5 s, and read and decoded again by the engine. Between two captures a history only gains its
 newest samples and drops its oldest, so a row after the first names, for each series, the row before's
 window it extends, the samples newer than what that window holds, and how many samples the window keeps
 (``keep``): the follower's window is ``(before + newer)[-keep:]``, exactly what a whole snapshot would hold.

@@ -258,11 +258,13 @@ def load_rules(path: str | Path) -> list[Rule]:
     except UnsafeYAML as exc:
         raise RuleError(str(exc)) from None
     key = (str(path.resolve()), hashlib.blake2b(data, digest_size=16).digest())
-    if key not in _LOADED:
+    rules = _LOADED.get(key)
+    if rules is None:
+        rules = tuple(_parse_rules(path, data))
         if len(_LOADED) >= _LOADED_MAX:
             _LOADED.clear()
-        _LOADED[key] = tuple(_parse_rules(path, data))
-    return list(_LOADED[key])
+        _LOADED[key] = rules
+    return list(rules)
 
 
 def _parse_rules(path: Path, data: bytes) -> list[Rule]:
